@@ -1,0 +1,22 @@
+"""One module per platform. Each exposes render(job, run_dir) -> Artifact and a Backend
+class (submit/status/logs/cancel). Modules are imported on demand: a cloud backend may
+pull in nemo-run, which costs seconds."""
+
+from __future__ import annotations
+
+import importlib
+
+_MODULES = {"local": "local", "slurm": "slurm", "lepton": "lepton", "dgxcloud": "dgxcloud"}
+
+
+def module(backend: str):
+    return importlib.import_module(f".{_MODULES[backend]}", __name__)
+
+
+def render(job, run_dir: str):
+    """The exact launch artifact submit hands to the backend (dry-run shows the same)."""
+    return module(job.backend).render(job, run_dir)
+
+
+def backend(name: str):
+    return module(name).Backend()

@@ -1,0 +1,116 @@
+"""The `local` backend: torchrun on this machine, detached, in its own session.
+
+The artifact is a bash script (kind "local-command") run as `bash run.sh` in a new
+process group; it writes the torchrun exit code to `exit_code` in the run dir, which is
+how status knows the job ended and how it ended.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from ..errors import LaunchError
+from .base import Artifact, entry_command, export_lines, header, numa_wrapper, q, runtime_env
+
+SCRIPT = "run.sh"
+LOG = "logs/output.log"
+EXIT = "exit_code"
+
+
+def render(job, run_dir: str) -> Artifact:
+    torchrun = [job.python, "-m", "torch.distributed.run"] if not job.container else ["torchrun"]
+    cmd = [*torchrun, "--standalone", f"--nnodes={job.nodes}", f"--nproc-per-node={job.gpus_per_node}"]
+    wrapper = numa_wrapper(job)
+    if wrapper:
+        cmd += ["--no-python", *wrapper]
+    cmd += entry_command(job, run_dir)
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# {header(job, run_dir)}",
+        "# Secrets named by the profile come from the submitting environment; none is written here.",
+        "set -uo pipefail",
+        f"cd {q(run_dir)}",
+        *export_lines(runtime_env(job, run_dir)),
+        # A trap (rather than the default action) makes bash wait for torchrun, which forwards
+        # SIGTERM to the workers so they can save, and then record the exit code.
+        "trap 'echo \"bridge-launch: SIGTERM received; waiting for the workers to save and exit\" >&2' TERM",
+        " \\\n    ".join(q(a) for a in cmd),
+        "rc=$?",
+        f"printf '%s\\n' \"$rc\" > {EXIT}.tmp && mv -f {EXIT}.tmp {EXIT}",
+        'exit "$rc"',
+    ]
+    return Artifact("local-command", "\n".join(lines) + "\n", SCRIPT)
+
+
+def _alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie (PID 1 may reap late)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (FileNotFoundError, IndexError, ProcessLookupError):
+        return False
+
+
+class Backend:
+    name = "local"
+
+    def submit(self, job, run, artifact: Artifact, secrets: dict) -> list[str]:
+        run_dir = Path(run.run_dir)
+        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env.update(secrets)
+        with open(run_dir / LOG, "ab") as log:
+            try:
+                proc = subprocess.Popen(["bash", str(run_dir / artifact.filename)], cwd=run_dir, stdin=subprocess.DEVNULL,
+                                        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            except OSError as exc:
+                raise LaunchError(f"could not start the local job: {exc}") from None
+        return [str(proc.pid)]
+
+    def status(self, runs: list) -> dict:
+        out = {}
+        for run in runs:
+            run_dir = Path(run.run_dir)
+            code = _read_exit(run_dir)
+            if code is not None:
+                if run.info.get("cancelled"):
+                    out[run.run_id] = ("CANCELLED", f"exit code {code}")
+                else:
+                    out[run.run_id] = ("COMPLETED", "") if code == 0 else ("FAILED", f"exit code {code}")
+            elif run.job_ids and _alive(int(run.job_ids[-1])):
+                out[run.run_id] = ("RUNNING", "")
+            elif run.info.get("cancelled"):
+                out[run.run_id] = ("CANCELLED", "")
+            else:
+                out[run.run_id] = ("FAILED", "the launcher process is gone without an exit code")
+        return out
+
+    def log_files(self, run) -> list[Path]:
+        return [Path(run.run_dir) / LOG]
+
+    def cancel(self, run) -> None:
+        if not run.job_ids:
+            return
+        pid = int(run.job_ids[-1])
+        if not _alive(pid):
+            return
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.time() + 60
+        while time.time() < deadline and _alive(pid):
+            time.sleep(0.2)
+        if _alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def _read_exit(run_dir: Path) -> int | None:
+    try:
+        return int((run_dir / EXIT).read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None

@@ -1,0 +1,186 @@
+"""The bridge-launch command line. Thin: parse, call, print. Heavy modules load inside
+the command that needs them, so --help, recipes, status and --dry-run stay fast."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from typing import List, Optional
+
+import typer
+
+from . import __version__
+from .errors import BridgeLaunchError
+
+app = typer.Typer(
+    name="bridge-launch",
+    help="Turn a Megatron-Bridge recipe and a cluster profile into a running, resumable job.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+recipes_app = typer.Typer(help="List and show recipes.", no_args_is_help=True)
+overlays_app = typer.Typer(help="List and show overlays (named partial overrides).", no_args_is_help=True)
+clusters_app = typer.Typer(help="List and show cluster profiles.", no_args_is_help=True)
+app.add_typer(recipes_app, name="recipes")
+app.add_typer(overlays_app, name="overlays")
+app.add_typer(clusters_app, name="clusters")
+
+
+class Output(str, Enum):
+    text = "text"
+    json = "json"
+
+
+OUTPUT = typer.Option(Output.text, "--output", "-o", help="text or json.")
+
+
+def _version(value: bool):
+    if value:
+        typer.echo(f"bridge-launch {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version.")):
+    """Recipes x clusters -> validated, exactly printed, resumable jobs."""
+
+
+def _complete_recipe(incomplete: str):
+    from . import recipes
+
+    return [n for n in recipes.catalog().names() if n.startswith(incomplete)]
+
+
+def _complete_cluster(incomplete: str):
+    from . import clusters
+
+    return [n for n in clusters.catalog().names() if n.startswith(incomplete)]
+
+
+def _complete_overlay(incomplete: str):
+    from . import recipes
+
+    return [n for n in recipes.overlay_catalog().names() if n.startswith(incomplete)]
+
+
+@app.command(context_settings={"allow_interspersed_args": True})
+def submit(
+    recipe: str = typer.Argument(..., help="Recipe name or alias (see 'recipes list').", autocompletion=_complete_recipe),
+    overrides: Optional[List[str]] = typer.Argument(None, help="Hydra overrides: key=value, +key=value, ++key=value, ~key."),
+    cluster: str = typer.Option("local", "--cluster", "-c", help="Cluster profile.", autocompletion=_complete_cluster),
+    overlay: Optional[List[str]] = typer.Option(None, "--overlay", help="Overlay to apply (repeatable, in order).",
+                                                autocompletion=_complete_overlay),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Node count (overrides the cluster/recipe)."),
+    time: Optional[str] = typer.Option(None, "--time", "-t", help="Slurm time limit, e.g. 04:00:00."),
+    partition: Optional[str] = typer.Option(None, "--partition", "-p", help="Slurm partition."),
+    account: Optional[str] = typer.Option(None, "--account", "-A", help="Slurm account."),
+    container: Optional[str] = typer.Option(None, "--container", help="Container image (overrides recipe and cluster)."),
+    env: Optional[List[str]] = typer.Option(None, "--env", "-e", help="Extra environment NAME=VALUE (not for secrets)."),
+    secret: Optional[List[str]] = typer.Option(None, "--secret", help="Pass this environment variable by name (repeatable)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved job and the exact launch artifact; submit nothing."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Stream progress until the job ends (Ctrl-C detaches)."),
+    output: Output = OUTPUT,
+):
+    """Resolve RECIPE on a cluster, validate it, and submit it (or print it with --dry-run)."""
+    from . import commands
+
+    raise typer.Exit(commands.submit(
+        recipe, overrides or [], cluster=cluster, overlays=overlay or [], nodes=nodes, time=time,
+        partition=partition, account=account, container=container, env=env or [], secrets=secret or [],
+        dry_run=dry_run, follow=follow, output=output.value))
+
+
+@app.command()
+def status(
+    run: Optional[str] = typer.Argument(None, help="A run id (or a unique prefix)."),
+    all_: bool = typer.Option(False, "--all", "-a", help="All runs, not only the 50 most recent."),
+    state: Optional[str] = typer.Option(None, "--state", help="Only runs in this state (e.g. RUNNING)."),
+    recipe: Optional[str] = typer.Option(None, "--recipe", help="Only runs of this recipe."),
+    output: Output = OUTPUT,
+):
+    """Show recent runs and their states."""
+    from . import commands
+
+    raise typer.Exit(commands.status(run, all_runs=all_, state=state, recipe=recipe, output=output.value))
+
+
+@app.command()
+def logs(run: str = typer.Argument(..., help="A run id (or a unique prefix)."),
+         follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends.")):
+    """Print a run's output."""
+    from . import commands
+
+    raise typer.Exit(commands.logs(run, follow=follow))
+
+
+@app.command()
+def cancel(run: str = typer.Argument(..., help="A run id (or a unique prefix).")):
+    """Cancel a run (idempotent)."""
+    from . import commands
+
+    raise typer.Exit(commands.cancel(run))
+
+
+@recipes_app.command("list")
+def recipes_list(output: Output = OUTPUT):
+    """List recipes."""
+    from . import commands
+
+    raise typer.Exit(commands.recipes_list(output.value))
+
+
+@recipes_app.command("show")
+def recipes_show(name: str = typer.Argument(..., autocompletion=_complete_recipe), output: Output = OUTPUT):
+    """Show one recipe with every value it sets."""
+    from . import commands
+
+    raise typer.Exit(commands.recipes_show(name, output.value))
+
+
+@overlays_app.command("list")
+def overlays_list(output: Output = OUTPUT):
+    """List overlays."""
+    from . import commands
+
+    raise typer.Exit(commands.overlays_list(output.value))
+
+
+@overlays_app.command("show")
+def overlays_show(name: str = typer.Argument(..., autocompletion=_complete_overlay), output: Output = OUTPUT):
+    """Show one overlay."""
+    from . import commands
+
+    raise typer.Exit(commands.overlays_show(name, output.value))
+
+
+@clusters_app.command("list")
+def clusters_list(output: Output = OUTPUT):
+    """List cluster profiles."""
+    from . import commands
+
+    raise typer.Exit(commands.clusters_list(output.value))
+
+
+@clusters_app.command("show")
+def clusters_show(name: str = typer.Argument(..., autocompletion=_complete_cluster), output: Output = OUTPUT):
+    """Show one cluster profile (after 'extends')."""
+    from . import commands
+
+    raise typer.Exit(commands.clusters_show(name, output.value))
+
+
+def main() -> None:
+    try:
+        app()
+    except BridgeLaunchError as exc:
+        sys.stderr.write(f"bridge-launch: error: {exc}\n")
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write("bridge-launch: interrupted\n")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

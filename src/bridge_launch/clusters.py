@@ -1,0 +1,124 @@
+"""Cluster profiles: where a job runs (clusters/*.toml plus the user's config dir)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from . import paths
+from .catalog import Catalog
+from .errors import UsageError, suggest
+
+BACKENDS = ("local", "slurm", "lepton", "dgxcloud")
+
+# GPU type -> architecture generation, for precision checks.
+GPU_ARCH = {
+    "gb300": "blackwell", "b300": "blackwell", "gb200": "blackwell", "b200": "blackwell",
+    "rtx-pro-6000": "blackwell", "vr200": "rubin",
+    "h100": "hopper", "h200": "hopper", "gh200": "hopper", "h20": "hopper",
+    "a100": "ampere", "a10g": "ampere", "l40s": "ada",
+    "cpu": "cpu",
+}
+ARCH_RANK = {"cpu": 0, "ampere": 1, "ada": 2, "hopper": 3, "blackwell": 4, "rubin": 5}
+
+# key -> (type or tuple of types, default). None default = optional / unset.
+_TOP = {
+    "name": (str, None), "description": (str, ""), "aliases": (list, []), "extends": (str, None),
+    "abstract": (bool, False), "backend": (str, None), "gpu_type": (str, "cpu"),
+    "gpus_per_node": (int, 1), "gpu_memory_gib": ((int, float), 0), "nodes": (int, None),
+    "max_nodes": (int, None), "nvlink_domain_nodes": (int, 0), "job_root": (str, ""),
+    "python": (str, ""), "container_image": (str, ""), "container_mounts": (list, []),
+    "numa_bind": (bool, False), "hf_home": (str, ""), "env": (dict, {}), "secrets": (list, []),
+    "required_secrets": (list, []), "config": (dict, {}),
+    "slurm": (dict, {}), "lepton": (dict, {}), "dgxcloud": (dict, {}),
+}
+_SLURM = {
+    "account": (str, ""), "partition": (str, ""), "qos": (str, ""), "time": (str, "01:00:00"),
+    "reservation": (str, ""), "exclude": (list, []), "exclusive": (bool, False), "mem": (str, ""),
+    "request_gpus": (bool, False), "segment": (bool, False), "sbatch_args": (list, []),
+    "srun_args": (list, []), "slurm_conf": (str, ""), "login_host": (str, ""), "ssh_port": (int, 22),
+    "ssh_user": (str, ""), "ssh_identity": (str, ""), "rdzv_port": (int, 0), "signal": (str, ""),
+}
+_LEPTON = {
+    "resource_shape": (str, ""), "node_group": (str, ""), "node_reservation": (str, ""),
+    "image_pull_secrets": (list, []), "mounts": (list, []), "shared_memory_size": (int, 0),
+    "can_be_preempted": (bool, False), "queue_priority": (str, ""), "workspace_env": (str, "LEPTON_WORKSPACE_ID"),
+    "token_env": (str, "LEPTON_WORKSPACE_TOKEN"),
+}
+_DGXC = {
+    "base_url": (str, ""), "kube_apiserver_url": (str, ""), "project_name": (str, ""),
+    "pvcs": (list, []), "client_id_env": (str, "DGXC_CLIENT_ID"), "client_secret_env": (str, "DGXC_CLIENT_SECRET"),
+    "distributed_framework": (str, "PyTorch"), "pull_secret": (str, ""),
+}
+_SECTIONS = {"slurm": _SLURM, "lepton": _LEPTON, "dgxcloud": _DGXC}
+
+
+def _check(where: str, data: dict, spec: dict) -> dict:
+    out = {}
+    for key, value in data.items():
+        if key not in spec:
+            raise UsageError(f"{where}: {suggest(key, spec, 'profile key')}")
+        typ = spec[key][0]
+        if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
+            names = " or ".join(t.__name__ for t in (typ if isinstance(typ, tuple) else (typ,)))
+            raise UsageError(f"{where}: '{key}' must be {names}, got {type(value).__name__} {value!r}")
+        out[key] = value
+    for key, (_, default) in spec.items():
+        out.setdefault(key, default if not isinstance(default, (list, dict)) else type(default)(default))
+    return out
+
+
+def _validate(data: dict, path) -> dict:
+    where = f"cluster profile '{data.get('name')}' ({path})"
+    prof = _check(where, data, _TOP)
+    for section, spec in _SECTIONS.items():
+        prof[section] = _check(f"{where} [{section}]", prof[section], spec)
+    if prof["backend"] not in BACKENDS:
+        raise UsageError(f"{where}: backend must be one of {', '.join(BACKENDS)}, got {prof['backend']!r}")
+    if prof["gpu_type"] not in GPU_ARCH:
+        raise UsageError(f"{where}: {suggest(prof['gpu_type'], GPU_ARCH, 'gpu_type')}")
+    if prof["gpus_per_node"] < 1:
+        raise UsageError(f"{where}: gpus_per_node must be >= 1")
+    for key in ("nodes", "max_nodes"):
+        if prof[key] is not None and prof[key] < 1:
+            raise UsageError(f"{where}: {key} must be >= 1")
+    if prof["nodes"] is not None:
+        if prof["max_nodes"] is None:
+            prof["max_nodes"] = prof["nodes"]
+        elif prof["nodes"] > prof["max_nodes"]:
+            raise UsageError(f"{where}: nodes ({prof['nodes']}) exceeds max_nodes ({prof['max_nodes']})")
+    for key in ("env",):
+        for k, v in prof[key].items():
+            if not isinstance(v, (str, int, float, bool)):
+                raise UsageError(f"{where}: env {k} must be a string or number")
+            prof[key][k] = _env_str(v)
+    for name in prof["secrets"] + prof["required_secrets"]:
+        if not isinstance(name, str) or not name.replace("_", "").isalnum():
+            raise UsageError(f"{where}: secrets must be environment variable names, got {name!r}")
+        if name in prof["env"]:
+            raise UsageError(f"{where}: {name} is listed as a secret and also given a value in [env]; secrets are passed by name only")
+    prof["arch"] = GPU_ARCH[prof["gpu_type"]]
+    prof["path"] = str(path)
+    return prof
+
+
+def _env_str(v) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    return str(v)
+
+
+@lru_cache(maxsize=1)
+def catalog() -> Catalog:
+    return Catalog("cluster", [(paths.data_dir() / "clusters", "shipped"), (paths.config_dir() / "clusters", "user")])
+
+
+def load(name: str) -> dict:
+    cat = catalog()
+    entry = cat.get(name)
+    prof = _validate(cat.resolved(entry.name), entry.path)
+    prof["origin"] = entry.origin
+    return prof
+
+
+def list_profiles() -> list[dict]:
+    return [load(e.name) for e in catalog().entries()]

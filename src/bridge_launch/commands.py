@@ -1,0 +1,245 @@
+"""What each CLI command does, given parsed arguments. Returns the exit code."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from . import views
+from .errors import UsageError
+
+
+def _err(msg: str) -> None:
+    sys.stderr.write(f"bridge-launch: error: {msg}\n")
+
+
+def submit(recipe, overrides, *, cluster, overlays, nodes, time, partition, account, container, env, secrets,
+           dry_run, follow, output) -> int:
+    from . import backends, resolve
+
+    opts = resolve.Options(cluster=cluster, overlays=tuple(overlays), overrides=tuple(overrides), nodes=nodes,
+                           time=time, partition=partition, account=account, container=container,
+                           env=tuple(env), secrets=tuple(secrets))
+    job = resolve.resolve(recipe, opts, for_submit=not dry_run)
+    if dry_run:
+        artifact = backends.render(job, job.run_dir)
+        if output == "json":
+            views.dump_json(views.job_view(job, artifact))
+        elif job.errors:
+            for e in job.errors:
+                _err(e)
+        else:
+            views.print_job(job, artifact, resolve.RUN_ID_PLACEHOLDER)
+        return 2 if job.errors else 0
+    if job.errors:
+        for e in job.errors:
+            _err(e)
+        return 2
+    if job.backend in ("lepton", "dgxcloud"):
+        from .errors import LaunchError
+
+        raise LaunchError(f"submitting to {job.backend} is not available yet; --dry-run shows the job for '{job.cluster}'")
+    from . import launch
+
+    run = launch.submit(job)
+    if output == "json":
+        views.dump_json({"run_id": run.run_id, "job_ids": run.job_ids, "state": run.state, "run_dir": run.run_dir,
+                         "cluster": run.cluster, "recipe": run.recipe})
+    else:
+        for w in job.warnings:
+            sys.stderr.write(f"bridge-launch: warning: {w}\n")
+        print(f"submitted {run.run_id} ({job.backend} job {', '.join(run.job_ids)}); run dir {run.run_dir}")
+    if not follow:
+        return 0
+    return _follow(run, job)
+
+
+def _follow(run, job) -> int:
+    from . import launch
+    from .runs import Registry
+
+    reg = Registry()
+    total = job.config.get("train.train_iters")
+    total = total if isinstance(total, int) else None
+    state = {"step": 0}
+    try:
+        if views.is_tty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          TextColumn("{task.fields[loss]}"), TimeElapsedColumn()) as bar:
+                task = bar.add_task(run.run_id, total=total, loss="")
+
+                def on_line(line):
+                    bar.console.print(line, markup=False, highlight=False)
+                    hit = launch.last_step(line)
+                    if hit:
+                        bar.update(task, completed=hit[0], total=hit[1],
+                                   loss=f"loss {hit[2]:.4f}" if hit[2] is not None else "")
+
+                final = launch.wait_until_done(reg, run, on_line)
+        else:
+            def on_line(line):
+                print(line, flush=True)
+
+            final = launch.wait_until_done(reg, run, on_line)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"\ndetached from {run.run_id}; it keeps running.\n"
+                         f"  follow again: bridge-launch logs {run.run_id} -f\n"
+                         f"  cancel it:    bridge-launch cancel {run.run_id}\n")
+        return 0
+    print(f"{final.run_id}: {final.state}" + (f" ({final.reason})" if final.reason else ""))
+    return 0 if final.state == "COMPLETED" else 1
+
+
+def status(run_ref, *, all_runs, state, recipe, output) -> int:
+    from . import launch
+    from .runs import STATES, Registry
+
+    if state and state.upper() not in STATES:
+        raise UsageError(f"--state {state!r} is not a state; valid: {', '.join(STATES)}")
+    reg = Registry()
+    runs = [launch.find_run(reg, run_ref)] if run_ref else reg.recent(None if all_runs else 50,
+                                                                     state=state and state.upper(), recipe=recipe)
+    runs = launch.refresh(reg, runs)
+    if output == "json":
+        views.dump_json([r.to_dict() for r in runs])
+        return 0
+    rows = [[r.run_id, r.state, r.recipe, r.cluster, ",".join(r.job_ids),
+             time.strftime("%m-%d %H:%M", time.localtime(r.created)), r.reason or "", r.run_dir] for r in runs]
+    views.table("runs", ["run", "state", "recipe", "cluster", "job ids", "submitted", "reason", "run dir"], rows)
+    return 0
+
+
+def logs(run_ref, *, follow) -> int:
+    from . import backends, launch
+    from .runs import Registry
+
+    reg = Registry()
+    run = launch.find_run(reg, run_ref)
+    if follow:
+        try:
+            final = launch.wait_until_done(reg, run, lambda line: print(line, flush=True))
+        except KeyboardInterrupt:
+            return 0
+        return 0 if final.state == "COMPLETED" else 1
+    for line in launch.Tail(backends.backend(run.backend).log_files(run)).lines():
+        print(line)
+    return 0
+
+
+def cancel(run_ref) -> int:
+    from . import launch
+    from .runs import Registry
+
+    reg = Registry()
+    run = launch.find_run(reg, run_ref)
+    before = run.state
+    run = launch.cancel(reg, run)
+    if before in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+        print(f"{run.run_id} already ended ({before}); nothing to cancel")
+    else:
+        print(f"{run.run_id}: CANCELLED")
+    return 0
+
+
+def recipes_list(output) -> int:
+    from . import recipes
+
+    items = recipes.list_recipes()
+    if output == "json":
+        views.dump_json([{k: r.get(k) for k in ("name", "description", "upstream", "mode", "gpus", "container",
+                                                 "aliases", "workload", "origin")} for r in items])
+        return 0
+    views.table("recipes", ["name", "gpus", "mode", "upstream", "description"],
+                [[r["name"], r.get("gpus") or "-", r.get("mode") or r["workload"], r.get("upstream") or "-",
+                  r.get("description", "")] for r in items])
+    return 0
+
+
+def recipes_show(name, output) -> int:
+    from . import recipes
+
+    r = recipes.load(name)
+    if output == "json":
+        views.dump_json(r)
+        return 0
+    keys = ("name", "description", "upstream", "upstream_ref", "mode", "workload", "gpus", "container", "hf_model",
+            "required", "aliases", "path")
+    for k in keys:
+        if r.get(k) not in (None, "", []):
+            print(f"{k:<13} {', '.join(r[k]) if isinstance(r[k], list) else r[k]}")
+    print("\nconfig (recipe)")
+    for k, v in r["config"].items():
+        print(f"  {k} = {views._fmt(v)}")
+    if r["upstream_config"]:
+        print("\nconfig (upstream defaults the seeds do not state)")
+        for k, v in r["upstream_config"].items():
+            print(f"  {k} = {views._fmt(v)}")
+    if r["env"]:
+        print("\nenv")
+        for k, v in r["env"].items():
+            print(f"  {k}={v}")
+    return 0
+
+
+def overlays_list(output) -> int:
+    from . import recipes
+
+    items = recipes.list_overlays()
+    if output == "json":
+        views.dump_json([{k: o.get(k) for k in ("name", "description", "gpus", "config", "env")} for o in items])
+        return 0
+    views.table("overlays", ["name", "gpus", "keys", "description"],
+                [[o["name"], o.get("gpus") or "-", len(o["config"]), o.get("description", "")] for o in items])
+    return 0
+
+
+def overlays_show(name, output) -> int:
+    from . import recipes
+
+    o = recipes.load_overlay(name)
+    if output == "json":
+        views.dump_json(o)
+        return 0
+    print(f"{o['name']}: {o.get('description', '')}")
+    if o.get("gpus"):
+        print(f"  gpus = {o['gpus']}")
+    for k, v in o["config"].items():
+        print(f"  {k} = {views._fmt(v)}")
+    for k, v in o["env"].items():
+        print(f"  env {k}={v}")
+    return 0
+
+
+def clusters_list(output) -> int:
+    from . import clusters
+
+    items = clusters.list_profiles()
+    if output == "json":
+        views.dump_json([{k: p.get(k) for k in ("name", "description", "backend", "gpu_type", "gpus_per_node", "nodes",
+                                                 "max_nodes", "origin")} for p in items])
+        return 0
+    views.table("clusters", ["name", "backend", "gpu", "nodes", "description"],
+                [[p["name"], p["backend"], f"{p['gpus_per_node']}x {p['gpu_type']}",
+                  p["nodes"] if p["nodes"] else f"<= {p['max_nodes']}" if p["max_nodes"] else "any",
+                  p.get("description", "")] for p in items])
+    return 0
+
+
+def clusters_show(name, output) -> int:
+    from . import clusters
+
+    p = clusters.load(name)
+    if output == "json":
+        views.dump_json(p)
+        return 0
+    for k, v in p.items():
+        if isinstance(v, dict):
+            if v:
+                print(f"[{k}]")
+                for kk, vv in v.items():
+                    print(f"  {kk} = {views._fmt(vv)}")
+        elif v not in (None, "", []):
+            print(f"{k:<20} {views._fmt(v)}")
+    return 0

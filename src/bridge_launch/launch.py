@@ -1,0 +1,150 @@
+"""Submitting a resolved job and managing the run afterwards (backend-independent)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+from . import backends
+from .errors import LaunchError, UsageError
+from .resolve import ResolvedJob
+from .runs import TERMINAL, Registry, Run
+
+ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+)\s*\|(?:.*?lm loss: ([0-9.eE+-]+))?")
+_SMOKE_SRC = Path(__file__).resolve().parent / "workloads" / "smoke.py"
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Files that hold environment values are readable by the owner only."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def job_json(job: ResolvedJob) -> str:
+    return json.dumps(job.to_dict(), indent=2, sort_keys=False) + "\n"
+
+
+def submit(job: ResolvedJob, registry: Registry | None = None) -> Run:
+    if job.errors:
+        raise UsageError(job.errors[0])
+    missing = [n for n in job.required_secrets if not os.environ.get(n)]
+    if missing:
+        raise UsageError(f"secret {missing[0]} is required by cluster '{job.cluster}' but not set in your environment")
+    secrets = {n: os.environ[n] for n in job.secrets if n in os.environ}
+    reg = registry or Registry()
+    run = reg.reserve(job.recipe, job.cluster, job.backend)
+    final = job.with_run_id(run.run_id)
+    run_dir = Path(final.run_dir)
+    created = False
+    try:
+        artifact = backends.render(final, final.run_dir)
+        run_dir.mkdir(parents=True, exist_ok=False)
+        created = True
+        (run_dir / "logs").mkdir()
+        _write_private(run_dir / "job.json", job_json(final))
+        _write_private(run_dir / artifact.filename, artifact.text)
+        if final.workload == "smoke":
+            shutil.copyfile(_SMOKE_SRC, run_dir / "smoke.py")
+        _write_private(reg.jobs_dir() / f"{run.run_id}.json", job_json(final))
+        job_ids = backends.backend(final.backend).submit(final, reg.update(run.run_id, run_dir=str(run_dir)),
+                                                         artifact, secrets)
+    except BaseException:
+        reg.delete(run.run_id)
+        (reg.jobs_dir() / f"{run.run_id}.json").unlink(missing_ok=True)
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    state = "RUNNING" if final.backend == "local" else "PENDING"
+    return reg.update(run.run_id, state=state, job_ids=job_ids)
+
+
+def load_job(reg: Registry, run: Run) -> ResolvedJob:
+    path = reg.jobs_dir() / f"{run.run_id}.json"
+    try:
+        return ResolvedJob.from_dict(json.loads(path.read_text()))
+    except FileNotFoundError:
+        raise LaunchError(f"run {run.run_id}: its resolved job ({path}) is missing") from None
+
+
+def find_run(reg: Registry, ref: str) -> Run:
+    hits = reg.find(ref)
+    if not hits:
+        raise UsageError(f"no run '{ref}'; list runs with 'bridge-launch status'")
+    if len(hits) > 1:
+        raise UsageError(f"'{ref}' matches several runs ({', '.join(r.run_id for r in hits[:4])}); give more of the id")
+    return hits[0]
+
+
+def refresh(reg: Registry, runs: list[Run]) -> list[Run]:
+    """Ask each backend once for the state of its unfinished runs; record changes."""
+    by_backend: dict[str, list[Run]] = {}
+    for run in runs:
+        if run.state not in TERMINAL and run.state != "SUBMITTING":
+            by_backend.setdefault(run.backend, []).append(run)
+    changed = {}
+    for name, group in by_backend.items():
+        for run_id, (state, reason) in backends.backend(name).status(group).items():
+            changed[run_id] = reg.update(run_id, state=state, reason=reason)
+    return [changed.get(r.run_id, r) for r in runs]
+
+
+def cancel(reg: Registry, run: Run) -> Run:
+    if run.state in TERMINAL:
+        return run
+    info = dict(run.info, cancelled=True)
+    reg.update(run.run_id, info=info)
+    backends.backend(run.backend).cancel(reg.get(run.run_id))
+    return reg.update(run.run_id, state="CANCELLED", reason="cancelled by user")
+
+
+def last_step(text: str):
+    """(step, total, loss) of the last Megatron-style iteration line, or None."""
+    hit = None
+    for hit in ITERATION.finditer(text):
+        pass
+    if hit is None:
+        return None
+    loss = float(hit.group(3)) if hit.group(3) else None
+    return int(hit.group(1)), int(hit.group(2)), loss
+
+
+class Tail:
+    """Follows a set of log files, yielding new complete lines."""
+
+    def __init__(self, files):
+        self.files = list(files)
+        self.pos = {}
+
+    def lines(self):
+        for path in self.files:
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(self.pos.get(path, 0))
+                    data = fh.read()
+            except FileNotFoundError:
+                continue
+            cut = data.rfind(b"\n") + 1
+            self.pos[path] = self.pos.get(path, 0) + cut
+            for line in data[:cut].decode("utf-8", "replace").splitlines():
+                yield line
+
+
+def wait_until_done(reg: Registry, run: Run, on_line=None, poll: float = 0.5) -> Run:
+    """Stream the run's log lines to on_line until it reaches a final state."""
+    tail = Tail(backends.backend(run.backend).log_files(run))
+    while True:
+        for line in tail.lines():
+            if on_line:
+                on_line(line)
+        run = refresh(reg, [reg.get(run.run_id)])[0]
+        if run.state in TERMINAL:
+            for line in tail.lines():
+                if on_line:
+                    on_line(line)
+            return run
+        time.sleep(poll)

@@ -1,0 +1,29 @@
+"""Where things live: shipped data, user config, local state."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_PKG = Path(__file__).resolve().parent
+
+
+def data_dir() -> Path:
+    """Shipped recipes/ and clusters/: inside the wheel, or the source checkout."""
+    packaged = _PKG / "_data"
+    if packaged.is_dir():
+        return packaged
+    return _PKG.parent.parent  # src/bridge_launch -> repo root
+
+
+def config_dir() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "bridge-launch"
+
+
+def state_dir() -> Path:
+    home = os.environ.get("BRIDGE_LAUNCH_HOME")
+    if home:
+        return Path(home)
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "bridge-launch"

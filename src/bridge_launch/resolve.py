@@ -1,0 +1,317 @@
+"""recipe x cluster x overlays x overrides -> ResolvedJob, with provenance.
+
+Pure: reads the recipe/cluster/overlay files and the shipped schema, nothing else.
+Layers apply in this order, later ones winning: upstream defaults the recipe records,
+the recipe, overlays (in the order given), the cluster profile, the command line.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+
+from . import clusters, paths, recipes, schema, validate
+from .errors import UsageError
+from .overrides import OverrideError, format_override, parse_override
+
+RUN_ID_PLACEHOLDER = "@RUN_ID@"
+_SECRETISH = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Everything the command line can say about a job besides the recipe name."""
+
+    cluster: str = "local"
+    overlays: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()
+    nodes: int | None = None
+    time: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    container: str | None = None
+    env: tuple[str, ...] = ()  # NAME=VALUE
+    secrets: tuple[str, ...] = ()  # NAME
+
+
+@dataclass(frozen=True)
+class ResolvedJob:
+    recipe: str
+    upstream: str | None
+    mode: str | None
+    workload: str
+    entry: str
+    hf_model: str | None
+    cluster: str
+    backend: str
+    overlays: list
+    nodes: int
+    gpus_per_node: int
+    world_size: int
+    gpu_type: str
+    container: str | None
+    config: dict  # dotted key -> value (what the job will run with, as far as we set it)
+    args: list  # the KEY=VALUE tokens handed to the entry point, one per key we set
+    env: dict  # non-secret environment
+    secrets: list  # names only; values are read from the submitting environment at submit
+    required_secrets: list
+    mounts: list
+    job_root: str
+    run_dir: str  # job_root/<run id>; the id is RUN_ID_PLACEHOLDER until submit allocates it
+    python: str
+    scheduler: dict  # backend settings after CLI flags (slurm / lepton / dgxcloud section)
+    profile: dict  # the resolved cluster profile
+    provenance: dict  # {"config": {key: source}, "env": {...}, "job": {...}}
+    missing_inputs: list
+    warnings: list
+    errors: list
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ResolvedJob":
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+
+    def with_run_id(self, run_id: str) -> "ResolvedJob":
+        """The same job with the run id filled in everywhere the placeholder stands."""
+        return ResolvedJob.from_dict(_replace(self.to_dict(), RUN_ID_PLACEHOLDER, run_id))
+
+
+def _replace(obj, old: str, new: str):
+    if isinstance(obj, str):
+        return obj.replace(old, new)
+    if isinstance(obj, list):
+        return [_replace(x, old, new) for x in obj]
+    if isinstance(obj, dict):
+        return {_replace(k, old, new): _replace(v, old, new) for k, v in obj.items()}
+    return obj
+
+
+# Keys that default into the run directory when no layer sets them, so a run keeps its
+# checkpoints and logs together and a resumed run finds them.
+RUN_DIR_DEFAULTS = {
+    "checkpoint.save": "checkpoints",
+    "checkpoint.load": "checkpoints",
+    "logger.tensorboard_dir": "tensorboard",
+    "logger.wandb_save_dir": "wandb",
+}
+
+
+@dataclass
+class _Layers:
+    values: dict = field(default_factory=dict)
+    tokens: dict = field(default_factory=dict)
+    source: dict = field(default_factory=dict)
+
+    def set(self, key, value, source, token=None):
+        self.values[key] = value
+        self.tokens[key] = token if token is not None else format_override(key, value)
+        self.source[key] = source
+
+
+def _check_value(key: str, value, where: str) -> None:
+    spec = schema.lookup(key)
+    if spec is None:
+        return
+    if isinstance(value, str) and "${" in value:
+        return  # interpolation: resolved inside the job
+    want = schema.type_error(spec, value)
+    if want:
+        raise UsageError(f"{where}: {key} expects {want}, got {value!r}")
+
+
+def _apply_cli(layers: _Layers, tokens, deleted: list) -> None:
+    known = set(layers.values)
+    for text in tokens:
+        try:
+            ov = parse_override(text)
+        except OverrideError as exc:
+            raise UsageError(str(exc)) from None
+        where = f"override '{text}'"
+        if ov.is_sweep:
+            raise UsageError(f"{where}: sweeps are not supported (one job runs one configuration); give a single value")
+        key = ov.key
+        in_schema = schema.lookup(key) is not None
+        if ov.op == "delete":
+            if key not in known and not in_schema:
+                raise UsageError(f"{where}: cannot remove '{key}': the job does not set it and it is not a known key")
+            if key in layers.values:
+                del layers.values[key], layers.tokens[key]
+                layers.source[key] = "cli (removed)"
+            else:
+                deleted.append(text)
+            continue
+        if ov.op == "set" and key not in known and not in_schema:
+            hints = schema.closest(key, extra=known)
+            hint = f"; did you mean {' or '.join(repr(h) for h in hints)}?" if hints else ""
+            raise UsageError(f"{where}: unknown config key '{key}'{hint} (prefix with + to add a new key)")
+        if ov.op == "add" and (key in known or in_schema):
+            raise UsageError(f"{where}: '{key}' already exists; use {key}=... to change it or ++{key}=... to force")
+        if in_schema and not ov.has_interpolation:
+            _check_value(key, ov.value, where)
+        layers.set(key, ov.value, "cli", token=text)
+
+
+def _nodes(recipe: dict, overlays: list, prof: dict, opts: Options, jobsrc: dict, errors: list, warnings: list) -> int:
+    gpn = prof["gpus_per_node"]
+    want, want_src = recipe.get("gpus"), "recipe"
+    for ov in overlays:
+        if ov.get("gpus"):
+            want, want_src = ov["gpus"], f"overlay:{ov['name']}"
+    if opts.nodes is not None:
+        if opts.nodes < 1:
+            raise UsageError(f"--nodes must be >= 1, got {opts.nodes}")
+        nodes, jobsrc["nodes"] = opts.nodes, "cli"
+        if want and nodes * gpn != want:
+            warnings.append(f"running on {nodes * gpn} GPUs ({nodes} x {gpn}) instead of the {want} that {want_src} states")
+    elif prof["nodes"] is not None:
+        nodes, jobsrc["nodes"] = prof["nodes"], f"cluster:{prof['name']}"
+        if want and nodes * gpn != want:
+            fits = [p["name"] for p in clusters.list_profiles()
+                    if p["backend"] == prof["backend"] and p["nodes"] and p["nodes"] * p["gpus_per_node"] == want]
+            alt = f"use --cluster {fits[0]} or" if fits else "use"
+            errors.append(
+                f"{recipe['name']} needs {want} GPUs ({want_src}) but cluster '{prof['name']}' has "
+                f"{nodes * gpn} ({nodes} nodes x {gpn}); {alt} --nodes {math.ceil(want / gpn)}")
+    elif want:
+        if want % gpn:
+            errors.append(f"{want} GPUs ({want_src}) is not a whole number of {gpn}-GPU nodes on cluster '{prof['name']}'")
+        nodes, jobsrc["nodes"] = max(1, math.ceil(want / gpn)), want_src
+    else:
+        nodes, jobsrc["nodes"] = 1, "default"
+    if prof["max_nodes"] is not None and nodes > prof["max_nodes"]:
+        errors.append(f"{nodes} nodes exceeds cluster '{prof['name']}' maximum of {prof['max_nodes']}")
+    return nodes
+
+
+def _mounts(prof: dict, job_root: str) -> list:
+    mounts = list(prof["container_mounts"])
+
+    def covered(path):
+        for m in mounts:
+            src, _, dst = m.partition(":")
+            dst = dst.split(":")[0] or src
+            if src == dst and (path == src or path.startswith(src.rstrip("/") + "/")):
+                return True
+        return False
+
+    for path in (job_root, prof["hf_home"]):
+        if path and not covered(path):
+            mounts.append(f"{path}:{path}")
+    return mounts
+
+
+def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = False) -> ResolvedJob:
+    recipe = recipes.load(recipe_name)
+    prof = clusters.load(opts.cluster)
+    if prof["abstract"]:
+        raise UsageError(f"cluster '{prof['name']}' is a base profile; use one that extends it")
+    overlays = [recipes.load_overlay(n) for n in opts.overlays]
+    errors: list = []
+    warnings: list = []
+    jobsrc: dict = {}
+
+    layers = _Layers()
+    for key, value in recipe["upstream_config"].items():
+        _check_value(key, value, f"recipe '{recipe['name']}'")
+        layers.set(key, value, "upstream")
+    for key, value in recipe["config"].items():
+        _check_value(key, value, f"recipe '{recipe['name']}'")
+        layers.set(key, value, "recipe")
+    for ov in overlays:
+        for key, value in ov["config"].items():
+            _check_value(key, value, f"overlay '{ov['name']}'")
+            layers.set(key, value, f"overlay:{ov['name']}")
+    for key, value in recipes.flatten(prof["config"], keep_dict=schema.is_dict_key).items():
+        _check_value(key, value, f"cluster '{prof['name']}'")
+        layers.set(key, value, f"cluster:{prof['name']}")
+    deleted: list = []
+    _apply_cli(layers, opts.overrides, deleted)
+
+    env, envsrc = {}, {}
+    for layer_env, src in ([(recipe["env"], "recipe")] + [(o["env"], f"overlay:{o['name']}") for o in overlays]
+                           + [(prof["env"], f"cluster:{prof['name']}")]):
+        for k, v in layer_env.items():
+            env[k], envsrc[k] = v, src
+    if prof["hf_home"]:
+        for k, v in (("HF_HOME", prof["hf_home"]), ("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1")):
+            if k not in env:
+                env[k], envsrc[k] = v, f"cluster:{prof['name']}"
+    secrets = list(dict.fromkeys(prof["secrets"] + prof["required_secrets"] + list(opts.secrets)))
+    for item in opts.env:
+        name, sep, value = item.partition("=")
+        if not sep or not _ENV_NAME.match(name):
+            raise UsageError(f"--env '{item}': expected NAME=VALUE with a valid variable name")
+        if _SECRETISH.search(name):
+            raise UsageError(f"--env {name}=...: this looks like a secret; pass it by name with --secret {name} "
+                             "(its value is then taken from your environment at submit and written nowhere)")
+        env[name], envsrc[name] = value, "cli"
+    for name in opts.secrets:
+        if not _ENV_NAME.match(name):
+            raise UsageError(f"--secret '{name}': expected an environment variable name")
+    for name in secrets:
+        if name in env:
+            raise UsageError(f"{name} is both a secret and a plain environment value ({envsrc[name]}); secrets are passed by name only")
+
+    nodes = _nodes(recipe, overlays, prof, opts, jobsrc, errors, warnings)
+    gpn = prof["gpus_per_node"]
+
+    container, jobsrc["container"] = recipe.get("container") or None, "recipe"
+    if prof["container_image"]:
+        container, jobsrc["container"] = prof["container_image"], f"cluster:{prof['name']}"
+    if opts.container:
+        container, jobsrc["container"] = opts.container, "cli"
+    if prof["backend"] == "local" and not opts.container:
+        container, jobsrc["container"] = None, f"cluster:{prof['name']} (bare processes)"
+
+    section = prof.get(prof["backend"], {}) if prof["backend"] in ("slurm", "lepton", "dgxcloud") else {}
+    scheduler = dict(section)
+    for flag in ("time", "partition", "account"):
+        value = getattr(opts, flag)
+        if value is not None:
+            if prof["backend"] != "slurm":
+                raise UsageError(f"--{flag} applies to Slurm clusters; '{prof['name']}' uses the {prof['backend']} backend")
+            scheduler[flag] = value
+            jobsrc[flag] = "cli"
+        elif flag in scheduler:
+            jobsrc[flag] = f"cluster:{prof['name']}"
+
+    job_root = (prof["job_root"] or str(paths.state_dir() / "runs")).rstrip("/")
+    run_dir = f"{job_root}/{RUN_ID_PLACEHOLDER}"
+    for key, sub in RUN_DIR_DEFAULTS.items():
+        if key not in layers.source and (recipe["workload"] == "smoke" and key.startswith("checkpoint.")
+                                         or recipe["workload"] != "smoke" and schema.lookup(key) is not None):
+            layers.set(key, f"{run_dir}/{sub}", "derived (run dir)")
+    python = prof["python"] or (sys.executable if prof["backend"] == "local" else "python3")
+    mounts = _mounts(prof, job_root) if container else []
+
+    missing = [k for k in recipe["required"] if layers.values.get(k) in (None, "")]
+    for key in missing:
+        (errors if for_submit else warnings).append(
+            f"required input {key} is not set; give it as {key}=... (the recipe has no default)")
+    if for_submit:
+        for name in prof["required_secrets"]:
+            if not os.environ.get(name):
+                errors.append(f"secret {name} is required by cluster '{prof['name']}' but not set in your environment")
+
+    job = ResolvedJob(
+        recipe=recipe["name"], upstream=recipe.get("upstream"), mode=recipe.get("mode"),
+        workload=recipe["workload"], entry=recipe["entry"], hf_model=recipe.get("hf_model"),
+        cluster=prof["name"], backend=prof["backend"], overlays=[o["name"] for o in overlays],
+        nodes=nodes, gpus_per_node=gpn, world_size=nodes * gpn, gpu_type=prof["gpu_type"],
+        container=container, config=dict(layers.values),
+        args=list(layers.tokens.values()) + deleted, env=env, secrets=secrets,
+        required_secrets=list(prof["required_secrets"]), mounts=mounts, job_root=job_root, run_dir=run_dir, python=python,
+        scheduler=scheduler, profile=prof,
+        provenance={"config": dict(layers.source), "env": envsrc, "job": jobsrc},
+        missing_inputs=missing, warnings=warnings, errors=errors,
+    )
+    rule_errors, rule_warnings = validate.check(job, recipe)
+    job.errors.extend(rule_errors)
+    job.warnings.extend(rule_warnings)
+    return job

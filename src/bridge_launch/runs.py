@@ -1,0 +1,159 @@
+"""The run registry: one SQLite file in the state dir, the only state bridge-launch keeps.
+
+Every submission is a row (run id, recipe, cluster, backend, state, job ids, run dir,
+lineage). SQLite in WAL mode with a busy timeout makes concurrent CLI invocations safe;
+each write is one short transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets as _random
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import paths
+
+STATES = ("SUBMITTING", "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "UNKNOWN")
+TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"})
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id       TEXT PRIMARY KEY,
+    created      REAL NOT NULL,
+    updated      REAL NOT NULL,
+    recipe       TEXT NOT NULL,
+    cluster      TEXT NOT NULL,
+    backend      TEXT NOT NULL,
+    state        TEXT NOT NULL,
+    reason       TEXT NOT NULL DEFAULT '',
+    job_ids      TEXT NOT NULL DEFAULT '[]',
+    run_dir      TEXT NOT NULL DEFAULT '',
+    resumed_from TEXT,
+    chain        TEXT,
+    info         TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS runs_created ON runs (created DESC);
+"""
+
+
+@dataclass
+class Run:
+    run_id: str
+    created: float
+    updated: float
+    recipe: str
+    cluster: str
+    backend: str
+    state: str
+    reason: str = ""
+    job_ids: list = field(default_factory=list)
+    run_dir: str = ""
+    resumed_from: str | None = None
+    chain: str | None = None
+    info: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_row(cls, row) -> "Run":
+        d = dict(row)
+        d["job_ids"] = json.loads(d["job_ids"])
+        d["info"] = json.loads(d["info"])
+        return cls(**d)
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL
+
+
+class Registry:
+    def __init__(self, root: Path | None = None):
+        self.root = Path(root) if root else paths.state_dir()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.path = self.root / "registry.sqlite"
+        self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA busy_timeout = 30000")
+        if self.db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            self.db.execute("PRAGMA journal_mode = WAL")
+        self.db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- writes -------------------------------------------------------------------------
+    def reserve(self, recipe: str, cluster: str, backend: str, *, resumed_from=None, chain=None) -> Run:
+        """Insert a SUBMITTING row under a fresh, short, readable id."""
+        now = time.time()
+        stem = recipe[:24].strip("-")
+        day = time.strftime("%m%d", time.localtime(now))
+        for _ in range(50):
+            run_id = f"{stem}-{day}-{_random.token_hex(2)}"
+            try:
+                self.db.execute(
+                    "INSERT INTO runs (run_id, created, updated, recipe, cluster, backend, state, resumed_from, chain)"
+                    " VALUES (?, ?, ?, ?, ?, ?, 'SUBMITTING', ?, ?)",
+                    (run_id, now, now, recipe, cluster, backend, resumed_from, chain or run_id),
+                )
+                return self.get(run_id)
+            except sqlite3.IntegrityError:
+                continue
+        raise RuntimeError("could not allocate a run id")
+
+    def update(self, run_id: str, **fields) -> Run:
+        if not fields:
+            return self.get(run_id)
+        for key in ("job_ids", "info"):
+            if key in fields:
+                fields[key] = json.dumps(fields[key])
+        fields["updated"] = time.time()
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        self.db.execute(f"UPDATE runs SET {cols} WHERE run_id = ?", (*fields.values(), run_id))
+        return self.get(run_id)
+
+    def delete(self, run_id: str) -> None:
+        self.db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
+
+    def prune(self, older_than_s: float) -> int:
+        cutoff = time.time() - older_than_s
+        marks = ",".join("?" * len(TERMINAL))
+        cur = self.db.execute(f"DELETE FROM runs WHERE updated < ? AND state IN ({marks})", (cutoff, *TERMINAL))
+        return cur.rowcount
+
+    # -- reads --------------------------------------------------------------------------
+    def get(self, run_id: str) -> Run | None:
+        row = self.db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return Run.from_row(row) if row else None
+
+    def find(self, prefix: str) -> list[Run]:
+        exact = self.get(prefix)
+        if exact:
+            return [exact]
+        rows = self.db.execute("SELECT * FROM runs WHERE run_id LIKE ? ESCAPE '\\' ORDER BY created DESC LIMIT 10",
+                               (prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",)).fetchall()
+        return [Run.from_row(r) for r in rows]
+
+    def recent(self, limit: int | None = 50, *, state: str | None = None, recipe: str | None = None) -> list[Run]:
+        sql, args = "SELECT * FROM runs", []
+        where = []
+        if state:
+            where.append("state = ?")
+            args.append(state)
+        if recipe:
+            where.append("recipe = ?")
+            args.append(recipe)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created DESC, run_id DESC"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return [Run.from_row(r) for r in self.db.execute(sql, args).fetchall()]
+
+    def jobs_dir(self) -> Path:
+        d = self.root / "jobs"
+        d.mkdir(exist_ok=True)
+        return d

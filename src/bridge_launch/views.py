@@ -1,0 +1,114 @@
+"""Presentation: text and JSON views of jobs, runs, recipes and clusters.
+
+Plain text when stdout is not a terminal (fast, pipeable); rich tables and syntax
+highlighting only on a terminal, imported on that path alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from .backends.base import Artifact
+
+
+def is_tty() -> bool:
+    return sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+
+
+def dump_json(obj) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def job_view(job, artifact: Artifact) -> dict:
+    """The --dry-run --output json object (and the basis of the text view)."""
+    return {
+        "recipe": job.recipe, "upstream": job.upstream, "mode": job.mode, "workload": job.workload,
+        "cluster": job.cluster, "backend": job.backend, "overlays": job.overlays,
+        "nodes": job.nodes, "gpus_per_node": job.gpus_per_node, "world_size": job.world_size,
+        "gpu_type": job.gpu_type, "container": job.container, "mounts": job.mounts, "run_dir": job.run_dir,
+        "config": job.config, "env": job.env, "secrets": job.secrets, "scheduler": job.scheduler,
+        "provenance": job.provenance, "missing_inputs": job.missing_inputs,
+        "artifact": artifact.to_dict(), "warnings": job.warnings, "errors": job.errors,
+    }
+
+
+def _fmt(value) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+def _table(rows: list[tuple[str, str, str]], indent: str = "  ") -> list[str]:
+    if not rows:
+        return [indent + "(none)"]
+    w = min(max(len(r[0]) for r in rows), 48)
+    v = min(max(len(r[1]) for r in rows), 40)
+    return [f"{indent}{k:<{w}}  {val:<{v}}  {src}".rstrip() for k, val, src in rows]
+
+
+def job_text(job, artifact: Artifact, placeholder: str) -> str:
+    prov = job.provenance
+    jsrc = prov["job"]
+    lines = [
+        f"Recipe     {job.recipe}" + (f"  (Megatron-Bridge --recipe {job.upstream} --mode {job.mode})" if job.upstream else f"  (workload {job.workload})"),
+        f"Cluster    {job.cluster} ({job.backend})",
+        f"Size       {job.nodes} node{'s' if job.nodes != 1 else ''} x {job.gpus_per_node} {'GPUs' if job.gpu_type != 'cpu' else 'processes'} = {job.world_size}  [{jsrc.get('nodes')}]",
+        f"Container  {job.container or '(none: bare processes)'}  [{jsrc.get('container')}]",
+    ]
+    if job.overlays:
+        lines.append(f"Overlays   {', '.join(job.overlays)}")
+    sched = {k: job.scheduler[k] for k in ("partition", "account", "qos", "time", "reservation") if job.scheduler.get(k)}
+    if sched:
+        lines.append("Scheduler  " + "  ".join(f"{k}={v} [{jsrc.get(k, 'cluster')}]" for k, v in sched.items()))
+    lines.append(f"Run dir    {job.run_dir}")
+    lines.append(f"\nConfig ({len(job.config)} keys; each is passed to the job explicitly)")
+    lines += _table([(k, _fmt(v), prov["config"].get(k, "")) for k, v in job.config.items()])
+    removed = [k for k, s in prov["config"].items() if s == "cli (removed)"]
+    if removed:
+        lines.append("  removed on the command line: " + ", ".join(removed))
+    lines.append("\nEnvironment")
+    lines += _table([(k, v, prov["env"].get(k, "")) for k, v in job.env.items()])
+    if job.secrets:
+        lines.append("\nSecrets (by name; values come from your environment at submit and are written nowhere)")
+        lines += [f"  {n:<24}  {'set' if os.environ.get(n) else 'not set'}" for n in job.secrets]
+    if job.warnings:
+        lines.append("\nWarnings")
+        lines += [f"  ! {w}" for w in job.warnings]
+    if job.errors:
+        lines.append("\nErrors")
+        lines += [f"  x {e}" for e in job.errors]
+    lines.append(f"\n--- {artifact.kind}: {artifact.filename} (run id {placeholder} is allocated at submit) ---")
+    return "\n".join(lines) + "\n"
+
+
+def print_job(job, artifact: Artifact, placeholder: str) -> None:
+    head = job_text(job, artifact, placeholder)
+    if is_tty():
+        from rich.console import Console
+        from rich.syntax import Syntax
+
+        console = Console()
+        console.print(head, markup=False, highlight=False, end="")
+        console.print(Syntax(artifact.text, "bash" if artifact.kind != "lepton-job" and artifact.kind != "dgxc-workload" else "json",
+                             word_wrap=True))
+    else:
+        sys.stdout.write(head + artifact.text)
+
+
+def table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    if is_tty():
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title=title, title_justify="left")
+        for c in columns:
+            t.add_column(c)
+        for r in rows:
+            t.add_row(*[str(x) for x in r])
+        Console().print(t)
+        return
+    widths = [max(len(c), *(len(str(r[i])) for r in rows)) if rows else len(c) for i, c in enumerate(columns)]
+    out = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip()]
+    out += ["  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows]
+    sys.stdout.write("\n".join(out) + "\n")
