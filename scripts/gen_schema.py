@@ -127,8 +127,6 @@ EXTERNAL_TYPES: dict[str, tuple[str, str | None]] = {
     "signal.Signals": ("any", "signal.Signals (e.g. signal.SIGTERM)"),
     "torch.dtype": ("any", "torch.dtype"),
 }
-TYPING_WRAPPERS = {"typing.Optional", "typing.Union", "typing.Literal", "typing.Annotated", "typing.Final",
-                   "typing_extensions.Literal", "typing_extensions.Annotated"}
 SKIP_ANNOTATIONS = {"typing.ClassVar", "dataclasses.InitVar", "dataclasses.KW_ONLY"}
 ENUM_BASES = {"enum.Enum", "enum.IntEnum", "enum.StrEnum", "enum.Flag", "enum.IntFlag"}
 ABSTRACT_BASES = {"abc.ABC"}
@@ -841,8 +839,6 @@ class Builder:
             entry["nullable"] = True
         if t.choices is not None:
             entry["choices"] = t.choices
-        if t.nested and t.type != "dict":
-            pass
         notes = [n for n in t.notes if n and n != "__none__"]
         if notes:
             entry["note"] = "; ".join(_uniq(notes))
@@ -930,9 +926,9 @@ def build(ix: Index) -> "Builder":
             t.nested = b.expand(t.nested)
         if name == "mixed_precision":
             t.choices = mixed_precision_recipes(ix, "megatron.bridge.training.mixed_precision")
-            t.notes = [f"recipe name (registered in training/mixed_precision.py, resolved by "
-                       f"get_mixed_precision_config) or a MixedPrecisionConfig instance whose fields "
-                       f"are listed as mixed_precision.*"]
+            t.notes = ["recipe name (registered in training/mixed_precision.py, resolved by "
+                       "get_mixed_precision_config) or a MixedPrecisionConfig instance whose fields "
+                       "are listed as mixed_precision.*"]
         if t.nested:
             b.sections[name] = [c.name for c in t.nested]
         else:
@@ -1023,7 +1019,8 @@ def main(argv=None) -> int:
             "model merges the providers listed in 'sections' (Qwen3.5/Qwen3.5-MoE/Qwen3-Next text bridges "
             "return GPTModelProvider; Nemotron-H and Nemotron 3 recipes build HybridModelProvider); "
             "GPTModelConfig/HybridModelConfig, T5 and MIMO providers, also allowed by the annotation, are not "
-            "merged. Types: int float bool str list dict any; nullable=Optional; choices=Literal/Enum/registered names; "
+            "merged. Types: int float bool str list dict any; nullable=Optional; "
+            "choices=Literal/Enum/registered names; "
             "union sections (model, dataset, ...) merge the fields of the classes in 'sections' and use the "
             "looser type on conflict; 'only_in' lists the declaring classes when not all of them have the key. "
             "Dataclass-typed fields are flattened into dotted keys and also listed as dict. "

@@ -123,6 +123,19 @@ def cancel(run: str = typer.Argument(..., help="A run id (or a unique prefix).")
     raise typer.Exit(commands.cancel(run))
 
 
+@app.command(context_settings={"allow_interspersed_args": True})
+def resume(
+    run: str = typer.Argument(..., help="The run to resume (id or unique prefix)."),
+    overrides: Optional[List[str]] = typer.Argument(None, help="Extra overrides, e.g. train.train_iters=2000."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Stream progress until the job ends."),
+    output: Output = OUTPUT,
+):
+    """Submit a run's job again from its last checkpoint, in the same run dir and chain."""
+    from . import commands
+
+    raise typer.Exit(commands.resume(run, overrides or [], follow=follow, output=output.value))
+
+
 @recipes_app.command("list")
 def recipes_list(output: Output = OUTPUT):
     """List recipes."""

@@ -22,7 +22,7 @@ def submit(recipe, overrides, *, cluster, overlays, nodes, time, partition, acco
                            env=tuple(env), secrets=tuple(secrets))
     job = resolve.resolve(recipe, opts, for_submit=not dry_run)
     if dry_run:
-        artifact = backends.render(job, job.run_dir)
+        artifact = backends.render(job)
         if output == "json":
             views.dump_json(views.job_view(job, artifact))
         elif job.errors:
@@ -41,14 +41,29 @@ def submit(recipe, overrides, *, cluster, overlays, nodes, time, partition, acco
         raise LaunchError(f"submitting to {job.backend} is not available yet; --dry-run shows the job for '{job.cluster}'")
     from . import launch
 
-    run = launch.submit(job)
+    return _submitted(launch.submit(job), job, follow, output)
+
+
+def resume(run_ref, overrides, *, follow, output) -> int:
+    from . import launch
+    from .runs import Registry
+
+    reg = Registry()
+    old = launch.find_run(reg, run_ref)
+    run = launch.resume(reg, old, overrides)
+    return _submitted(run, launch.load_job(reg, run), follow, output)
+
+
+def _submitted(run, job, follow, output) -> int:
     if output == "json":
         views.dump_json({"run_id": run.run_id, "job_ids": run.job_ids, "state": run.state, "run_dir": run.run_dir,
-                         "cluster": run.cluster, "recipe": run.recipe})
+                         "cluster": run.cluster, "recipe": run.recipe, "resumed_from": run.resumed_from,
+                         "chain": run.chain})
     else:
         for w in job.warnings:
             sys.stderr.write(f"bridge-launch: warning: {w}\n")
-        print(f"submitted {run.run_id} ({job.backend} job {', '.join(run.job_ids)}); run dir {run.run_dir}")
+        what = f"resumed {run.resumed_from} as" if run.resumed_from else "submitted"
+        print(f"{what} {run.run_id} ({job.backend} job {', '.join(run.job_ids)}); run dir {run.run_dir}")
     if not follow:
         return 0
     return _follow(run, job)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from . import backends
 from .errors import LaunchError, UsageError
-from .resolve import ResolvedJob
+from .backends.base import SMOKE_FILE
+from .resolve import ResolvedJob, amend
 from .runs import TERMINAL, Registry, Run
 
 ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+)\s*\|(?:.*?lm loss: ([0-9.eE+-]+))?")
@@ -29,38 +30,63 @@ def job_json(job: ResolvedJob) -> str:
     return json.dumps(job.to_dict(), indent=2, sort_keys=False) + "\n"
 
 
-def submit(job: ResolvedJob, registry: Registry | None = None) -> Run:
-    if job.errors:
-        raise UsageError(job.errors[0])
-    missing = [n for n in job.required_secrets if not os.environ.get(n)]
-    if missing:
-        raise UsageError(f"secret {missing[0]} is required by cluster '{job.cluster}' but not set in your environment")
+def _launch(reg: Registry, job: ResolvedJob, run: Run, *, new_dir: bool) -> Run:
+    """Write the run's files, hand the artifact to the backend, record the job ids.
+    On any failure the record (and a run dir this call created) is removed again."""
     secrets = {n: os.environ[n] for n in job.secrets if n in os.environ}
-    reg = registry or Registry()
-    run = reg.reserve(job.recipe, job.cluster, job.backend)
-    final = job.with_run_id(run.run_id)
-    run_dir = Path(final.run_dir)
+    run_dir = Path(job.run_dir)
     created = False
     try:
-        artifact = backends.render(final, final.run_dir)
-        run_dir.mkdir(parents=True, exist_ok=False)
-        created = True
-        (run_dir / "logs").mkdir()
-        _write_private(run_dir / "job.json", job_json(final))
+        artifact = backends.render(job)
+        if new_dir:
+            run_dir.mkdir(parents=True, exist_ok=False)
+            created = True
+        for sub in ("logs", "launch"):
+            (run_dir / sub).mkdir(exist_ok=True)
+        _write_private(run_dir / "launch" / f"{run.run_id}.json", job_json(job))
         _write_private(run_dir / artifact.filename, artifact.text)
-        if final.workload == "smoke":
-            shutil.copyfile(_SMOKE_SRC, run_dir / "smoke.py")
-        _write_private(reg.jobs_dir() / f"{run.run_id}.json", job_json(final))
-        job_ids = backends.backend(final.backend).submit(final, reg.update(run.run_id, run_dir=str(run_dir)),
-                                                         artifact, secrets)
+        if job.workload == "smoke":
+            shutil.copyfile(_SMOKE_SRC, run_dir / SMOKE_FILE)
+        _write_private(reg.jobs_dir() / f"{run.run_id}.json", job_json(job))
+        run = reg.update(run.run_id, run_dir=str(run_dir))
+        job_ids = backends.backend(job.backend).submit(job, run, artifact, secrets)
     except BaseException:
         reg.delete(run.run_id)
         (reg.jobs_dir() / f"{run.run_id}.json").unlink(missing_ok=True)
         if created:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
-    state = "RUNNING" if final.backend == "local" else "PENDING"
+    state = "RUNNING" if job.backend == "local" else "PENDING"
     return reg.update(run.run_id, state=state, job_ids=job_ids)
+
+
+def _check_secrets(job: ResolvedJob) -> None:
+    missing = [n for n in job.required_secrets if not os.environ.get(n)]
+    if missing:
+        raise UsageError(f"secret {missing[0]} is required by cluster '{job.cluster}' but not set in your environment")
+
+
+def submit(job: ResolvedJob, registry: Registry | None = None) -> Run:
+    if job.errors:
+        raise UsageError(job.errors[0])
+    _check_secrets(job)
+    reg = registry or Registry()
+    run = reg.reserve(job.recipe, job.cluster, job.backend)
+    return _launch(reg, job.with_run_id(run.run_id), run, new_dir=True)
+
+
+def resume(reg: Registry, run: Run, overrides=()) -> Run:
+    """The same resolved job again (plus overrides), loading the run's own checkpoints,
+    in the same run dir, as a new run in the same chain. Refused while any run of the
+    chain is queued or running; of two concurrent resumes exactly one wins."""
+    refresh(reg, reg.chain(run.chain))
+    job = load_job(reg, run)
+    job = amend(job, overrides)
+    if job.errors:
+        raise UsageError(job.errors[0])
+    _check_secrets(job)
+    new = reg.reserve(job.recipe, job.cluster, job.backend, resumed_from=run.run_id, chain=run.chain)
+    return _launch(reg, job.for_run(new.run_id), new, new_dir=False)
 
 
 def load_job(reg: Registry, run: Run) -> ResolvedJob:

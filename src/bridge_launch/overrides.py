@@ -65,14 +65,15 @@ __all__ = [
 ]
 
 _GRAMMAR_HINT = "see https://hydra.cc/docs/advanced/override_grammar/basic/"
-_LINE_BREAKS = re.compile(r"[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+# Characters str.splitlines() breaks on, mapped to their escaped spelling.
+_LINE_BREAKS = {ord(c): repr(c)[1:-1] for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"}
 
 
 class OverrideError(ValueError):
     """An override that Hydra's grammar rejects.  The message is always a single line."""
 
     def __init__(self, message: str):
-        super().__init__(_LINE_BREAKS.sub(lambda m: repr(m.group())[1:-1], message))
+        super().__init__(message.translate(_LINE_BREAKS))
 
 
 class UnsupportedOverrideError(OverrideError):

@@ -7,6 +7,7 @@ the recipe, overlays (in the order given), the cluster profile, the command line
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -61,6 +62,7 @@ class ResolvedJob:
     required_secrets: list
     mounts: list
     job_root: str
+    run_id: str  # RUN_ID_PLACEHOLDER until submit allocates it
     run_dir: str  # job_root/<run id>; the id is RUN_ID_PLACEHOLDER until submit allocates it
     python: str
     scheduler: dict  # backend settings after CLI flags (slurm / lepton / dgxcloud section)
@@ -80,6 +82,10 @@ class ResolvedJob:
     def with_run_id(self, run_id: str) -> "ResolvedJob":
         """The same job with the run id filled in everywhere the placeholder stands."""
         return ResolvedJob.from_dict(_replace(self.to_dict(), RUN_ID_PLACEHOLDER, run_id))
+
+    def for_run(self, run_id: str) -> "ResolvedJob":
+        """The same job (same run dir, checkpoints, logger paths) under another run id: a resume."""
+        return dataclasses.replace(self, run_id=run_id)
 
 
 def _replace(obj, old: str, new: str):
@@ -173,7 +179,8 @@ def _nodes(recipe: dict, overlays: list, prof: dict, opts: Options, jobsrc: dict
         nodes, jobsrc["nodes"] = prof["nodes"], f"cluster:{prof['name']}"
         if want and nodes * gpn != want:
             fits = [p["name"] for p in clusters.list_profiles()
-                    if p["backend"] == prof["backend"] and p["nodes"] and p["nodes"] * p["gpus_per_node"] == want]
+                    if p["backend"] == prof["backend"] and p["gpu_type"] == prof["gpu_type"]
+                    and p["nodes"] and p["nodes"] * p["gpus_per_node"] == want]
             alt = f"use --cluster {fits[0]} or" if fits else "use"
             errors.append(
                 f"{recipe['name']} needs {want} GPUs ({want_src}) but cluster '{prof['name']}' has "
@@ -306,12 +313,33 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         nodes=nodes, gpus_per_node=gpn, world_size=nodes * gpn, gpu_type=prof["gpu_type"],
         container=container, config=dict(layers.values),
         args=list(layers.tokens.values()) + deleted, env=env, secrets=secrets,
-        required_secrets=list(prof["required_secrets"]), mounts=mounts, job_root=job_root, run_dir=run_dir, python=python,
+        required_secrets=list(prof["required_secrets"]), mounts=mounts, job_root=job_root, run_id=RUN_ID_PLACEHOLDER, run_dir=run_dir, python=python,
         scheduler=scheduler, profile=prof,
         provenance={"config": dict(layers.source), "env": envsrc, "job": jobsrc},
         missing_inputs=missing, warnings=warnings, errors=errors,
     )
-    rule_errors, rule_warnings = validate.check(job, recipe)
-    job.errors.extend(rule_errors)
-    job.warnings.extend(rule_warnings)
+    job.errors.extend(validate.check(job))
     return job
+
+
+def amend(job: ResolvedJob, overrides=()) -> ResolvedJob:
+    """A resolved job with more command-line overrides applied (resume), loading its own
+    checkpoints, re-validated."""
+    layers = _Layers()
+    deleted, token_of = [], {}
+    for text in job.args:
+        ov = parse_override(text)
+        if ov.op == "delete":
+            deleted.append(text)
+        else:
+            token_of[ov.key] = text
+    for key, value in job.config.items():
+        layers.set(key, value, job.provenance["config"].get(key, ""), token=token_of.get(key))
+    _apply_cli(layers, overrides, deleted)
+    if layers.values.get("checkpoint.save"):
+        layers.set("checkpoint.load", layers.values["checkpoint.save"], "resume")
+    prov = dict(job.provenance, config={**job.provenance["config"], **layers.source})
+    new = dataclasses.replace(job, config=dict(layers.values), args=list(layers.tokens.values()) + deleted,
+                              provenance=prov, errors=[], warnings=[])
+    new.errors.extend(validate.check(new))
+    return new

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import paths
+from .errors import UsageError
 
 STATES = ("SUBMITTING", "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "UNKNOWN")
 TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"})
@@ -37,6 +38,10 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS runs_created ON runs (created DESC);
 """
+
+
+class ChainBusy(UsageError):
+    """A resume was asked for while a run of the same chain is queued or running."""
 
 
 @dataclass
@@ -87,21 +92,37 @@ class Registry:
 
     # -- writes -------------------------------------------------------------------------
     def reserve(self, recipe: str, cluster: str, backend: str, *, resumed_from=None, chain=None) -> Run:
-        """Insert a SUBMITTING row under a fresh, short, readable id."""
+        """Insert a SUBMITTING row under a fresh, short, readable id. With a chain (a
+        resume), the insert happens only if no run of that chain is still active, in one
+        immediate transaction, so of two concurrent resumes exactly one wins."""
         now = time.time()
         stem = recipe[:24].strip("-")
         day = time.strftime("%m%d", time.localtime(now))
         for _ in range(50):
             run_id = f"{stem}-{day}-{_random.token_hex(2)}"
+            self.db.execute("BEGIN IMMEDIATE")
             try:
+                if chain:
+                    marks = ",".join("?" * len(TERMINAL))
+                    busy = self.db.execute(
+                        f"SELECT run_id, state FROM runs WHERE chain = ? AND state NOT IN ({marks}) LIMIT 1",
+                        (chain, *TERMINAL)).fetchone()
+                    if busy:
+                        raise ChainBusy(f"run {busy['run_id']} of this chain is {busy['state']}; "
+                                        f"wait for it to end or cancel it first")
                 self.db.execute(
                     "INSERT INTO runs (run_id, created, updated, recipe, cluster, backend, state, resumed_from, chain)"
                     " VALUES (?, ?, ?, ?, ?, ?, 'SUBMITTING', ?, ?)",
                     (run_id, now, now, recipe, cluster, backend, resumed_from, chain or run_id),
                 )
+                self.db.execute("COMMIT")
                 return self.get(run_id)
             except sqlite3.IntegrityError:
+                self.db.execute("ROLLBACK")
                 continue
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
         raise RuntimeError("could not allocate a run id")
 
     def update(self, run_id: str, **fields) -> Run:
@@ -125,6 +146,10 @@ class Registry:
         return cur.rowcount
 
     # -- reads --------------------------------------------------------------------------
+    def chain(self, chain: str) -> list[Run]:
+        rows = self.db.execute("SELECT * FROM runs WHERE chain = ? ORDER BY created", (chain,)).fetchall()
+        return [Run.from_row(r) for r in rows]
+
     def get(self, run_id: str) -> Run | None:
         row = self.db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         return Run.from_row(row) if row else None

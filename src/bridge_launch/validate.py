@@ -21,8 +21,9 @@ SEQ_KEYS = ("dataset.seq_length", "model.seq_length")
 EXPERTS = "model.num_moe_experts"
 PRECISION = "mixed_precision"
 FP8_RECIPE = "mixed_precision.fp8_recipe"
-# Native (in-batch) sequence packing of the VLM/Energon path.
-PACKING_KEYS = ("dataset.pack_sequences_in_batch",)
+# Native sequence packing of the VLM/Energon path: setting a packing buffer turns it on
+# (EnergonDatasetConfig.packing_buffer_size; upstream requires micro batch 1).
+PACKING_BUFFER = "dataset.packing_buffer_size"
 
 
 def _int(cfg: dict, key: str, default=None):
@@ -130,17 +131,17 @@ def rule_precision(job) -> list:
 
 def rule_packing(job) -> list:
     mbs = _int(job.config, MBS)
-    for key in PACKING_KEYS:
-        if job.config.get(key) is True and mbs is not None and mbs != 1:
-            return [f"{key}=true (native packing) needs {MBS}=1, got {mbs}"]
+    if job.config.get(PACKING_BUFFER) not in (None, 0) and mbs is not None and mbs != 1:
+        return [f"{PACKING_BUFFER}={job.config[PACKING_BUFFER]} turns on native packing, which needs {MBS}=1 "
+                f"(got {mbs}); set {MBS}=1 or ~{PACKING_BUFFER}"]
     return []
 
 
 RULES = (rule_world, rule_experts, rule_batch, rule_sequence, rule_precision, rule_packing)
 
 
-def check(job, recipe: dict) -> tuple[list, list]:
+def check(job) -> list:
     errors: list = []
     for rule in RULES:
         errors.extend(rule(job))
-    return errors, []
+    return errors

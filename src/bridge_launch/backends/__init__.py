@@ -13,9 +13,9 @@ def module(backend: str):
     return importlib.import_module(f".{_MODULES[backend]}", __name__)
 
 
-def render(job, run_dir: str):
+def render(job):
     """The exact launch artifact submit hands to the backend (dry-run shows the same)."""
-    return module(job.backend).render(job, run_dir)
+    return module(job.backend).render(job)
 
 
 def backend(name: str):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from .. import __version__
@@ -15,8 +15,7 @@ SMOKE_FILE = "smoke.py"
 class Artifact:
     kind: str  # "sbatch" | "local-command" | "lepton-job" | "dgxc-workload"
     text: str
-    filename: str
-    files: dict = field(default_factory=dict)  # extra files to place in the run dir: name -> source path
+    filename: str  # where submit writes it, relative to the run dir
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "text": self.text}
@@ -26,24 +25,24 @@ def q(value) -> str:
     return shlex.quote(str(value))
 
 
-def header(job, run_dir: str) -> str:
+def header(job) -> str:
     overlays = f" + overlays {', '.join(job.overlays)}" if job.overlays else ""
-    return (f"bridge-launch {__version__}: recipe {job.recipe}{overlays} on cluster {job.cluster} "
-            f"({job.nodes} node{'s' if job.nodes != 1 else ''} x {job.gpus_per_node}); run dir {run_dir}")
+    return (f"bridge-launch {__version__}: run {job.run_id}, recipe {job.recipe}{overlays} on cluster {job.cluster} "
+            f"({job.nodes} node{'s' if job.nodes != 1 else ''} x {job.gpus_per_node})")
 
 
-def entry_command(job, run_dir: str) -> list[str]:
+def entry_command(job) -> list[str]:
     """What torchrun starts on every worker: the script and its arguments."""
     if job.workload == "smoke":
-        return [f"{run_dir}/{SMOKE_FILE}", *job.args]
+        return [f"{job.run_dir}/{SMOKE_FILE}", *job.args]
     return [job.entry, "--recipe", job.upstream, "--mode", job.mode, *job.args]
 
 
-def runtime_env(job, run_dir: str) -> dict:
+def runtime_env(job) -> dict:
     """Non-secret variables every process of the job sees (recipe + cluster + bookkeeping)."""
     env = dict(job.env)
-    env["BRIDGE_LAUNCH_RUN_DIR"] = run_dir
-    env["BRIDGE_LAUNCH_RUN_ID"] = run_dir.rstrip("/").rsplit("/", 1)[-1]
+    env["BRIDGE_LAUNCH_RUN_DIR"] = job.run_dir
+    env["BRIDGE_LAUNCH_RUN_ID"] = job.run_id
     return env
 
 

@@ -16,34 +16,39 @@ from pathlib import Path
 from ..errors import LaunchError
 from .base import Artifact, entry_command, export_lines, header, numa_wrapper, q, runtime_env
 
-SCRIPT = "run.sh"
-LOG = "logs/output.log"
-EXIT = "exit_code"
+def log_path(run_id: str) -> str:
+    return f"logs/{run_id}.log"
 
 
-def render(job, run_dir: str) -> Artifact:
+def exit_path(run_id: str) -> str:
+    return f"exit/{run_id}"
+
+
+def render(job) -> Artifact:
+    run_dir = job.run_dir
     torchrun = [job.python, "-m", "torch.distributed.run"] if not job.container else ["torchrun"]
     cmd = [*torchrun, "--standalone", f"--nnodes={job.nodes}", f"--nproc-per-node={job.gpus_per_node}"]
     wrapper = numa_wrapper(job)
     if wrapper:
         cmd += ["--no-python", *wrapper]
-    cmd += entry_command(job, run_dir)
+    cmd += entry_command(job)
     lines = [
         "#!/usr/bin/env bash",
-        f"# {header(job, run_dir)}",
+        f"# {header(job)}",
         "# Secrets named by the profile come from the submitting environment; none is written here.",
         "set -uo pipefail",
         f"cd {q(run_dir)}",
-        *export_lines(runtime_env(job, run_dir)),
+        "mkdir -p exit",
+        *export_lines(runtime_env(job)),
         # A trap (rather than the default action) makes bash wait for torchrun, which forwards
         # SIGTERM to the workers so they can save, and then record the exit code.
         "trap 'echo \"bridge-launch: SIGTERM received; waiting for the workers to save and exit\" >&2' TERM",
         " \\\n    ".join(q(a) for a in cmd),
         "rc=$?",
-        f"printf '%s\\n' \"$rc\" > {EXIT}.tmp && mv -f {EXIT}.tmp {EXIT}",
+        f"printf '%s\\n' \"$rc\" > {q(exit_path(job.run_id))}.tmp && mv -f {q(exit_path(job.run_id))}.tmp {q(exit_path(job.run_id))}",
         'exit "$rc"',
     ]
-    return Artifact("local-command", "\n".join(lines) + "\n", SCRIPT)
+    return Artifact("local-command", "\n".join(lines) + "\n", f"launch/{job.run_id}.sh")
 
 
 def _alive(pid: int) -> bool:
@@ -63,7 +68,7 @@ class Backend:
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         env.update(secrets)
-        with open(run_dir / LOG, "ab") as log:
+        with open(run_dir / log_path(run.run_id), "ab") as log:
             try:
                 proc = subprocess.Popen(["bash", str(run_dir / artifact.filename)], cwd=run_dir, stdin=subprocess.DEVNULL,
                                         stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -75,7 +80,7 @@ class Backend:
         out = {}
         for run in runs:
             run_dir = Path(run.run_dir)
-            code = _read_exit(run_dir)
+            code = _read_exit(run_dir / exit_path(run.run_id))
             if code is not None:
                 if run.info.get("cancelled"):
                     out[run.run_id] = ("CANCELLED", f"exit code {code}")
@@ -90,7 +95,7 @@ class Backend:
         return out
 
     def log_files(self, run) -> list[Path]:
-        return [Path(run.run_dir) / LOG]
+        return [Path(run.run_dir) / log_path(run.run_id)]
 
     def cancel(self, run) -> None:
         if not run.job_ids:
@@ -109,8 +114,8 @@ class Backend:
             os.killpg(pid, signal.SIGKILL)
 
 
-def _read_exit(run_dir: Path) -> int | None:
+def _read_exit(path: Path) -> int | None:
     try:
-        return int((run_dir / EXIT).read_text().strip())
+        return int(path.read_text().strip())
     except (FileNotFoundError, ValueError):
         return None

@@ -8,7 +8,6 @@ import re
 from ..errors import UsageError
 from .base import Artifact, entry_command, export_lines, header, numa_wrapper, q, runtime_env
 
-SCRIPT = "sbatch.sh"
 _DIRECTIVE_SAFE = re.compile(r"^[^\s'\"\\]+$")
 
 
@@ -28,10 +27,10 @@ def segment_size(nodes: int, domain: int) -> int:
     return max(d for d in range(1, domain + 1) if nodes % d == 0)
 
 
-def directives(job, run_dir: str) -> list[tuple[str, str | None]]:
-    s = job.scheduler
+def directives(job) -> list[tuple[str, str | None]]:
+    s, run_dir = job.scheduler, job.run_dir
     out: list[tuple[str, str | None]] = [
-        ("job-name", run_dir.rstrip("/").rsplit("/", 1)[-1]),
+        ("job-name", job.run_id),
         ("nodes", str(job.nodes)),
         ("ntasks-per-node", "1"),
     ]
@@ -61,7 +60,7 @@ def directives(job, run_dir: str) -> list[tuple[str, str | None]]:
     return out
 
 
-def torchrun_command(job, run_dir: str) -> list:
+def torchrun_command(job) -> list:
     """One torchrun per node; its node rank comes from the Slurm task's own environment,
     so it is read inside the task (bash -c) rather than in the batch shell."""
     launcher = "torchrun" if job.container else f"{q(job.python)} -m torch.distributed.run"
@@ -73,11 +72,12 @@ def torchrun_command(job, run_dir: str) -> list:
     wrapper = numa_wrapper(job)
     if wrapper:
         cmd += ["--no-python", *wrapper]
-    return cmd + entry_command(job, run_dir)
+    return cmd + entry_command(job)
 
 
-def render(job, run_dir: str) -> Artifact:
-    env = runtime_env(job, run_dir)
+def render(job) -> Artifact:
+    run_dir = job.run_dir
+    env = runtime_env(job)
     s = job.scheduler
     srun = ["srun", f"--nodes={job.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
             f"--output={run_dir}/logs/%j-%N.log"]
@@ -87,8 +87,8 @@ def render(job, run_dir: str) -> Artifact:
             srun += [f"--container-mounts={','.join(job.mounts)}"]
         srun += [f"--container-env={','.join([*env, *job.secrets])}"]
     srun += list(s.get("srun_args", []))
-    lines = ["#!/bin/bash", f"# {header(job, run_dir)}"]
-    lines += [f"#SBATCH --{k}" + (f"={v}" if v is not None else "") for k, v in directives(job, run_dir)]
+    lines = ["#!/bin/bash", f"# {header(job)}"]
+    lines += [f"#SBATCH --{k}" + (f"={v}" if v is not None else "") for k, v in directives(job)]
     if job.secrets:
         lines.append(f"# Secrets passed by name from the submitting environment: {' '.join(job.secrets)}")
     lines += [
@@ -100,9 +100,9 @@ def render(job, run_dir: str) -> Artifact:
         f"rdzv_port={s['rdzv_port']}" if s.get("rdzv_port") else "rdzv_port=$((20000 + SLURM_JOB_ID % 20000))",
         f"mkdir -p {q(run_dir + '/logs')} {q(run_dir + '/exit')}",
         "",
-        " \\\n    ".join(_arg(a) for a in [*srun, *torchrun_command(job, run_dir)]),
+        " \\\n    ".join(_arg(a) for a in [*srun, *torchrun_command(job)]),
         "rc=$?",
         f"printf '%s\\n' \"$rc\" > {q(run_dir + '/exit')}/\"$SLURM_JOB_ID\"",
         'exit "$rc"',
     ]
-    return Artifact("sbatch", "\n".join(lines) + "\n", SCRIPT)
+    return Artifact("sbatch", "\n".join(lines) + "\n", f"launch/{job.run_id}.sbatch")

@@ -27,16 +27,18 @@ def source() -> dict:
 
 
 def lookup(key: str) -> dict | None:
-    """The field spec for a dotted key, or None. Keys below a dict/any-typed field are
-    accepted with type 'any' (e.g. env_vars.FOO)."""
+    """The field spec for a dotted key, or None. Keys below a free-form dict or an
+    any-typed field are accepted with type 'any' (e.g. env_vars.FOO)."""
     spec = fields().get(key)
     if spec is not None:
         return spec
     parts = key.split(".")
     for i in range(len(parts) - 1, 0, -1):
-        parent = fields().get(".".join(parts[:i]))
+        parent_key = ".".join(parts[:i])
+        parent = fields().get(parent_key)
         if parent is not None:
-            return {"type": "any"} if parent["type"] in ("dict", "any") else None
+            free = parent["type"] == "any" or (parent["type"] == "dict" and parent_key not in _parents())
+            return {"type": "any"} if free else None
     return None
 
 
@@ -52,7 +54,7 @@ def is_dict_key(key: str) -> bool:
 
 
 def closest(key: str, extra=(), n: int = 3) -> list[str]:
-    pool = list(fields()) + list(extra)
+    pool = list(dict.fromkeys([*fields(), *extra]))
     hits = difflib.get_close_matches(key, pool, n=n, cutoff=0.6)
     if not hits:  # same leaf name in another section, e.g. train.seq_length -> dataset.seq_length
         leaf = key.rsplit(".", 1)[-1]

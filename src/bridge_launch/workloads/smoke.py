@@ -1027,9 +1027,10 @@ class Smoke:
         self.summary["exit_reason"] = exit_reason
         if self.rank == 0:
             s = self.summary
-            _log(f"done: exit_reason={exit_reason} steps {s['start_step']}..{s['steps_completed']} "
-                 f"first_loss={s['first_loss']} final_loss={s['final_loss']} tokens/s={s['tokens_per_s']} "
-                 f"checkpoints={s['checkpoints']}")
+            ran = (f"steps {s['start_step']}..{s['steps_completed']}" if s["steps_this_run"]
+                   else f"no steps run (at iteration {s['steps_completed']})")
+            _log(f"done: exit_reason={exit_reason} {ran} first_loss={s['first_loss']} "
+                 f"final_loss={s['final_loss']} tokens/s={s['tokens_per_s']} checkpoints={s['checkpoints']}")
 
 
 def _fail(msg: str, code: int = 2):

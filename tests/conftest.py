@@ -1,0 +1,63 @@
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "bridge_launch.cli"]
+
+
+def _clear_caches():
+    from bridge_launch import clusters, recipes, schema
+
+    clusters.catalog.cache_clear()
+    recipes.catalog.cache_clear()
+    recipes.overlay_catalog.cache_clear()
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """An isolated state dir and config dir for one test; returns the config dir."""
+    state = tmp_path / "state"
+    config = tmp_path / "config"
+    (config / "bridge-launch" / "clusters").mkdir(parents=True)
+    (config / "bridge-launch" / "recipes" / "overlays").mkdir(parents=True)
+    monkeypatch.setenv("BRIDGE_LAUNCH_HOME", str(state))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+    _clear_caches()
+    yield config / "bridge-launch"
+    _clear_caches()
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+class Result:
+    def __init__(self, proc):
+        self.code = proc.returncode
+        self.out = proc.stdout
+        self.err = proc.stderr
+
+    def json(self):
+        return json.loads(self.out)
+
+
+def run_cli(*args, env=None, timeout=120, input=None) -> Result:
+    """The CLI as a user runs it: a fresh process, its own stdout/stderr and exit code."""
+    full = dict(os.environ)
+    full.update(env or {})
+    proc = subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, env=full, timeout=timeout,
+                          input=input, cwd=REPO)
+    return Result(proc)
+
+
+@pytest.fixture
+def cli(home):
+    return run_cli
