@@ -97,6 +97,9 @@ class Sweep:
 
 @dataclass(frozen=True)
 class Override:
+    """One parsed override.  ``value`` is what Hydra's ``Override.value()`` gives, with quoted
+    strings unquoted everywhere (also inside sweeps) and sweeps as :class:`Sweep`."""
+
     raw: str  # the token exactly as the user gave it
     op: str  # "set" | "add" (+key=v) | "force" (++key=v) | "delete" (~key, ~key=v)
     key: str  # the key text, including any "@package" suffix
@@ -145,7 +148,8 @@ _KEY_HINT = "a key is a dotted path such as model.hidden_size (letters, digits, 
 
 def _err(raw: str, what: str, pos: int | None = None, hint: str | None = None, cls=OverrideError):
     where = f" at column {pos + 1}" if pos is not None else ""
-    return cls(f"invalid override {raw!r}: {what}{where}; {hint or _GRAMMAR_HINT}")
+    kind = "unsupported" if cls is UnsupportedOverrideError else "invalid"
+    return cls(f"{kind} override {raw!r}: {what}{where}; {hint or _GRAMMAR_HINT}")
 
 
 def _lex_key(raw: str):
@@ -240,7 +244,7 @@ def _lex_value(raw: str, i: int) -> list:
             if i < 0:
                 raise _err(
                     raw,
-                    f"unterminated {c}-quoted string",
+                    f"unterminated quoted string (opened with {c})",
                     start,
                     f"close it with a matching {c} (write \\{c} for a literal {c} inside)",
                 )
@@ -371,6 +375,8 @@ class _Parser:
     def fail(self, expected: str, hint: str | None = None):
         kind, text, pos = self.toks[self.i]
         got = _DESCRIBE.get(kind) or repr(text)
+        if kind is BRACE_OPEN and self.i and self.toks[self.i - 1][1] == "$":
+            hint = "an interpolation is written ${...} with no blank after $ and a closing }"
         raise _err(self.raw, f"expected {expected} but found {got}", pos, hint)
 
     def value(self):
@@ -723,6 +729,9 @@ _FUNCTIONS = {
     "shuffle": _shuffle,
     "glob": _glob,
 }
+for _name, _func in _FUNCTIONS.items():
+    _func.__name__ = _func.__qualname__ = _name  # so Python's argument errors name Hydra's function
+del _name, _func
 
 
 def _unquote(v):

@@ -90,15 +90,6 @@ def _install_signal_handler(sig) -> None:
         signal.siginterrupt(sig, False)
 
 
-if __name__ == "__main__":
-    _install_signal_handler(signal.SIGTERM)
-
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
-
 PROG = "smoke.py"
 TRACKER = "latest_checkpointed_iteration.txt"
 CKPT_FILE = os.path.join("mp_rank_00", "model_optim_rng.pt")
@@ -419,6 +410,34 @@ def build_config(overrides: dict, world_size: int) -> dict:
     return cfg
 
 
+def _fail(msg: str, code: int = 2):
+    if os.environ.get("LOCAL_RANK", "0") == "0":  # one line per node, not per rank
+        print(f"{PROG}: error: {msg}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def _world_size_from_env() -> int:
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        _fail(f"bad distributed environment: WORLD_SIZE={os.environ.get('WORLD_SIZE')!r}")
+
+
+if __name__ == "__main__":
+    # Before the (slow) torch import: handle SIGTERM gracefully and reject bad arguments fast.
+    _install_signal_handler(signal.SIGTERM)
+    try:
+        build_config(parse_overrides(sys.argv[1:])[0], _world_size_from_env())
+    except SmokeError as _e:
+        _fail(str(_e))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+
+
 # --------------------------------------------------------------------------------------------
 # Model and data
 # --------------------------------------------------------------------------------------------
@@ -522,6 +541,19 @@ def atomic_write_text(path: str, text: str) -> None:
             os.unlink(tmp)
         raise
     _fsync_dir(d)
+
+
+def _json_safe(obj):
+    """Strict-JSON copy: non-finite floats become null, unknown objects their str()."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return str(obj)
 
 
 def _nccl_version():
@@ -642,6 +674,7 @@ class Smoke:
             "nodes": None,
             "hosts": None,
             "backend": self.backend,
+            "torch_version": torch.__version__,
             "busbw": [],
             "gpu": None,
             "argv": list(sys.argv),
@@ -681,7 +714,8 @@ class Smoke:
             return
         self.summary["elapsed_s"] = round(time.time() - self.t_start, 3)
         path = self.summary_path()
-        atomic_write_text(path, json.dumps(self.summary, indent=2, default=str) + "\n")
+        text = json.dumps(_json_safe(self.summary), indent=2, allow_nan=False) + "\n"
+        atomic_write_text(path, text)
         _log(f"summary written to {path} (exit_reason={self.summary['exit_reason']})")
 
     # ---- preflight -------------------------------------------------------------------------
@@ -728,7 +762,7 @@ class Smoke:
                  f"backend={self.backend} hosts={sorted(set(hosts))}")
             g = self.summary["gpu"]
             if g:
-                _log(f"gpu={g['name']!r} x{g['devices_per_node']}/node ({g['memory_gib']} GiB, sm_{g['capability']}) "
+                _log(f"gpu={g['name']!r} x{g['devices_per_node']}/node ({g['memory_gib']} GiB, cc {g['capability']}) "
                      f"cuda={g['cuda']} nccl={g['nccl_version']}")
                 _log(f"mnnvl={g['mnnvl']} ({g['mnnvl_reason']})")
         self.busbw_sweep()
@@ -1033,12 +1067,6 @@ class Smoke:
                  f"final_loss={s['final_loss']} tokens/s={s['tokens_per_s']} checkpoints={s['checkpoints']}")
 
 
-def _fail(msg: str, code: int = 2):
-    if os.environ.get("LOCAL_RANK", "0") == "0":  # one line per node, not per rank
-        print(f"{PROG}: error: {msg}", file=sys.stderr, flush=True)
-    sys.exit(code)
-
-
 def _ensure_dist_env():
     """Allow `python smoke.py ...` without torchrun: a single-process world on localhost."""
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
@@ -1060,12 +1088,9 @@ def main(argv=None) -> int:
     unknown = sorted(k for k in overrides if k not in KNOWN_KEYS)
     _ensure_dist_env()
     try:
-        world = int(os.environ["WORLD_SIZE"])
-        cfg = build_config(overrides, world)
+        cfg = build_config(overrides, _world_size_from_env())
     except SmokeError as e:
         _fail(str(e))
-    except ValueError as e:
-        _fail(f"bad distributed environment: {e}")
     if cfg["exit_signal_handler"]:
         for sig in (signal.SIGUSR1, signal.SIGUSR2):
             _install_signal_handler(sig)
@@ -1102,4 +1127,9 @@ if __name__ == "__main__":
     except ImportError:  # pragma: no cover - very old torch
         def record(fn):
             return fn
-    sys.exit(record(main)())
+    exit_code = record(main)()
+    # Success: everything is written and fsynced and the process group is destroyed, so skip the
+    # interpreter teardown, which takes seconds once DDP has imported torch._dynamo.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code or 0)
