@@ -129,6 +129,9 @@ def test_secret_values_reach_no_file_of_a_local_run(cli):
     r = cli("submit", "smoke", "--secret", "MY_KEY", "-o", "json", "train.train_iters=1",
             "smoke.busbw_sizes=[1024]", "--follow", env=env, timeout=300)
     assert r.code == 0, r.err
+    run_dir = json.loads(r.out.split("\n}\n", 1)[0] + "\n}")["run_dir"]
+    summary = json.load(open(os.path.join(run_dir, "summary.json")))
+    assert summary["secrets_present"] == {"MY_KEY": True}  # it reached the training processes
     state = os.environ["BRIDGE_LAUNCH_HOME"]
     for root, _, files in os.walk(state):
         for f in files:

@@ -43,6 +43,8 @@ def runtime_env(job) -> dict:
     env = dict(job.env)
     env["BRIDGE_LAUNCH_RUN_DIR"] = job.run_dir
     env["BRIDGE_LAUNCH_RUN_ID"] = job.run_id
+    if job.secrets:
+        env["BRIDGE_LAUNCH_SECRET_NAMES"] = ",".join(job.secrets)
     return env
 
 

@@ -678,6 +678,11 @@ class Smoke:
             "busbw": [],
             "gpu": None,
             "argv": list(sys.argv),
+            # Which of the secrets bridge-launch passed by name are present (never their values).
+            "secrets_present": {
+                n: bool(os.environ.get(n))
+                for n in os.environ.get("BRIDGE_LAUNCH_SECRET_NAMES", "").split(",") if n
+            },
             "overrides": overrides,
             "unknown_keys": unknown,
             "unparsed_args": unparsed,

@@ -1,0 +1,106 @@
+"""End to end on the embedded `local` cluster: real torchrun, real checkpoints."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import CLI, REPO, run_cli
+
+pytestmark = pytest.mark.slow
+
+FAST = ["smoke.busbw_sizes=[1024]", "smoke.busbw_iters=1"]
+
+
+def _wait_for(path: Path, pattern: str, timeout: float = 120) -> re.Match:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if path.exists():
+            hits = list(re.finditer(pattern, path.read_text(errors="replace")))
+            if hits:
+                return hits[-1]
+        time.sleep(0.2)
+    raise AssertionError(f"{pattern!r} did not appear in {path} within {timeout}s:\n"
+                         + (path.read_text(errors='replace')[-3000:] if path.exists() else "(no file)"))
+
+
+def _losses(log: Path) -> dict:
+    return {int(m.group(1)): float(m.group(2))
+            for m in re.finditer(r"iteration\s+(\d+)/\s*\d+ \|.*?lm loss: ([0-9.E+-]+)", log.read_text())}
+
+
+def test_interrupted_run_resumes_from_its_checkpoint(home):
+    r = run_cli("submit", "smoke", "-o", "json", "train.train_iters=30", "smoke.step_sleep=0.25", *FAST)
+    assert r.code == 0, r.err
+    first = r.json()
+    assert first["state"] == "RUNNING" and first["run_id"].startswith("smoke-")
+    run_dir = Path(first["run_dir"])
+    log = run_dir / "logs" / f"{first['run_id']}.log"
+    _wait_for(log, r"iteration\s+12/")  # past the checkpoint at 10
+
+    r = run_cli("cancel", first["run_id"])
+    assert r.code == 0 and "CANCELLED" in r.out, r.err
+    assert run_cli("cancel", first["run_id"]).code == 0  # idempotent
+    saved = int((run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").read_text())
+    assert 12 <= saved < 30  # SIGTERM -> the workload saved the step it was on
+    assert (run_dir / "checkpoints" / f"iter_{saved:07d}" / "mp_rank_00" / "model_optim_rng.pt").exists()
+    before = _losses(log)
+    assert max(before) == saved
+
+    r = run_cli("resume", first["run_id"], "smoke.step_sleep=0", "--follow", timeout=300)
+    assert r.code == 0, r.out + r.err
+    runs = {x["run_id"]: x for x in run_cli("status", "-o", "json").json()}
+    assert len(runs) == 2
+    second = next(x for x in runs.values() if x["run_id"] != first["run_id"])
+    assert second["resumed_from"] == first["run_id"] and second["chain"] == first["chain"] == first["run_id"]
+    assert second["run_dir"] == first["run_dir"] and second["state"] == "COMPLETED"
+    assert runs[first["run_id"]]["state"] == "CANCELLED"
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["resumed_from"] == saved and summary["start_step"] == saved + 1
+    assert summary["steps_completed"] == 30 and summary["exit_reason"] == "completed"
+    after = _losses(run_dir / "logs" / f"{second['run_id']}.log")
+    assert min(after) == saved + 1 and max(after) == 30
+    # the loss continues from where it was, it does not restart from the untrained value
+    assert abs(after[saved + 1] - before[saved]) < 0.5
+    assert after[saved + 1] < before[1] - 1.0
+
+
+def test_resume_is_refused_while_the_run_is_active(home):
+    r = run_cli("submit", "smoke", "-o", "json", "train.train_iters=200", "smoke.step_sleep=0.2", *FAST)
+    run_id = r.json()["run_id"]
+    try:
+        r = run_cli("resume", run_id)
+        assert r.code == 2 and f"run {run_id} of this chain is RUNNING" in r.err, r.err
+    finally:
+        run_cli("cancel", run_id)
+
+
+def test_failed_job_is_reported_with_exit_code_1(home):
+    r = run_cli("submit", "smoke", "--follow", "train.train_iters=5", "+smoke.fail_at_step=2", *FAST, timeout=300)
+    assert r.code == 1, r.out + r.err
+    assert "FAILED" in r.out.strip().splitlines()[-1]
+    state = run_cli("status", "-o", "json").json()[0]
+    assert state["state"] == "FAILED" and "exit code" in state["reason"]
+
+
+def test_ctrl_c_while_following_detaches(home):
+    env = dict(os.environ)
+    proc = subprocess.Popen([*CLI, "submit", "smoke", "--follow", "train.train_iters=200", "smoke.step_sleep=0.2",
+                             *FAST], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    first = proc.stdout.readline()
+    run_id = re.search(r"submitted (\S+)", first).group(1)
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert f"bridge-launch cancel {run_id}" in err and "keeps running" in err
+    status = run_cli("status", run_id, "-o", "json").json()[0]
+    assert status["state"] == "RUNNING"  # detaching did not stop the job
+    assert run_cli("cancel", run_id).code == 0
+    assert run_cli("status", run_id, "-o", "json").json()[0]["state"] == "CANCELLED"
