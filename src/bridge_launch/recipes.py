@@ -17,7 +17,7 @@ _RECIPE_KEYS = {
     "name": str, "description": str, "aliases": list, "extends": str, "abstract": bool,
     "upstream": str, "upstream_ref": str, "mode": str, "workload": str, "gpus": int,
     "container": str, "hf_model": str, "required": list, "entry": str, "notes": str,
-    "env": dict, "config": dict, "upstream_config": dict, "assumptions": dict,
+    "env": dict, "upstream_env": dict, "config": dict, "upstream_config": dict, "assumptions": dict,
 }
 _OVERLAY_KEYS = {
     "name": str, "description": str, "aliases": list, "extends": str, "abstract": bool,
@@ -99,6 +99,10 @@ def load(name: str) -> dict:
     if clash:
         raise UsageError(f"{where}: {sorted(clash)[0]} is set in both [config] and [upstream_config]")
     data["env"] = _env(where, data.get("env", {}))
+    data["upstream_env"] = _env(where, data.get("upstream_env", {}))
+    both = set(data["env"]) & set(data["upstream_env"])
+    if both:
+        raise UsageError(f"{where}: env {sorted(both)[0]} is set in both [env] and [upstream_env]")
     data.setdefault("required", [])
     data.setdefault("entry", DEFAULT_ENTRY)
     data["origin"] = entry.origin

@@ -241,7 +241,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
     _apply_cli(layers, opts.overrides, deleted)
 
     env, envsrc = {}, {}
-    for layer_env, src in ([(recipe["env"], "recipe")] + [(o["env"], f"overlay:{o['name']}") for o in overlays]
+    for layer_env, src in ([(recipe["upstream_env"], "upstream"), (recipe["env"], "recipe")] + [(o["env"], f"overlay:{o['name']}") for o in overlays]
                            + [(prof["env"], f"cluster:{prof['name']}")]):
         for k, v in layer_env.items():
             env[k], envsrc[k] = v, src

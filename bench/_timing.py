@@ -1,0 +1,51 @@
+"""Shared timing helpers: wall time of whole commands, interleaved so that load on a
+shared machine hits the measurement and its anchor alike; medians."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def wall(cmd: list[str], env: dict | None = None, cwd: str | None = None, check: bool = True) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd)
+    dt = time.perf_counter() - t0
+    if check and proc.returncode != 0:
+        sys.exit(f"benchmark command failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr.decode()[-2000:]}")
+    return dt
+
+
+def compare(cases: dict[str, list[str]], repeats: int, env: dict | None = None, cwd: str | None = None) -> dict:
+    """Run every case once per round, `repeats` rounds (after one warm-up round); medians."""
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    for round_ in range(repeats + 1):
+        for name, cmd in cases.items():
+            dt = wall(cmd, env=env, cwd=cwd)
+            if round_:
+                times[name].append(dt)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def report(rows: list[tuple[str, float, float, float, str]]) -> int:
+    """rows: (what, seconds, anchor seconds, goal ratio, 'max'|'min'). Prints; returns failures."""
+    bad = 0
+    print(f"{'measurement':<58} {'median s':>9} {'anchor s':>9} {'ratio':>7}  goal")
+    for what, t, anchor, goal, kind in rows:
+        ratio = t / anchor
+        ok = ratio <= goal if kind == "max" else ratio >= goal
+        bad += not ok
+        print(f"{what:<58} {t:9.3f} {anchor:9.3f} {ratio:7.3f}  {'<=' if kind == 'max' else '>='} {goal}  "
+              f"{'ok' if ok else 'MISSED'}")
+    return bad
+
+
+def bench_env(home: str) -> dict:
+    env = dict(os.environ)
+    env["BRIDGE_LAUNCH_HOME"] = home
+    env.pop("XDG_CONFIG_HOME", None)
+    env["XDG_CONFIG_HOME"] = os.path.join(home, "config")
+    return env

@@ -1,0 +1,121 @@
+"""The launch artifacts: golden files for every seed recipe (any change to a script shows up
+as a diff in review; regenerate with BRIDGE_LAUNCH_UPDATE_GOLDEN=1) plus structural checks
+that hold for every script."""
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bridge_launch import backends, resolve
+from bridge_launch.overrides import parse_override
+
+GOLDEN = Path(__file__).parent / "golden"
+INPUTS = ("dataset.path=/lustre/fsw/data/clevr2-energon",
+          "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt/qwen35-35b-a3b")
+
+CASES = {
+    # golden name: (recipe, cluster, overlays, overrides)
+    "qwen35-vl-sft.gb200-32": ("qwen35-vl-sft", "gb200-32", (), INPUTS),
+    "qwen35-vl-sft-mxfp8.gb200-32": ("qwen35-vl-sft-mxfp8", "gb200-32", (), INPUTS),
+    "qwen35-vl-sft.gb200-32.validation-run": ("qwen35-vl-sft", "gb200-32", ("validation-run",), INPUTS),
+    "qwen35-9b-pretrain.gb200-8": ("qwen35-9b-pretrain", "gb200-8", (), ()),
+    "qwen35-35b-a3b-pretrain.gb200-8": ("qwen35-35b-a3b-pretrain", "gb200-8", (), ()),
+    "nemotron-3-nano-pretrain.gb200-8": ("nemotron-3-nano-pretrain", "gb200-8", (), ()),
+    "nemotron-3-nano-pretrain.gb200-64.nemo-ci-convergence": (
+        "nemotron-3-nano-pretrain", "gb200-64", ("nemo-ci-convergence",), ()),
+    "smoke.gb200-8": ("smoke", "gb200-8", (), ()),
+    "smoke.local": ("smoke", "local", (), ()),
+}
+
+
+def _job(recipe, cluster, overlays, overrides, home):
+    return resolve.resolve(recipe, resolve.Options(cluster=cluster, overlays=overlays, overrides=overrides))
+
+
+def _normalized(text: str, home) -> str:
+    """Machine-specific paths (the interpreter, the state dir) as placeholders."""
+    return text.replace(sys.executable, "<PYTHON>").replace(str(Path(os.environ["BRIDGE_LAUNCH_HOME"])), "<STATE>")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden(name, home):
+    job = _job(*CASES[name], home)
+    assert job.errors == [], job.errors
+    text = _normalized(backends.render(job).text, home)
+    path = GOLDEN / f"{name}.{'sh' if job.backend == 'local' else 'sbatch'}"
+    if os.environ.get("BRIDGE_LAUNCH_UPDATE_GOLDEN") or not path.exists():
+        path.write_text(text)
+        if not os.environ.get("BRIDGE_LAUNCH_UPDATE_GOLDEN"):
+            pytest.fail(f"golden file {path.name} was missing and has been written; review and commit it")
+    assert text == path.read_text(), f"{path.name} differs; if intended, rerun with BRIDGE_LAUNCH_UPDATE_GOLDEN=1"
+
+
+def _script_args(text: str) -> list[str]:
+    """The launch command's words, as bash would split them (with the batch shell's
+    variables left in place)."""
+    body = text.split("\nsrun ", 1)[1] if "\nsrun " in text else text.split("trap ", 1)[1].split("\n", 1)[1]
+    body = body.split("\nrc=$?", 1)[0].replace("\\\n", " ")
+    return shlex.split(body)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_script_structure(name, home):
+    job = _job(*CASES[name], home)
+    art = backends.render(job)
+    text = art.text
+    # bash accepts it
+    subprocess.run(["bash", "-n"], input=text, text=True, check=True)
+    assert not re.search(r"^\s*set -[a-z]*x", text, re.M), "no tracing: it would print values into logs"
+    words = _script_args(text)
+    # every value the job sets is one explicit override word
+    for token in job.args:
+        assert token in words, token
+    for key in job.config:
+        assert sum(1 for w in words if _key(w) == key) == 1, key
+    if job.backend == "slurm":
+        assert "#SBATCH --ntasks-per-node=1" in text
+        assert f"--nnodes={job.nodes}" in words and f"--nproc-per-node={job.gpus_per_node}" in words
+        assert "--rdzv-backend=c10d" in words and '--rdzv-endpoint=$head_node:$rdzv_port' in words
+        assert "SLURM_LOCALID" not in text
+        if job.container:
+            env_line = next(w for w in words if w.startswith("--container-env="))
+            listed = env_line.split("=", 1)[1].split(",")
+            exported = re.findall(r"^export (\w+)=", text, re.M)
+            assert set(exported) | set(job.secrets) == set(listed)
+            assert "--no-container-mount-home" in words
+        if job.profile["numa_bind"]:
+            wrapper = words[words.index("--no-python") + 3]
+            assert "--cpunodebind=$((LOCAL_RANK/2))" in wrapper and "--membind=$((LOCAL_RANK/2))" in wrapper
+
+
+def _key(word: str):
+    try:
+        ov = parse_override(word)
+    except Exception:
+        return None
+    return ov.key if "=" in word or word.startswith("~") else None
+
+
+@pytest.mark.parametrize("nodes,segment", [(2, 2), (8, 8), (16, 16), (18, 18), (32, 16), (36, 18), (20, 10), (19, 1)])
+def test_segment_follows_megatron_bridge_rule(nodes, segment, home):
+    job = resolve.resolve("smoke", resolve.Options(cluster="gb200-nvl72", nodes=nodes))
+    text = backends.render(job).text
+    assert f"#SBATCH --segment={segment}\n" in text
+
+
+def test_segment_only_where_the_profile_supports_it(home):
+    (home / "clusters" / "old-slurm.toml").write_text('extends = "gb200-nvl72"\n[slurm]\nsegment = false\n')
+    job = resolve.resolve("smoke", resolve.Options(cluster="old-slurm", nodes=8))
+    assert "--segment" not in backends.render(job).text
+
+
+def test_dry_run_artifact_equals_submitted_one_once_the_id_is_filled_in(home):
+    job = resolve.resolve("smoke", resolve.Options(cluster="gb200-32"))
+    shown = backends.render(job).text
+    real = backends.render(job.with_run_id("smoke-1130-abcd")).text
+    assert shown.replace(resolve.RUN_ID_PLACEHOLDER, "smoke-1130-abcd") == real
