@@ -16,7 +16,7 @@ DEFAULT_ENTRY = "/opt/Megatron-Bridge/scripts/training/run_recipe.py"
 _RECIPE_KEYS = {
     "name": str, "description": str, "aliases": list, "extends": str, "abstract": bool,
     "upstream": str, "upstream_ref": str, "mode": str, "workload": str, "gpus": int,
-    "container": str, "hf_model": str, "required": list, "entry": str, "notes": str,
+    "container": str, "hf_model": str, "required": list, "entry": str, "notes": str, "dataset_kind": str,
     "env": dict, "upstream_env": dict, "config": dict, "upstream_config": dict, "assumptions": dict,
 }
 _OVERLAY_KEYS = {
@@ -77,19 +77,22 @@ def _keep_dict():
     return is_dict_key
 
 
-def load(name: str) -> dict:
+def load(name: str, allow_abstract: bool = False) -> dict:
     cat = catalog()
     entry = cat.get(name)
     data = cat.resolved(entry.name)
     where = f"recipe '{entry.name}' ({entry.path})"
     _check_keys(where, data, _RECIPE_KEYS)
+    if data["abstract"] and not allow_abstract:
+        raise UsageError(f"recipe '{entry.name}' is a base for other recipes; use one that extends it")
     data.setdefault("workload", "megatron-bridge")
     if data["workload"] not in WORKLOADS:
         raise UsageError(f"{where}: workload must be one of {', '.join(WORKLOADS)}")
-    if data["workload"] == "megatron-bridge":
+    if data["workload"] == "megatron-bridge" and not data["abstract"]:
         for key in ("upstream", "mode", "container"):
             if not data.get(key):
                 raise UsageError(f"{where}: '{key}' is required for a Megatron-Bridge recipe")
+    if data.get("mode") is not None:
         if data["mode"] not in MODES:
             raise UsageError(f"{where}: mode must be one of {', '.join(MODES)}, got {data['mode']!r}")
     keep = _keep_dict()
@@ -122,6 +125,11 @@ def load_overlay(name: str) -> dict:
 
 def list_recipes() -> list[dict]:
     return [load(e.name) for e in catalog().entries() if not e.data.get("abstract")]
+
+
+def list_all() -> list[dict]:
+    """Every recipe file, abstract bases included (for checks over the whole catalog)."""
+    return [load(e.name, allow_abstract=True) for e in catalog().entries()]
 
 
 def list_overlays() -> list[dict]:

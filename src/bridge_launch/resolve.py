@@ -224,12 +224,13 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
     jobsrc: dict = {}
 
     layers = _Layers()
-    for key, value in recipe["upstream_config"].items():
-        _check_value(key, value, f"recipe '{recipe['name']}'")
-        layers.set(key, value, "upstream")
+    # The seed-stated values first, then the upstream ones the recipe records (disjoint sets).
     for key, value in recipe["config"].items():
         _check_value(key, value, f"recipe '{recipe['name']}'")
         layers.set(key, value, "recipe")
+    for key, value in recipe["upstream_config"].items():
+        _check_value(key, value, f"recipe '{recipe['name']}'")
+        layers.set(key, value, "upstream")
     for ov in overlays:
         for key, value in ov["config"].items():
             _check_value(key, value, f"overlay '{ov['name']}'")
