@@ -48,6 +48,7 @@ import hashlib
 import json
 import math
 import os
+import pickle
 import random
 import re
 import shutil
@@ -701,6 +702,32 @@ class Smoke:
         }
 
     # ---- collectives helpers ---------------------------------------------------------------
+    # torch's *_object collectives need numpy (tensor.numpy()) in torch 2.13; this file must
+    # need only torch, so objects travel as pickled bytes in uint8 tensors.
+    def _bytes_tensor(self, data: bytes):
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(self.device) if data else \
+            torch.zeros(0, dtype=torch.uint8, device=self.device)
+
+    def all_gather_objects(self, obj) -> list:
+        data = self._bytes_tensor(pickle.dumps(obj))
+        size = torch.tensor([data.numel()], dtype=torch.long, device=self.device)
+        sizes = [torch.zeros_like(size) for _ in range(self.world)]
+        dist.all_gather(sizes, size)
+        longest = max(int(x.item()) for x in sizes)
+        padded = torch.zeros(longest, dtype=torch.uint8, device=self.device)
+        padded[: data.numel()] = data
+        chunks = [torch.zeros(longest, dtype=torch.uint8, device=self.device) for _ in range(self.world)]
+        dist.all_gather(chunks, padded)
+        return [pickle.loads(bytes(c[: int(n.item())].cpu().tolist())) for c, n in zip(chunks, sizes)]
+
+    def broadcast_object(self, obj, src: int = 0):
+        data = self._bytes_tensor(pickle.dumps(obj) if self.rank == src else b"")
+        size = torch.tensor([data.numel()], dtype=torch.long, device=self.device)
+        dist.broadcast(size, src=src)
+        buf = data if self.rank == src else torch.zeros(int(size.item()), dtype=torch.uint8, device=self.device)
+        dist.broadcast(buf, src=src)
+        return obj if self.rank == src else pickle.loads(bytes(buf.cpu().tolist()))
+
     def barrier(self):
         if self.cuda:
             dist.barrier(device_ids=[self.local_rank])
@@ -741,8 +768,7 @@ class Smoke:
         fabric = _query_fabric() if (self.cuda and self.local_rank == 0) else None
         info = {"host": self.host, "rank": self.rank, "local_rank": self.local_rank,
                 "gpu": gpu_name, "fabric": fabric}
-        infos = [None] * self.world
-        dist.all_gather_object(infos, info)
+        infos = self.all_gather_objects(info)
         hosts = [i["host"] for i in infos]
         self.summary["hosts"] = hosts
         self.summary["nodes"] = len(set(hosts))
@@ -822,8 +848,7 @@ class Smoke:
 
     def save_checkpoint(self, step: int):
         save = self.cfg["save"]
-        rng_states = [None] * self.world
-        dist.all_gather_object(rng_states, self._rng_state())
+        rng_states = self.all_gather_objects(self._rng_state())
         self.barrier()
         if self.rank == 0:
             t0 = time.perf_counter()
@@ -876,8 +901,7 @@ class Smoke:
                 payload[0] = ("error", str(e))
             except Exception as e:  # noqa: BLE001 - reported on all ranks as one line
                 payload[0] = ("error", f"cannot load checkpoint from {load}: {type(e).__name__}: {e}")
-        dist.broadcast_object_list(payload, src=0)
-        kind, value = payload[0]
+        kind, value = self.broadcast_object(payload[0])
         if kind == "error":
             raise SmokeError(value)
         return value
