@@ -36,7 +36,7 @@ _SLURM = {
     "reservation": (str, ""), "exclude": (list, []), "exclusive": (bool, False), "mem": (str, ""),
     "request_gpus": (bool, False), "segment": (bool, False), "sbatch_args": (list, []),
     "srun_args": (list, []), "slurm_conf": (str, ""), "login_host": (str, ""), "ssh_port": (int, 22),
-    "ssh_user": (str, ""), "ssh_identity": (str, ""), "rdzv_port": (int, 0), "signal": (str, ""),
+    "ssh_user": (str, ""), "ssh_identity": (str, ""), "ssh_config": (str, ""), "rdzv_port": (int, 0), "signal": (str, ""),
 }
 _LEPTON = {
     "resource_shape": (str, ""), "node_group": (str, ""), "node_reservation": (str, ""),

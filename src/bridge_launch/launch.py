@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import time
 from pathlib import Path
 
@@ -26,35 +25,46 @@ def _write_private(path: Path, text: str) -> None:
         fh.write(text)
 
 
+def stage_locally(run_dir: str, files: dict, *, new_dir: bool) -> None:
+    """Create the run dir (or reuse it, for a resume) and write the files, owner-only."""
+    root = Path(run_dir)
+    if new_dir:
+        root.mkdir(parents=True, exist_ok=False)
+    for sub in ("logs", "launch", "exit"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    for rel, text in files.items():
+        _write_private(root / rel, text)
+
+
 def job_json(job: ResolvedJob) -> str:
     return json.dumps(job.to_dict(), indent=2, sort_keys=False) + "\n"
 
 
 def _launch(reg: Registry, job: ResolvedJob, run: Run, *, new_dir: bool) -> Run:
-    """Write the run's files, hand the artifact to the backend, record the job ids.
-    On any failure the record (and a run dir this call created) is removed again."""
+    """Stage the run's files in its run dir (through the backend: the dir may be on a remote
+    cluster), hand the artifact to the backend, record the job ids. On any failure the
+    record (and a run dir this call created) is removed again."""
     secrets = {n: os.environ[n] for n in job.secrets if n in os.environ}
-    run_dir = Path(job.run_dir)
+    be = backends.backend(job.backend)
     created = False
     try:
         artifact = backends.render(job)
-        if new_dir:
-            run_dir.mkdir(parents=True, exist_ok=False)
-            created = True
-        for sub in ("logs", "launch"):
-            (run_dir / sub).mkdir(exist_ok=True)
-        _write_private(run_dir / "launch" / f"{run.run_id}.json", job_json(job))
-        _write_private(run_dir / artifact.filename, artifact.text)
+        files = {
+            f"launch/{run.run_id}.json": job_json(job),
+            artifact.filename: artifact.text,
+        }
         if job.workload == "smoke":
-            shutil.copyfile(_SMOKE_SRC, run_dir / SMOKE_FILE)
+            files[SMOKE_FILE] = _SMOKE_SRC.read_text()
         _write_private(reg.jobs_dir() / f"{run.run_id}.json", job_json(job))
-        run = reg.update(run.run_id, run_dir=str(run_dir))
-        job_ids = backends.backend(job.backend).submit(job, run, artifact, secrets)
+        be.stage(job, files, new_dir=new_dir)
+        created = new_dir
+        run = reg.update(run.run_id, run_dir=job.run_dir)
+        job_ids = be.submit(job, run, artifact, secrets)
     except BaseException:
         reg.delete(run.run_id)
         (reg.jobs_dir() / f"{run.run_id}.json").unlink(missing_ok=True)
         if created:
-            shutil.rmtree(run_dir, ignore_errors=True)
+            be.unstage(job)
         raise
     state = "RUNNING" if job.backend == "local" else "PENDING"
     return reg.update(run.run_id, state=state, job_ids=job_ids)
@@ -114,8 +124,10 @@ def refresh(reg: Registry, runs: list[Run]) -> list[Run]:
             by_backend.setdefault(run.backend, []).append(run)
     changed = {}
     for name, group in by_backend.items():
-        for run_id, (state, reason) in backends.backend(name).status(group).items():
-            changed[run_id] = reg.update(run_id, state=state, reason=reason)
+        current = {r.run_id: r for r in group}
+        for run_id, st in backends.backend(name).status(group).items():
+            info = dict(current[run_id].info, **{k: v for k, v in st.items() if k not in ("state", "reason")})
+            changed[run_id] = reg.update(run_id, state=st["state"], reason=st.get("reason", ""), info=info)
     return [changed.get(r.run_id, r) for r in runs]
 
 

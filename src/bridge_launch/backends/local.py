@@ -8,6 +8,7 @@ how status knows the job ended and how it ended.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -63,6 +64,14 @@ def _alive(pid: int) -> bool:
 class Backend:
     name = "local"
 
+    def stage(self, job, files: dict, *, new_dir: bool) -> None:
+        from ..launch import stage_locally
+
+        stage_locally(job.run_dir, files, new_dir=new_dir)
+
+    def unstage(self, job) -> None:
+        shutil.rmtree(job.run_dir, ignore_errors=True)
+
     def submit(self, job, run, artifact: Artifact, secrets: dict) -> list[str]:
         run_dir = Path(run.run_dir)
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -83,15 +92,16 @@ class Backend:
             code = _read_exit(run_dir / exit_path(run.run_id))
             if code is not None:
                 if run.info.get("cancelled"):
-                    out[run.run_id] = ("CANCELLED", f"exit code {code}")
+                    st = ("CANCELLED", f"exit code {code}")
                 else:
-                    out[run.run_id] = ("COMPLETED", "") if code == 0 else ("FAILED", f"exit code {code}")
+                    st = ("COMPLETED", "") if code == 0 else ("FAILED", f"exit code {code}")
             elif run.job_ids and _alive(int(run.job_ids[-1])):
-                out[run.run_id] = ("RUNNING", "")
+                st = ("RUNNING", "")
             elif run.info.get("cancelled"):
-                out[run.run_id] = ("CANCELLED", "")
+                st = ("CANCELLED", "")
             else:
-                out[run.run_id] = ("FAILED", "the launcher process is gone without an exit code")
+                st = ("FAILED", "the launcher process is gone without an exit code")
+            out[run.run_id] = {"state": st[0], "reason": st[1], **progress(self.log_files(run))}
         return out
 
     def log_files(self, run) -> list[Path]:
@@ -112,6 +122,23 @@ class Backend:
             time.sleep(0.2)
         if _alive(pid):
             os.killpg(pid, signal.SIGKILL)
+
+
+def progress(files) -> dict:
+    """The training step the log shows last (Megatron's iteration lines), if any."""
+    from ..launch import last_step
+
+    best = None
+    for path in files:
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(max(0, os.path.getsize(path) - 65536))
+                hit = last_step(fh.read().decode("utf-8", "replace"))
+        except OSError:
+            continue
+        if hit and (best is None or hit[0] > best[0]):
+            best = hit
+    return {"step": best[0], "train_iters": best[1]} if best else {}
 
 
 def _read_exit(path: Path) -> int | None:

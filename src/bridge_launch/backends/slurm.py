@@ -3,9 +3,15 @@ first node, pyxis container flags where the profile names an image."""
 
 from __future__ import annotations
 
+import io
+import os
 import re
+import shutil
+import subprocess
+import tarfile
+import time
 
-from ..errors import UsageError
+from ..errors import LaunchError, UsageError
 from .base import Artifact, entry_command, export_lines, header, numa_wrapper, q, runtime_env
 
 _DIRECTIVE_SAFE = re.compile(r"^[^\s'\"\\]+$")
@@ -68,6 +74,7 @@ def torchrun_command(job) -> list:
         "bash", "-c", f'exec {launcher} --node-rank="$SLURM_NODEID" "$@"', "node-launch",
         f"--nnodes={job.nodes}", f"--nproc-per-node={job.gpus_per_node}",
         "--rdzv-backend=c10d", Raw('--rdzv-endpoint="$head_node:$rdzv_port"'), Raw('--rdzv-id="$SLURM_JOB_ID"'),
+        "--tee=3",
     ]
     wrapper = numa_wrapper(job)
     if wrapper:
@@ -78,6 +85,8 @@ def torchrun_command(job) -> list:
 def render(job) -> Artifact:
     run_dir = job.run_dir
     env = runtime_env(job)
+    # torchrun tees every worker's output with its global rank in front (rank-prefixed logs).
+    env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "[rank${rank}]: "
     s = job.scheduler
     srun = ["srun", f"--nodes={job.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
             f"--output={run_dir}/logs/%j-%N.log"]
@@ -106,3 +115,259 @@ def render(job) -> Artifact:
         'exit "$rc"',
     ]
     return Artifact("sbatch", "\n".join(lines) + "\n", f"launch/{job.run_id}.sbatch")
+
+
+# --- talking to Slurm ------------------------------------------------------------------------
+
+# Slurm job state -> registry state.
+_STATES = {
+    "PENDING": "PENDING", "CONFIGURING": "PENDING", "REQUEUED": "PENDING", "REQUEUE_HOLD": "PENDING",
+    "REQUEUE_FED": "PENDING", "SUSPENDED": "PENDING", "RESV_DEL_HOLD": "PENDING",
+    "RUNNING": "RUNNING", "COMPLETING": "RUNNING", "STAGE_OUT": "RUNNING", "SIGNALING": "RUNNING",
+    "RESIZING": "RUNNING", "STOPPED": "RUNNING",
+    "COMPLETED": "COMPLETED", "CANCELLED": "CANCELLED", "TIMEOUT": "TIMEOUT", "DEADLINE": "TIMEOUT",
+    "PREEMPTED": "PREEMPTED", "FAILED": "FAILED", "NODE_FAIL": "FAILED", "BOOT_FAIL": "FAILED",
+    "OUT_OF_MEMORY": "FAILED", "SPECIAL_EXIT": "FAILED", "REVOKED": "CANCELLED",
+}
+_MIN_SEGMENT_VERSION = (24, 11)
+
+
+def _version(text: str) -> tuple:
+    m = re.search(r"(\d+)\.(\d+)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+class Backend:
+    name = "slurm"
+
+    def __init__(self):
+        self._ssh_ready: set = set()
+
+    # -- transport: local commands or one OpenSSH control master per login host ------------
+    def _ssh(self, s: dict) -> list[str]:
+        from .. import paths
+
+        ctl = paths.state_dir() / "ssh"
+        ctl.mkdir(parents=True, exist_ok=True, mode=0o700)
+        cmd = ["ssh", "-o", "BatchMode=yes", "-o", "ControlMaster=auto", "-o", f"ControlPath={ctl}/%C",
+               "-o", "ControlPersist=120", "-o", "ConnectTimeout=15"]
+        if s.get("ssh_config"):
+            cmd += ["-F", s["ssh_config"]]
+        if s.get("ssh_port") and s["ssh_port"] != 22:
+            cmd += ["-p", str(s["ssh_port"])]
+        if s.get("ssh_identity"):
+            cmd += ["-i", s["ssh_identity"]]
+        host = s["login_host"] if not s.get("ssh_user") else f"{s['ssh_user']}@{s['login_host']}"
+        return [*cmd, host]
+
+    def _run(self, s: dict, argv: list[str], *, stdin: str | bytes | None = None, env: dict | None = None,
+             timeout: float = 120) -> subprocess.CompletedProcess:
+        """Run a Slurm client command where the profile says: here, or on its login host."""
+        conf = s.get("slurm_conf")
+        try:
+            if s.get("login_host"):
+                remote = " ".join(q(a) for a in argv)
+                if conf:
+                    remote = f"SLURM_CONF={q(conf)} {remote}"
+                return subprocess.run([*self._ssh(s), remote], input=stdin, capture_output=True, timeout=timeout,
+                                      text=not isinstance(stdin, bytes))
+            full = dict(os.environ)
+            if conf:
+                full["SLURM_CONF"] = conf
+            full.update(env or {})
+            return subprocess.run(argv, input=stdin, capture_output=True, text=not isinstance(stdin, bytes),
+                                  env=full, timeout=timeout)
+        except FileNotFoundError:
+            raise LaunchError(f"'{argv[0]}' is not installed here; is this a Slurm login node?") from None
+        except subprocess.TimeoutExpired:
+            raise LaunchError(f"'{' '.join(argv[:2])}' did not answer within {int(timeout)} s") from None
+
+    @staticmethod
+    def _first_error(proc) -> str:
+        text = (proc.stderr or proc.stdout or "").strip()
+        lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+        return lines[-1] if lines else f"exit code {proc.returncode}"
+
+    # -- run dir ----------------------------------------------------------------------------
+    def stage(self, job, files: dict, *, new_dir: bool) -> None:
+        s = job.scheduler
+        if not s.get("login_host"):
+            from ..launch import stage_locally
+
+            stage_locally(job.run_dir, files, new_dir=new_dir)
+            return
+        # One tar stream over SSH: the run dir lives on the cluster's filesystem.
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for rel, text in files.items():
+                data = text.encode()
+                info = tarfile.TarInfo(rel)
+                info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())
+                tar.addfile(info, io.BytesIO(data))
+        d = q(job.run_dir)
+        guard = f"if [ -e {d} ]; then echo 'run dir exists: {job.run_dir}' >&2; exit 17; fi; " if new_dir else ""
+        script = f"{guard}umask 077; mkdir -p {d}/logs {d}/launch {d}/exit && tar -C {d} -xf -"
+        proc = subprocess.run([*self._ssh(s), script], input=buf.getvalue(), capture_output=True, timeout=120)
+        if proc.returncode:
+            raise LaunchError(f"could not create the run dir on {s['login_host']}: "
+                              f"{self._first_error(proc) if isinstance(proc.stderr, str) else proc.stderr.decode().strip()}")
+
+    def unstage(self, job) -> None:
+        s = job.scheduler
+        if not s.get("login_host"):
+            shutil.rmtree(job.run_dir, ignore_errors=True)
+        else:
+            subprocess.run([*self._ssh(s), f"rm -rf {q(job.run_dir)}"], capture_output=True, timeout=60)
+
+    # -- submit -----------------------------------------------------------------------------
+    def submit(self, job, run, artifact, secrets: dict) -> list[str]:
+        s = job.scheduler
+        script = f"{job.run_dir}/{artifact.filename}"
+        if "\n#SBATCH --segment=" in artifact.text:
+            ver = self._run(s, ["sbatch", "--version"])
+            if ver.returncode or _version(ver.stdout) < _MIN_SEGMENT_VERSION:
+                raise UsageError(f"cluster '{job.cluster}' runs {(ver.stdout or '').strip() or 'an unknown Slurm'}, "
+                                 "which has no --segment (needs 24.11 with topology/block); set [slurm] segment = false "
+                                 "in the profile")
+        test = self._run(s, ["sbatch", "--test-only", script])
+        if test.returncode:
+            raise UsageError(f"Slurm would reject this job: {self._first_error(test)}")
+        if s.get("login_host"):
+            # Secret values travel on the session's standard input, never on a command line.
+            lines = ["set +x"] + [f"export {k}={q(v)}" for k, v in secrets.items()]
+            if s.get("slurm_conf"):
+                lines.append(f"export SLURM_CONF={q(s['slurm_conf'])}")
+            lines.append(f"exec sbatch --parsable {q(script)}")
+            proc = subprocess.run([*self._ssh(s), "bash -s"], input="\n".join(lines) + "\n", capture_output=True,
+                                  text=True, timeout=120)
+        else:
+            proc = self._run(s, ["sbatch", "--parsable", script], env=secrets)
+        if proc.returncode:
+            raise LaunchError(f"sbatch failed: {self._first_error(proc)}")
+        job_id = proc.stdout.strip().splitlines()[-1].split(";")[0] if proc.stdout.strip() else ""
+        if not job_id.isdigit():
+            raise LaunchError(f"sbatch printed no job id: {proc.stdout.strip()!r}")
+        return [job_id]
+
+    # -- status -----------------------------------------------------------------------------
+    def status(self, runs: list) -> dict:
+        by_profile: dict = {}
+        for run in runs:
+            if run.job_ids:
+                by_profile.setdefault(run.cluster, []).append(run)
+        out = {}
+        for cluster, group in by_profile.items():
+            job = _job_of(group[0])
+            s = job.scheduler
+            ids = [r.job_ids[-1] for r in group]
+            seen = self._squeue(s, ids)
+            missing = [i for i in ids if i not in seen or seen[i]["state"] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")]
+            if missing:
+                for jid, info in self._sacct(s, missing).items():
+                    seen[jid] = info
+            for run in group:
+                jid = run.job_ids[-1]
+                info = seen.get(jid)
+                if info is None:
+                    info = self._exit_marker(s, run, jid)
+                st = dict(info)
+                st.update(self._progress(s, run, jid))
+                out[run.run_id] = st
+        return out
+
+    def _squeue(self, s, ids) -> dict:
+        proc = self._run(s, ["squeue", "-h", "--states=all", "-j", ",".join(ids), "-o", "%i|%T|%r|%M|%D|%N"])
+        if proc.returncode:
+            return {}
+        seen = {}
+        for line in proc.stdout.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) < 6:
+                continue
+            jid, state, reason, elapsed, nnodes, nodelist = parts[:6]
+            st = _STATES.get(state, "UNKNOWN")
+            seen[jid.split("_")[0]] = {"state": st, "reason": reason if st == "PENDING" and reason != "None" else "",
+                                       "elapsed": elapsed, "nodes": nodelist or nnodes}
+        return seen
+
+    def _sacct(self, s, ids) -> dict:
+        proc = self._run(s, ["sacct", "-n", "-P", "-X", "-j", ",".join(ids), "-o", "JobID,State,ExitCode,Elapsed,NodeList"])
+        if proc.returncode:
+            return {}
+        seen = {}
+        for line in proc.stdout.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) < 5:
+                continue
+            jid, state, code, elapsed, nodelist = parts[:5]
+            word = state.split()[0] if state else ""
+            st = _STATES.get(word, "UNKNOWN")
+            reason = f"exit code {code.split(':')[0]}" if st == "FAILED" else (state if st == "CANCELLED" else "")
+            seen[jid] = {"state": st, "reason": reason, "elapsed": elapsed, "nodes": nodelist}
+        return seen
+
+    def _read(self, s, path: str) -> str | None:
+        if not s.get("login_host"):
+            try:
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    return fh.read()
+            except OSError:
+                return None
+        proc = subprocess.run([*self._ssh(s), f"cat {q(path)}"], capture_output=True, text=True, timeout=60)
+        return proc.stdout if proc.returncode == 0 else None
+
+    def _exit_marker(self, s, run, jid) -> dict:
+        """Without squeue or accounting knowing the job: the batch script's own exit marker."""
+        text = self._read(s, f"{run.run_dir}/exit/{jid}")
+        if text is None or not text.strip().lstrip("-").isdigit():
+            if run.info.get("cancelled"):
+                return {"state": "CANCELLED", "reason": "cancelled by user"}
+            return {"state": "UNKNOWN", "reason": "not in squeue, no accounting record, no exit marker"}
+        code = int(text.strip())
+        if run.info.get("cancelled"):
+            return {"state": "CANCELLED", "reason": f"exit code {code}"}
+        return {"state": "COMPLETED", "reason": ""} if code == 0 else {"state": "FAILED", "reason": f"exit code {code}"}
+
+    def _progress(self, s, run, jid) -> dict:
+        from ..launch import last_step
+
+        best = None
+        for path in self.log_files(run):
+            text = self._read(s, str(path)) if s.get("login_host") else None
+            if text is None:
+                try:
+                    with open(path, "rb") as fh:
+                        fh.seek(max(0, os.path.getsize(path) - 65536))
+                        text = fh.read().decode("utf-8", "replace")
+                except OSError:
+                    continue
+            hit = last_step(text)
+            if hit and (best is None or hit[0] > best[0]):
+                best = hit
+        return {"step": best[0], "train_iters": best[1]} if best else {}
+
+    # -- logs and cancel --------------------------------------------------------------------
+    def log_files(self, run) -> list:
+        from pathlib import Path
+
+        logs = Path(run.run_dir) / "logs"
+        files = []
+        for jid in run.job_ids:
+            files.append(logs / f"sbatch-{jid}.out")
+            files += sorted(logs.glob(f"{jid}-*.log")) if logs.is_dir() else []
+        return files
+
+    def cancel(self, run) -> None:
+        if not run.job_ids:
+            return
+        job = _job_of(run)
+        proc = self._run(job.scheduler, ["scancel", *run.job_ids])
+        if proc.returncode and "Invalid job id" not in (proc.stderr or ""):
+            raise LaunchError(f"scancel failed: {self._first_error(proc)}")
+
+
+def _job_of(run):
+    from .. import launch
+    from ..runs import Registry
+
+    return launch.load_job(Registry(), run)
