@@ -79,6 +79,7 @@ def submit(
     container: Optional[str] = typer.Option(None, "--container", help="Container image (overrides recipe and cluster)."),
     env: Optional[List[str]] = typer.Option(None, "--env", "-e", help="Extra environment NAME=VALUE (not for secrets)."),
     secret: Optional[List[str]] = typer.Option(None, "--secret", help="Pass this environment variable by name (repeatable)."),
+    bridge_src: Optional[str] = typer.Option(None, "--bridge-src", help="Mount this Megatron-Bridge checkout over the container's copy."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved job and the exact launch artifact; submit nothing."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Stream progress until the job ends (Ctrl-C detaches)."),
     output: Output = OUTPUT,
@@ -89,7 +90,7 @@ def submit(
     raise typer.Exit(commands.submit(
         recipe, overrides or [], cluster=cluster, overlays=overlay or [], nodes=nodes, time=time,
         partition=partition, account=account, container=container, env=env or [], secrets=secret or [],
-        dry_run=dry_run, follow=follow, output=output.value))
+        bridge_src=bridge_src, dry_run=dry_run, follow=follow, output=output.value))
 
 
 @app.command()
@@ -134,6 +135,32 @@ def resume(
     from . import commands
 
     raise typer.Exit(commands.resume(run, overrides or [], follow=follow, output=output.value))
+
+
+@app.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+def diff(
+    args: List[str] = typer.Argument(..., help="RUN_A RUN_B, or RECIPE [-c CLUSTER] [--overlay O] [KEY=VALUE...] -- RECIPE ..."),
+    all_keys: bool = typer.Option(False, "--all", help="Show equal values too."),
+    output: Output = OUTPUT,
+):
+    """Compare two runs, or two recipe/cluster/override sets, with the layer each value came from."""
+    from . import commands
+
+    raise typer.Exit(commands.diff(_raw_after("diff"), all_keys=all_keys, output=output.value))
+
+
+@app.command()
+def prune(older_than: str = typer.Option("30d", "--older-than", help="Age of finished runs to forget, e.g. 30d, 12h.")):
+    """Forget the records of finished runs older than the given age (run dirs are kept)."""
+    from . import commands
+
+    raise typer.Exit(commands.prune(older_than))
+
+
+def _raw_after(command: str) -> list[str]:
+    """The command's own words as typed (click drops the first '--', which diff needs)."""
+    argv = sys.argv[1:]
+    return argv[argv.index(command) + 1:] if command in argv else argv
 
 
 @recipes_app.command("list")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 
@@ -14,12 +15,12 @@ def _err(msg: str) -> None:
 
 
 def submit(recipe, overrides, *, cluster, overlays, nodes, time, partition, account, container, env, secrets,
-           dry_run, follow, output) -> int:
+           bridge_src, dry_run, follow, output) -> int:
     from . import backends, resolve
 
     opts = resolve.Options(cluster=cluster, overlays=tuple(overlays), overrides=tuple(overrides), nodes=nodes,
                            time=time, partition=partition, account=account, container=container,
-                           env=tuple(env), secrets=tuple(secrets))
+                           env=tuple(env), secrets=tuple(secrets), bridge_src=bridge_src)
     job = resolve.resolve(recipe, opts, for_submit=not dry_run)
     if dry_run:
         artifact = backends.render(job)
@@ -257,4 +258,110 @@ def clusters_show(name, output) -> int:
                     print(f"  {kk} = {views._fmt(vv)}")
         elif v not in (None, "", []):
             print(f"{k:<20} {views._fmt(v)}")
+    return 0
+
+
+_SIDE_OPTS = {"-c": "cluster", "--cluster": "cluster", "--overlay": "overlays", "-N": "nodes", "--nodes": "nodes",
+              "--container": "container", "-e": "env", "--env": "env", "--secret": "secrets",
+              "-t": "time", "--time": "time", "-p": "partition", "--partition": "partition",
+              "-A": "account", "--account": "account", "--bridge-src": "bridge_src"}
+
+
+def _side(words: list[str]):
+    """RECIPE [options] [KEY=VALUE...] -> (label, ResolvedJob)."""
+    from . import resolve
+
+    if not words:
+        raise UsageError("diff: each side needs a recipe name (RECIPE [-c CLUSTER] [KEY=VALUE...] -- RECIPE ...)")
+    recipe, rest = words[0], words[1:]
+    kw: dict = {"overlays": [], "env": [], "secrets": [], "overrides": []}
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        name, eq, inline = word.partition("=") if word.startswith("--") else (word, "", "")
+        if name in _SIDE_OPTS:
+            if eq:
+                value, i = inline, i + 1
+            elif i + 1 < len(rest):
+                value, i = rest[i + 1], i + 2
+            else:
+                raise UsageError(f"diff: {word} needs a value")
+            field = _SIDE_OPTS[name]
+            if field in ("overlays", "env", "secrets"):
+                kw[field].append(value)
+            elif field == "nodes":
+                if not value.isdigit():
+                    raise UsageError(f"diff: --nodes expects a number, got {value!r}")
+                kw[field] = int(value)
+            else:
+                kw[field] = value
+        elif word.startswith("-") and not word.startswith("--") or word.startswith("--") and "=" not in word:
+            raise UsageError(f"diff: unknown option {word!r}; valid: {', '.join(sorted(set(_SIDE_OPTS)))}")
+        else:
+            kw["overrides"].append(word)
+            i += 1
+    opts = resolve.Options(**{k: tuple(v) if isinstance(v, list) else v for k, v in kw.items()})
+    job = resolve.resolve(recipe, opts)
+    return " ".join(words), job
+
+
+def diff(argv, *, all_keys, output) -> int:
+    from . import launch
+    from .runs import Registry
+
+    words, i = [], 0
+    while i < len(argv):  # drop diff's own options, keep the sides' words in order
+        a = argv[i]
+        if a == "--all":
+            all_keys, i = True, i + 1
+        elif a in ("--output", "-o") and i + 1 < len(argv):
+            output, i = argv[i + 1], i + 2
+        elif a.startswith("--output="):
+            output, i = a.split("=", 1)[1], i + 1
+        else:
+            words.append(a)
+            i += 1
+    if output not in ("text", "json"):
+        raise UsageError(f"--output {output!r}: valid: text, json")
+    if "--" in words:
+        cut = words.index("--")
+        (label_a, a), (label_b, b) = _side(words[:cut]), _side(words[cut + 1:])
+    elif len(words) == 2 and not any("=" in w for w in words):
+        reg = Registry()
+        runs = [launch.find_run(reg, w) for w in words]
+        (label_a, a), (label_b, b) = [(r.run_id, launch.load_job(reg, r)) for r in runs]
+    else:
+        raise UsageError("diff takes two runs (diff RUN_A RUN_B) or two sets separated by '--' "
+                         "(diff RECIPE -c CLUSTER [KEY=VALUE...] -- RECIPE -c CLUSTER [KEY=VALUE...])")
+    rows = []
+    for key in ("recipe", "upstream", "cluster", "nodes", "gpus_per_node", "world_size", "container", "overlays"):
+        va, vb = getattr(a, key), getattr(b, key)
+        rows.append(("job", key, va, a.provenance["job"].get(key, ""), vb, b.provenance["job"].get(key, "")))
+    for section, da, db in (("config", a.config, b.config), ("env", a.env, b.env)):
+        for key in list(dict.fromkeys([*da, *db])):
+            rows.append((section, key, da.get(key, "(unset)"), a.provenance[section].get(key, ""),
+                         db.get(key, "(unset)"), b.provenance[section].get(key, "")))
+    shown = [r for r in rows if all_keys or r[2] != r[4]]
+    if output == "json":
+        views.dump_json({"a": label_a, "b": label_b, "differences": [
+            dict(zip(("section", "key", "a", "a_source", "b", "b_source"), r)) for r in shown]})
+        return 0
+    print(f"A: {label_a}\nB: {label_b}")
+    if not shown:
+        print("no differences")
+        return 0
+    views.table("differences", ["section", "key", "A", "A from", "B", "B from"],
+                [[r[0], r[1], views._fmt(r[2]), r[3], views._fmt(r[4]), r[5]] for r in shown])
+    return 0
+
+
+def prune(older_than: str) -> int:
+    from .runs import Registry
+
+    m = re.fullmatch(r"(\d+)([dhm])", older_than.strip())
+    if not m:
+        raise UsageError(f"--older-than {older_than!r}: expected a number with d, h or m (e.g. 30d)")
+    seconds = int(m.group(1)) * {"d": 86400, "h": 3600, "m": 60}[m.group(2)]
+    n = Registry().prune(seconds)
+    print(f"forgot {n} finished run{'s' if n != 1 else ''} older than {older_than}")
     return 0

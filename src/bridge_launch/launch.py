@@ -11,7 +11,7 @@ from pathlib import Path
 from . import backends
 from .errors import LaunchError, UsageError
 from .backends.base import SMOKE_FILE
-from .resolve import ResolvedJob, amend
+from .resolve import BRIDGE_IN_CONTAINER, ResolvedJob, amend
 from .runs import TERMINAL, Registry, Run
 
 ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+)\s*\|(?:.*?lm loss: ([0-9.eE+-]+))?")
@@ -67,7 +67,11 @@ def _launch(reg: Registry, job: ResolvedJob, run: Run, *, new_dir: bool) -> Run:
             be.unstage(job)
         raise
     state = "RUNNING" if job.backend == "local" else "PENDING"
-    return reg.update(run.run_id, state=state, job_ids=job_ids)
+    info = dict(run.info, container=job.container)
+    src = next((m.split(":")[0] for m in job.mounts if m.endswith(f":{BRIDGE_IN_CONTAINER}")), None)
+    if src:
+        info.update(bridge_src=src, bridge_commit=source_commit(src))
+    return reg.update(run.run_id, state=state, job_ids=job_ids, info=info)
 
 
 def _check_secrets(job: ResolvedJob) -> None:
@@ -90,13 +94,36 @@ def resume(reg: Registry, run: Run, overrides=()) -> Run:
     in the same run dir, as a new run in the same chain. Refused while any run of the
     chain is queued or running; of two concurrent resumes exactly one wins."""
     refresh(reg, reg.chain(run.chain))
-    job = load_job(reg, run)
-    job = amend(job, overrides)
+    old = load_job(reg, run)
+    job = amend(old, overrides)
     if job.errors:
         raise UsageError(job.errors[0])
+    if job.dataset_kind == "energon" and data_parallel(old) != data_parallel(job):
+        raise UsageError(f"resume would change the data-parallel size from {data_parallel(old)} to "
+                         f"{data_parallel(job)}; Energon's saved loader state needs the same DP size")
     _check_secrets(job)
     new = reg.reserve(job.recipe, job.cluster, job.backend, resumed_from=run.run_id, chain=run.chain)
     return _launch(reg, job.for_run(new.run_id), new, new_dir=False)
+
+
+def data_parallel(job: ResolvedJob) -> int | None:
+    from .validate import _sizes
+
+    tp, pp, cp, _, _ = _sizes(job.config)
+    if None in (tp, pp, cp) or job.world_size % (tp * pp * cp):
+        return None
+    return job.world_size // (tp * pp * cp)
+
+
+def source_commit(path: str) -> str | None:
+    """The git commit of a --bridge-src checkout, if it is one and readable here."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(["git", "-C", path, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
 
 
 def load_job(reg: Registry, run: Run) -> ResolvedJob:

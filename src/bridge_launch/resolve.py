@@ -19,6 +19,7 @@ from .errors import UsageError
 from .overrides import OverrideError, format_override, parse_override
 
 RUN_ID_PLACEHOLDER = "@RUN_ID@"
+BRIDGE_IN_CONTAINER = "/opt/Megatron-Bridge"
 _SECRETISH = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -37,6 +38,7 @@ class Options:
     container: str | None = None
     env: tuple[str, ...] = ()  # NAME=VALUE
     secrets: tuple[str, ...] = ()  # NAME
+    bridge_src: str | None = None  # a Megatron-Bridge checkout mounted over the container's copy
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class ResolvedJob:
     upstream: str | None
     mode: str | None
     workload: str
+    dataset_kind: str | None
     entry: str
     hf_model: str | None
     cluster: str
@@ -297,6 +300,14 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
             layers.set(key, f"{run_dir}/{sub}", "derived (run dir)")
     python = prof["python"] or (sys.executable if prof["backend"] == "local" else "python3")
     mounts = _mounts(prof, job_root) if container else []
+    if opts.bridge_src:
+        src = opts.bridge_src.rstrip("/")
+        if not src.startswith("/"):
+            raise UsageError(f"--bridge-src {opts.bridge_src}: give an absolute path on the cluster's filesystem")
+        if not container:
+            raise UsageError(f"--bridge-src needs a container to mount into; cluster '{prof['name']}' runs bare processes")
+        mounts.append(f"{src}:{BRIDGE_IN_CONTAINER}")
+        jobsrc["bridge_src"] = "cli"
 
     missing = [k for k in recipe["required"] if layers.values.get(k) in (None, "")]
     for key in missing:
@@ -309,7 +320,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
 
     job = ResolvedJob(
         recipe=recipe["name"], upstream=recipe.get("upstream"), mode=recipe.get("mode"),
-        workload=recipe["workload"], entry=recipe["entry"], hf_model=recipe.get("hf_model"),
+        workload=recipe["workload"], dataset_kind=recipe.get("dataset_kind"), entry=recipe["entry"], hf_model=recipe.get("hf_model"),
         cluster=prof["name"], backend=prof["backend"], overlays=[o["name"] for o in overlays],
         nodes=nodes, gpus_per_node=gpn, world_size=nodes * gpn, gpu_type=prof["gpu_type"],
         container=container, config=dict(layers.values),
