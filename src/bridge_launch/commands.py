@@ -121,9 +121,26 @@ def status(run_ref, *, all_runs, state, recipe, output) -> int:
     if output == "json":
         views.dump_json([r.to_dict() for r in runs])
         return 0
-    rows = [[r.run_id, r.state, r.recipe, r.cluster, ",".join(r.job_ids),
-             time.strftime("%m-%d %H:%M", time.localtime(r.created)), r.reason or "", r.run_dir] for r in runs]
-    views.table("runs", ["run", "state", "recipe", "cluster", "job ids", "submitted", "reason", "run dir"], rows)
+
+    def step(r):
+        i = r.info
+        return f"{i['step']}/{i['train_iters']}" if i.get("step") is not None and i.get("train_iters") else ""
+
+    rows = [[r.run_id, r.state, r.recipe, r.cluster, ",".join(r.job_ids), r.info.get("elapsed", ""),
+             r.info.get("nodes", ""), step(r), r.reason or "",
+             time.strftime("%m-%d %H:%M", time.localtime(r.created))] for r in runs]
+    views.table("runs", ["run", "state", "recipe", "cluster", "job ids", "elapsed", "nodes", "step", "reason",
+                         "submitted"], rows)
+    if run_ref and runs:
+        r = runs[0]
+        lineage = reg.chain(r.chain)
+        print(f"run dir     {r.run_dir}")
+        if r.info.get("container"):
+            print(f"container   {r.info['container']}")
+        if r.info.get("bridge_src"):
+            print(f"bridge src  {r.info['bridge_src']} @ {r.info.get('bridge_commit') or 'unknown commit'}")
+        if len(lineage) > 1:
+            print("chain       " + " -> ".join(f"{x.run_id} ({x.state})" for x in lineage))
     return 0
 
 
