@@ -27,7 +27,7 @@ _TOP = {
     "gpus_per_node": (int, 1), "gpu_memory_gib": ((int, float), 0), "nodes": (int, None),
     "max_nodes": (int, None), "nvlink_domain_nodes": (int, 0), "job_root": (str, ""),
     "python": (str, ""), "container_image": (str, ""), "container_mounts": (list, []),
-    "numa_bind": (bool, False), "hf_home": (str, ""), "env": (dict, {}), "secrets": (list, []),
+    "numa_bind": (bool, False), "containers": (bool, True), "hf_home": (str, ""), "env": (dict, {}), "secrets": (list, []),
     "required_secrets": (list, []), "config": (dict, {}),
     "slurm": (dict, {}), "lepton": (dict, {}), "dgxcloud": (dict, {}),
 }

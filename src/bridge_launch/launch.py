@@ -20,7 +20,8 @@ _SMOKE_SRC = Path(__file__).resolve().parent / "workloads" / "smoke.py"
 
 def _write_private(path: Path, text: str) -> None:
     """Files that hold environment values are readable by the owner only."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(text)
 

@@ -277,7 +277,9 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         container, jobsrc["container"] = prof["container_image"], f"cluster:{prof['name']}"
     if opts.container:
         container, jobsrc["container"] = opts.container, "cli"
-    if prof["backend"] == "local" and not opts.container:
+    if not prof["containers"]:
+        if opts.container:
+            raise UsageError(f"--container: cluster '{prof['name']}' runs bare processes (containers = false)")
         container, jobsrc["container"] = None, f"cluster:{prof['name']} (bare processes)"
 
     section = prof.get(prof["backend"], {}) if prof["backend"] in ("slurm", "lepton", "dgxcloud") else {}
@@ -298,7 +300,8 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         if key not in layers.source and (recipe["workload"] == "smoke" and key.startswith("checkpoint.")
                                          or recipe["workload"] != "smoke" and schema.lookup(key) is not None):
             layers.set(key, f"{run_dir}/{sub}", "derived (run dir)")
-    python = prof["python"] or (sys.executable if prof["backend"] == "local" else "python3")
+    # Bare processes run the interpreter running bridge-launch unless the profile names one.
+    python = prof["python"] or (sys.executable if not container else "python")
     mounts = _mounts(prof, job_root) if container else []
     if opts.bridge_src:
         src = opts.bridge_src.rstrip("/")

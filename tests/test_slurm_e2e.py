@@ -1,0 +1,258 @@
+"""End to end against a real two-node Slurm cluster on this machine (scripts/local-slurm):
+nodes in their own network namespaces, slurmdbd accounting, an sshd login host."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_cli, write
+
+pytestmark = pytest.mark.slow
+SCRIPT = REPO / "scripts" / "local-slurm"
+FAST = ["smoke.busbw_sizes=[1024]", "smoke.busbw_iters=1"]
+
+if os.geteuid() != 0:
+    pytest.skip("the local Slurm cluster needs root", allow_module_level=True)
+
+
+def local_slurm(*args, check=True):
+    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, check=check, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    local_slurm("start")
+    conf = re.search(r"SLURM_CONF=(\S+)", local_slurm("env").stdout).group(1).strip("'\"")
+    yield conf
+
+
+def _submit(*args, timeout=120):
+    r = run_cli("submit", "smoke", "-c", "local-slurm", "-o", "json", *FAST, *args, timeout=timeout)
+    assert r.code == 0, r.err
+    return r.json()
+
+
+def _wait_state(run_id, states, timeout=240):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        st = run_cli("status", run_id, "-o", "json").json()[0]
+        if st["state"] in states:
+            return st
+        time.sleep(1)
+    raise AssertionError(f"{run_id} did not reach {states}: {st}")
+
+
+def _summary(run_dir):
+    return json.loads((Path(run_dir) / "summary.json").read_text())
+
+
+def test_job_completes_across_two_hosts(cluster, home):
+    shown = run_cli("submit", "smoke", "-c", "local-slurm", "--dry-run", "-o", "json", *FAST,
+                    "train.train_iters=6").json()["artifact"]["text"]
+    sub = _submit("train.train_iters=6")
+    assert sub["state"] == "PENDING" and sub["job_ids"][0].isdigit()
+    st = _wait_state(sub["run_id"], {"COMPLETED", "FAILED"})
+    assert st["state"] == "COMPLETED", st
+    s = _summary(sub["run_dir"])
+    assert s["world_size"] == 4 and s["nodes"] == 2
+    assert sorted(set(s["hosts"])) == ["node1", "node2"]
+    assert os.uname().nodename not in s["hosts"]
+    assert s["steps_completed"] == 6
+    # the script shown by --dry-run is the one submitted, once the run id is filled in
+    submitted = (Path(sub["run_dir"]) / "launch" / f"{sub['run_id']}.sbatch").read_text()
+    assert shown.replace("@RUN_ID@", sub["run_id"]) == submitted
+    # accounting knows the job
+    acct = subprocess.run(["sacct", "-n", "-P", "-X", "-j", sub["job_ids"][0], "-o", "State"], capture_output=True,
+                          text=True, env=dict(os.environ, SLURM_CONF=cluster))
+    assert acct.stdout.strip() == "COMPLETED"
+    # logs from both nodes, rank-prefixed, after the job ended
+    logs = run_cli("logs", sub["run_id"])
+    assert logs.code == 0
+    assert re.search(r"\[rank0\]: .*host=node1", logs.out) and re.search(r"\[rank[23]\]: .*host=node2", logs.out)
+
+
+def test_logs_follow_shows_both_nodes_while_running(cluster, home):
+    sub = _submit("train.train_iters=30", "smoke.step_sleep=0.3")
+    proc = subprocess.Popen([sys.executable, "-m", "bridge_launch.cli", "logs", sub["run_id"], "-f"],
+                            stdout=subprocess.PIPE, text=True, cwd=REPO, env=dict(os.environ))
+    seen, deadline = [], time.time() + 180
+    try:
+        while time.time() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            seen.append(line)
+            text = "".join(seen)
+            if "host=node1" in text and "host=node2" in text and re.search(r"iteration\s+\d+/", text):
+                break
+        state = run_cli("status", sub["run_id"], "-o", "json").json()[0]["state"]
+        assert state == "RUNNING"
+    finally:
+        run_cli("cancel", sub["run_id"])
+        proc.kill()
+    text = "".join(seen)
+    assert "host=node1" in text and "host=node2" in text
+
+
+def test_cancel_running_and_pending(cluster, home):
+    write(home / "clusters" / "later.toml", 'extends = "local-slurm"\n[slurm]\nsbatch_args = ["--begin=now+1hour"]\n')
+    pending = run_cli("submit", "smoke", "-c", "later", "-o", "json", *FAST).json()
+    running = _submit("train.train_iters=500", "smoke.step_sleep=0.2")
+    st = _wait_state(pending["run_id"], {"PENDING"})
+    assert "BeginTime" in st["reason"]
+    _wait_state(running["run_id"], {"RUNNING"})
+    for run in (pending, running):
+        r = run_cli("cancel", run["run_id"])
+        assert r.code == 0 and "CANCELLED" in r.out
+        assert run_cli("cancel", run["run_id"]).code == 0  # idempotent
+    for run in (pending, running):
+        assert _wait_state(run["run_id"], {"CANCELLED"}, timeout=60)["state"] == "CANCELLED"
+    q = subprocess.run(["squeue", "-h", "-j", f"{pending['job_ids'][0]},{running['job_ids'][0]}", "-t", "PD,R"],
+                       capture_output=True, text=True, env=dict(os.environ, SLURM_CONF=cluster))
+    assert q.stdout.strip() == ""
+
+
+def test_resume_continues_from_the_checkpoint(cluster, home):
+    first = _submit("train.train_iters=40", "smoke.step_sleep=0.25")
+    log = Path(first["run_dir"]) / "logs"
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        text = "".join(p.read_text(errors="replace") for p in log.glob("*.log"))
+        if re.search(r"iteration\s+1[2-9]/", text):
+            break
+        time.sleep(0.5)
+    assert run_cli("cancel", first["run_id"]).code == 0
+    tracker = Path(first["run_dir"]) / "checkpoints" / "latest_checkpointed_iteration.txt"
+    deadline = time.time() + 60
+    while time.time() < deadline and not (tracker.exists() and int(tracker.read_text()) >= 12):
+        time.sleep(0.5)
+    saved = int(tracker.read_text())
+    assert 12 <= saved < 40
+    _wait_state(first["run_id"], {"CANCELLED"})
+    r = run_cli("resume", first["run_id"], "smoke.step_sleep=0", "-o", "json")
+    assert r.code == 0, r.err
+    second = r.json()
+    assert second["resumed_from"] == first["run_id"] and second["run_dir"] == first["run_dir"]
+    assert _wait_state(second["run_id"], {"COMPLETED", "FAILED"})["state"] == "COMPLETED"
+    s = _summary(first["run_dir"])
+    assert s["start_step"] == saved + 1 and s["steps_completed"] == 40 and s["resumed_from"] == saved
+
+
+def test_status_without_and_with_accounting(cluster, home):
+    local_slurm("stop-dbd")
+    try:
+        sub = _submit("train.train_iters=2")
+        st = _wait_state(sub["run_id"], {"COMPLETED", "FAILED"})
+        assert st["state"] == "COMPLETED"
+        failed = _submit("train.train_iters=4", "+smoke.fail_at_step=2")
+        st = _wait_state(failed["run_id"], {"COMPLETED", "FAILED"})
+        assert st["state"] == "FAILED"
+    finally:
+        local_slurm("start-dbd")
+    # the exit marker the batch script writes agrees, for clusters where neither squeue nor sacct knows
+    assert (Path(sub["run_dir"]) / "exit" / sub["job_ids"][0]).read_text().strip() == "0"
+    assert (Path(failed["run_dir"]) / "exit" / failed["job_ids"][0]).read_text().strip() != "0"
+    from bridge_launch.backends.slurm import Backend
+    from bridge_launch.clusters import load
+
+    s = load("local-slurm")["slurm"]
+    acct = Backend()._sacct(s, [failed["job_ids"][0]])
+    assert acct[failed["job_ids"][0]]["state"] == "FAILED"
+
+
+def test_twenty_concurrent_submits(cluster, home):
+    def one(i):
+        return run_cli("submit", "smoke", "-c", "local-slurm", "-o", "json", *FAST, f"train.train_iters={i + 1}",
+                       "smoke.step_sleep=1", timeout=300)
+
+    with ThreadPoolExecutor(20) as pool:
+        results = list(pool.map(one, range(20)))
+    try:
+        assert all(r.code == 0 for r in results), [r.err for r in results if r.code]
+        subs = [r.json() for r in results]
+        assert len({s["run_id"] for s in subs}) == 20 and len({s["job_ids"][0] for s in subs}) == 20
+        records = {r["run_id"]: r for r in run_cli("status", "--all", "-o", "json").json()}
+        assert set(records) == {s["run_id"] for s in subs}
+        for s in subs:
+            job = json.loads((Path(s["run_dir"]) / "launch" / f"{s['run_id']}.json").read_text())
+            assert job["run_id"] == s["run_id"]
+            assert records[s["run_id"]]["job_ids"] == s["job_ids"]
+    finally:
+        subprocess.run(["scancel", *[r.json()["job_ids"][0] for r in results if r.code == 0]],
+                       env=dict(os.environ, SLURM_CONF=cluster))
+
+
+def test_submit_while_the_controller_is_down(cluster, home):
+    local_slurm("stop-ctld")
+    try:
+        r = run_cli("submit", "smoke", "-c", "local-slurm", *FAST, timeout=180)
+    finally:
+        local_slurm("start-ctld")
+    assert r.code != 0
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bridge-launch: error:"), r.err
+    assert run_cli("status", "-o", "json").json() == []
+    assert not any((Path(os.environ["BRIDGE_LAUNCH_HOME"]) / "runs").glob("*")) if (
+        Path(os.environ["BRIDGE_LAUNCH_HOME"]) / "runs").exists() else True
+
+
+def test_slurm_rejects_before_submitting(cluster, home):
+    r = run_cli("submit", "smoke", "-c", "local-slurm", "-p", "nosuchpartition", *FAST)
+    assert r.code == 2 and "Slurm would reject this job" in r.err
+    assert run_cli("status", "-o", "json").json() == []
+
+
+def test_quoted_values_arrive_byte_identical_and_nothing_runs(cluster, home, tmp_path):
+    canary = tmp_path / "pwned"
+    nasty = [
+        f"+smoke.a='two words; $(touch {canary}) `touch {canary}` | cat * & echo'",
+        "+smoke.b='it\\'s \"quoted\"'",
+        "+smoke.c='line one\nline two'",
+        "+smoke.d=\"${oc.env:HOME}\"",
+    ]
+    sub = _submit("train.train_iters=1", *nasty)
+    assert _wait_state(sub["run_id"], {"COMPLETED", "FAILED"})["state"] == "COMPLETED"
+    argv = _summary(sub["run_dir"])["argv"]
+    for token in nasty:
+        assert token in argv, token
+    assert not canary.exists()
+    bad = run_cli("submit", "smoke", "-c", "local-slurm", f"+smoke.a=$(touch {canary})")
+    assert bad.code == 2 and "invalid override" in bad.err
+    assert not canary.exists()
+
+
+def test_submit_over_ssh_with_a_secret(cluster, home):
+    value = "ssh-s3cr3t-" + os.urandom(6).hex()
+    env = {"MY_TOKEN": value}
+    r = run_cli("submit", "smoke", "-c", "local-slurm-ssh", "--secret", "MY_TOKEN", "-o", "json", *FAST,
+                "train.train_iters=6", "smoke.step_sleep=0.5", env=env)
+    assert r.code == 0, r.err
+    sub = r.json()
+    assert sub["run_dir"].startswith("/var/lib/bridge-launch-slurm/jobs/")
+    # while it runs, no process has the value on its command line
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                assert value.encode() not in cmdline.read_bytes(), cmdline
+            except OSError:
+                pass
+        if run_cli("status", sub["run_id"], "-o", "json").json()[0]["state"] in ("COMPLETED", "FAILED"):
+            break
+        time.sleep(1)
+    assert _wait_state(sub["run_id"], {"COMPLETED", "FAILED"})["state"] == "COMPLETED"
+    assert _summary(sub["run_dir"])["secrets_present"] == {"MY_TOKEN": True}
+    assert value not in r.out + r.err
+    for root in (sub["run_dir"], os.environ["BRIDGE_LAUNCH_HOME"]):
+        for dirpath, _, files in os.walk(root):
+            for f in files:
+                path = os.path.join(dirpath, f)
+                if os.path.islink(path) or not os.path.isfile(path):
+                    continue
+                assert value.encode() not in Path(path).read_bytes(), path
