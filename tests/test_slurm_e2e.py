@@ -162,8 +162,11 @@ def test_status_without_and_with_accounting(cluster, home):
     from bridge_launch.clusters import load
 
     s = load("local-slurm")["slurm"]
-    acct = Backend()._sacct(s, [failed["job_ids"][0]])
-    assert acct[failed["job_ids"][0]]["state"] == "FAILED"
+    jid = failed["job_ids"][0]
+    deadline = time.time() + 60  # slurmctld hands records to slurmdbd in batches, seconds later
+    while time.time() < deadline and Backend()._sacct(s, [jid]).get(jid, {}).get("state") != "FAILED":
+        time.sleep(1)
+    assert Backend()._sacct(s, [jid])[jid]["state"] == "FAILED"
 
 
 def test_twenty_concurrent_submits(cluster, home):

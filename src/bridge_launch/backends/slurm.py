@@ -9,7 +9,9 @@ import re
 import shutil
 import subprocess
 import tarfile
+import tempfile
 import time
+from pathlib import Path
 
 from ..errors import LaunchError, UsageError
 from .base import Artifact, entry_command, export_lines, header, numa_wrapper, q, runtime_env
@@ -145,10 +147,11 @@ class Backend:
 
     # -- transport: local commands or one OpenSSH control master per login host ------------
     def _ssh(self, s: dict) -> list[str]:
-        from .. import paths
-
-        ctl = paths.state_dir() / "ssh"
-        ctl.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # Control sockets need a short path (108 bytes at most), so not under the state dir.
+        ctl = Path(tempfile.gettempdir()) / f"bridge-launch-ssh-{os.getuid()}"
+        ctl.mkdir(mode=0o700, exist_ok=True)
+        if ctl.stat().st_uid != os.getuid() or ctl.stat().st_mode & 0o077:
+            raise LaunchError(f"{ctl} must be a directory only you can use (it holds SSH control sockets)")
         cmd = ["ssh", "-o", "BatchMode=yes", "-o", "ControlMaster=auto", "-o", f"ControlPath={ctl}/%C",
                "-o", "ControlPersist=120", "-o", "ConnectTimeout=15"]
         if s.get("ssh_config"):
@@ -348,8 +351,6 @@ class Backend:
 
     # -- logs and cancel --------------------------------------------------------------------
     def log_files(self, run) -> list:
-        from pathlib import Path
-
         logs = Path(run.run_dir) / "logs"
         files = []
         for jid in run.job_ids:
