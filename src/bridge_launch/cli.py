@@ -80,6 +80,9 @@ def submit(
     env: Optional[List[str]] = typer.Option(None, "--env", "-e", help="Extra environment NAME=VALUE (not for secrets)."),
     secret: Optional[List[str]] = typer.Option(None, "--secret", help="Pass this environment variable by name (repeatable)."),
     bridge_src: Optional[str] = typer.Option(None, "--bridge-src", help="Mount this Megatron-Bridge checkout over the container's copy."),
+    until_done: bool = typer.Option(False, "--until-done", help="Slurm: continue across time limits and flaky failures until train_iters."),
+    max_restarts: int = typer.Option(3, "--max-restarts", help="With --until-done: flaky failures to retry."),
+    signal_lead: int = typer.Option(120, "--signal-lead", help="With --until-done: seconds before the time limit to save."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved job and the exact launch artifact; submit nothing."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Stream progress until the job ends (Ctrl-C detaches)."),
     output: Output = OUTPUT,
@@ -90,7 +93,8 @@ def submit(
     raise typer.Exit(commands.submit(
         recipe, overrides or [], cluster=cluster, overlays=overlay or [], nodes=nodes, time=time,
         partition=partition, account=account, container=container, env=env or [], secrets=secret or [],
-        bridge_src=bridge_src, dry_run=dry_run, follow=follow, output=output.value))
+        bridge_src=bridge_src, until_done=until_done, max_restarts=max_restarts, signal_lead=signal_lead,
+        dry_run=dry_run, follow=follow, output=output.value))
 
 
 @app.command()

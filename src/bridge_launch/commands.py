@@ -15,12 +15,13 @@ def _err(msg: str) -> None:
 
 
 def submit(recipe, overrides, *, cluster, overlays, nodes, time, partition, account, container, env, secrets,
-           bridge_src, dry_run, follow, output) -> int:
+           bridge_src, until_done=False, max_restarts=3, signal_lead=120, dry_run, follow, output) -> int:
     from . import backends, resolve
 
     opts = resolve.Options(cluster=cluster, overlays=tuple(overlays), overrides=tuple(overrides), nodes=nodes,
                            time=time, partition=partition, account=account, container=container,
-                           env=tuple(env), secrets=tuple(secrets), bridge_src=bridge_src)
+                           env=tuple(env), secrets=tuple(secrets), bridge_src=bridge_src, until_done=until_done,
+                           max_restarts=max_restarts, signal_lead=signal_lead)
     job = resolve.resolve(recipe, opts, for_submit=not dry_run)
     if dry_run:
         artifact = backends.render(job)
@@ -156,7 +157,7 @@ def logs(run_ref, *, follow) -> int:
         except KeyboardInterrupt:
             return 0
         return 0 if final.state == "COMPLETED" else 1
-    for line in launch.Tail(backends.backend(run.backend).log_files(run)).lines():
+    for line in launch.Tail(lambda: backends.backend(run.backend).log_files(run)).lines():
         print(line)
     return 0
 

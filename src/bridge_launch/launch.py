@@ -154,12 +154,14 @@ def refresh(reg: Registry, runs: list[Run]) -> list[Run]:
     for name, group in by_backend.items():
         current = {r.run_id: r for r in group}
         for run_id, st in backends.backend(name).status(group).items():
-            info = dict(current[run_id].info, **{k: v for k, v in st.items() if k not in ("state", "reason")})
-            changed[run_id] = reg.update(run_id, state=st["state"], reason=st.get("reason", ""), info=info)
+            extra = {"job_ids": st["job_ids"]} if "job_ids" in st else {}
+            info = dict(current[run_id].info, **{k: v for k, v in st.items() if k not in ("state", "reason", "job_ids")})
+            changed[run_id] = reg.update(run_id, state=st["state"], reason=st.get("reason", ""), info=info, **extra)
     return [changed.get(r.run_id, r) for r in runs]
 
 
 def cancel(reg: Registry, run: Run) -> Run:
+    run = refresh(reg, [run])[0]  # a chain may have queued segments since we last looked
     if run.state in TERMINAL:
         return run
     info = dict(run.info, cancelled=True)
@@ -180,14 +182,15 @@ def last_step(text: str):
 
 
 class Tail:
-    """Follows a set of log files, yielding new complete lines."""
+    """Follows a run's log files, yielding new complete lines. `files` is a callable, asked
+    again on every read, so logs that appear later (other nodes, later segments) are picked up."""
 
     def __init__(self, files):
-        self.files = list(files)
+        self.files = files
         self.pos = {}
 
     def lines(self):
-        for path in self.files:
+        for path in self.files():
             try:
                 with open(path, "rb") as fh:
                     fh.seek(self.pos.get(path, 0))
@@ -202,7 +205,8 @@ class Tail:
 
 def wait_until_done(reg: Registry, run: Run, on_line=None, poll: float = 0.5) -> Run:
     """Stream the run's log lines to on_line until it reaches a final state."""
-    tail = Tail(backends.backend(run.backend).log_files(run))
+    be = backends.backend(run.backend)
+    tail = Tail(lambda: be.log_files(reg.get(run.run_id)))
     while True:
         for line in tail.lines():
             if on_line:

@@ -39,6 +39,9 @@ class Options:
     env: tuple[str, ...] = ()  # NAME=VALUE
     secrets: tuple[str, ...] = ()  # NAME
     bridge_src: str | None = None  # a Megatron-Bridge checkout mounted over the container's copy
+    until_done: bool = False  # keep going across time limits and flaky failures until train_iters
+    max_restarts: int = 3  # flaky failures retried per run (time-limit continuations do not count)
+    signal_lead: int = 120  # seconds before the time limit that the trainer is told to save
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ class ResolvedJob:
     python: str
     scheduler: dict  # backend settings after CLI flags (slurm / lepton / dgxcloud section)
     profile: dict  # the resolved cluster profile
+    chain: dict | None  # --until-done: {"max_restarts", "signal_lead", "max_segments", "train_iters", "tracker"}
     provenance: dict  # {"config": {key: source}, "env": {...}, "job": {...}}
     missing_inputs: list
     warnings: list
@@ -216,6 +220,30 @@ def _mounts(prof: dict, job_root: str) -> list:
     return mounts
 
 
+MAX_SEGMENTS = 100  # a runaway guard: no run needs more segments than this
+
+
+def _chain(opts: Options, prof: dict, recipe: dict, layers: _Layers, scheduler: dict, jobsrc: dict) -> dict:
+    """--until-done: segments that continue across time limits, told to save before the limit."""
+    if prof["backend"] != "slurm":
+        raise UsageError(f"--until-done runs a chain of Slurm jobs; cluster '{prof['name']}' uses the {prof['backend']} backend")
+    if opts.max_restarts < 0:
+        raise UsageError(f"--max-restarts must be >= 0, got {opts.max_restarts}")
+    if opts.signal_lead < 10:
+        raise UsageError(f"--signal-lead must be at least 10 seconds, got {opts.signal_lead}")
+    iters = layers.values.get("train.train_iters")
+    save = layers.values.get("checkpoint.save")
+    if not isinstance(iters, int) or not isinstance(save, str) or not save:
+        raise UsageError("--until-done needs train.train_iters (an integer) and checkpoint.save (a directory)")
+    if recipe["workload"] != "smoke":
+        # Megatron-Bridge saves and exits on the signal only with its handler on.
+        layers.set("train.exit_signal_handler", True, "until-done")
+    scheduler["signal"] = f"B:USR1@{opts.signal_lead}"
+    jobsrc["signal"] = "until-done"
+    return {"max_restarts": opts.max_restarts, "signal_lead": opts.signal_lead, "max_segments": MAX_SEGMENTS,
+            "train_iters": iters, "tracker": f"{save.rstrip('/')}/latest_checkpointed_iteration.txt"}
+
+
 def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = False) -> ResolvedJob:
     recipe = recipes.load(recipe_name)
     prof = clusters.load(opts.cluster)
@@ -312,6 +340,8 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         mounts.append(f"{src}:{BRIDGE_IN_CONTAINER}")
         jobsrc["bridge_src"] = "cli"
 
+    chain = _chain(opts, prof, recipe, layers, scheduler, jobsrc) if opts.until_done else None
+
     missing = [k for k in recipe["required"] if layers.values.get(k) in (None, "")]
     for key in missing:
         (errors if for_submit else warnings).append(
@@ -329,7 +359,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         container=container, config=dict(layers.values),
         args=list(layers.tokens.values()) + deleted, env=env, secrets=secrets,
         required_secrets=list(prof["required_secrets"]), mounts=mounts, job_root=job_root, run_id=RUN_ID_PLACEHOLDER, run_dir=run_dir, python=python,
-        scheduler=scheduler, profile=prof,
+        scheduler=scheduler, profile=prof, chain=chain,
         provenance={"config": dict(layers.source), "env": envsrc, "job": jobsrc},
         missing_inputs=missing, warnings=warnings, errors=errors,
     )

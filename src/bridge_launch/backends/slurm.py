@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from ..errors import LaunchError, UsageError
+from ..failures import DETERMINISTIC, grep_pattern
 from .base import Artifact, entry_command, export_lines, header, numa_wrapper, q, runtime_env
 
 _DIRECTIVE_SAFE = re.compile(r"^[^\s'\"\\]+$")
@@ -84,6 +85,72 @@ def torchrun_command(job) -> list:
     return cmd + entry_command(job)
 
 
+def _single_block(job, srun) -> list[str]:
+    return [
+        " \\\n    ".join(_arg(a) for a in [*srun, *torchrun_command(job)]),
+        "rc=$?",
+        f"printf '%s\\n' \"$rc\" > {q(job.run_dir + '/exit')}/\"$SLURM_JOB_ID\"",
+        'exit "$rc"',
+    ]
+
+
+def _chain_block(job, srun) -> list[str]:
+    """--until-done: this segment submits its successor (afterany, so two never overlap),
+    runs training, and decides: done -> cancel the successor; time limit -> let it
+    continue; deterministic failure or no restarts left -> stop the chain."""
+    c = job.chain
+    tracker, iters = q(c["tracker"]), c["train_iters"]
+    save = q(c["tracker"].rsplit("/", 1)[0])
+    logs = q(job.run_dir + "/logs")
+    script = q(f"{job.run_dir}/launch/{job.run_id}.sbatch")
+    det = q(grep_pattern(DETERMINISTIC))
+    step_cmd = " \\\n    ".join(_arg(a) for a in [*srun, *torchrun_command(job)])
+    return [
+        f"chain={q(job.run_dir + '/chain/' + job.run_id)}",
+        'mkdir -p "$chain"',
+        "segment=${BRIDGE_LAUNCH_SEGMENT:-1}",
+        'echo "$SLURM_JOB_ID $segment start $(date +%s)" >> "$chain/segments"',
+        'end() { echo "$SLURM_JOB_ID $segment end $(date +%s)" >> "$chain/segments"; exit "$1"; }',
+        'finish() { if [ -n "${next:-}" ]; then scancel "$next" 2>/dev/null; fi; end "$1"; }',
+        'stop() { printf \'%s\\n\' "$1" > "$chain/stopped"; echo "bridge-launch: chain stopped: $1" >&2; }',
+        f'reached() {{ local it; it=$(cat {tracker} 2>/dev/null || echo 0); [ "$it" -ge {iters} ] 2>/dev/null; }}',
+        'if [ -e "$chain/done" ] || [ -e "$chain/stopped" ]; then end 0; fi',
+        'if reached; then touch "$chain/done"; end 0; fi',
+        "# Resume only from a checkpoint whose tracker was published after its data.",
+        f"if [ -f {tracker} ]; then",
+        f"    it=$(cat {tracker}); ckpt={save}/iter_$(printf %07d \"$it\")",
+        f'    if [ ! -d "$ckpt" ] || [ -n "$(find "$ckpt" -newer {tracker} -print -quit)" ]; then',
+        '        stop "the checkpoint tracker names iteration $it, but $ckpt is missing or newer than the tracker"; end 1',
+        "    fi",
+        "fi",
+        'next=""',
+        f'if [ "$segment" -lt {c["max_segments"]} ]; then',
+        f'    next=$(BRIDGE_LAUNCH_SEGMENT=$((segment + 1)) sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID" {script}) || next=""',
+        '    next=${next%%;*}',
+        '    if [ -n "$next" ]; then echo "$next" >> "$chain/jobs"; fi',
+        "fi",
+        "got_signal=0",
+        f"trap 'got_signal=1; echo \"bridge-launch: time limit in {c['signal_lead']}s: the trainer saves and exits\" >&2; "
+        "scancel --signal=TERM \"$SLURM_JOB_ID\"' USR1",
+        "trap 'got_signal=1' TERM",
+        step_cmd + " &",
+        "step=$!",
+        'while :; do wait "$step"; rc=$?; kill -0 "$step" 2>/dev/null || break; done',
+        f"printf '%s\\n' \"$rc\" > {q(job.run_dir + '/exit')}/\"$SLURM_JOB_ID\"",
+        'if reached; then touch "$chain/done"; finish 0; fi',
+        'if [ "$got_signal" = 1 ]; then echo "bridge-launch: segment $segment ended at the time limit; ${next:-nothing} continues" >&2; end 0; fi',
+        'if [ "$rc" -ne 0 ]; then',
+        f'    why=$(grep -hoE {det} {logs}/sbatch-"$SLURM_JOB_ID".out {logs}/"$SLURM_JOB_ID"-*.log 2>/dev/null | head -n 1)',
+        '    if [ -n "$why" ]; then stop "deterministic failure in segment $segment: $why"; finish "$rc"; fi',
+        '    restarts=$(( $(cat "$chain/restarts" 2>/dev/null || echo 0) + 1 )); echo "$restarts" > "$chain/restarts"',
+        f'    if [ "$restarts" -gt {c["max_restarts"]} ]; then stop "failed $restarts times; --max-restarts {c["max_restarts"]} used up"; finish "$rc"; fi',
+        f'    echo "bridge-launch: segment $segment failed (exit $rc); retry $restarts of {c["max_restarts"]} in ${{next:-nothing}}" >&2; end "$rc"',
+        "fi",
+        'if [ -z "$next" ]; then stop "segment $segment ended below train_iters with no successor"; fi',
+        "end 0",
+    ]
+
+
 def render(job) -> Artifact:
     run_dir = job.run_dir
     env = runtime_env(job)
@@ -111,10 +178,7 @@ def render(job) -> Artifact:
         f"rdzv_port={s['rdzv_port']}" if s.get("rdzv_port") else "rdzv_port=$((20000 + SLURM_JOB_ID % 20000))",
         f"mkdir -p {q(run_dir + '/logs')} {q(run_dir + '/exit')}",
         "",
-        " \\\n    ".join(_arg(a) for a in [*srun, *torchrun_command(job)]),
-        "rc=$?",
-        f"printf '%s\\n' \"$rc\" > {q(run_dir + '/exit')}/\"$SLURM_JOB_ID\"",
-        'exit "$rc"',
+        *(_chain_block(job, srun) if job.chain else _single_block(job, srun)),
     ]
     return Artifact("sbatch", "\n".join(lines) + "\n", f"launch/{job.run_id}.sbatch")
 
@@ -275,7 +339,39 @@ class Backend:
                     info = self._exit_marker(s, run, jid)
                 st = dict(info)
                 st.update(self._progress(s, run, jid))
+                if job.chain:
+                    st = self._chain_status(s, run, st)
                 out[run.run_id] = st
+        return out
+
+    def _chain_status(self, s, run, st: dict) -> dict:
+        """A --until-done run: every segment's state, the restarts used, and the chain's own
+        verdict (done / stopped markers the segments write) over the last job's state."""
+        chain_dir = f"{run.run_dir}/chain/{run.run_id}"
+        later = [x for x in (self._read(s, f"{chain_dir}/jobs") or "").split() if x.isdigit()]
+        ids = list(dict.fromkeys([*run.job_ids, *later]))
+        states = self._squeue(s, ids)
+        missing = [i for i in ids if i not in states or states[i]["state"] not in ("PENDING", "RUNNING")]
+        if missing:
+            states.update({k: v for k, v in self._sacct(s, missing).items() if k not in states or
+                           states[k]["state"] not in ("PENDING", "RUNNING")})
+        segments = [{"job_id": i, "state": states.get(i, {}).get("state", "UNKNOWN")} for i in ids]
+        restarts = (self._read(s, f"{chain_dir}/restarts") or "0").strip()
+        out = dict(st, job_ids=ids, segments=segments, restarts=int(restarts) if restarts.isdigit() else 0)
+        stopped = self._read(s, f"{chain_dir}/stopped")
+        active = [x for x in segments if x["state"] in ("PENDING", "RUNNING")]
+        if self._read(s, f"{chain_dir}/done") is not None:
+            out.update(state="COMPLETED", reason="")
+        elif stopped is not None:
+            out.update(state="CANCELLED" if run.info.get("cancelled") else "FAILED", reason=stopped.strip())
+        elif any(x["state"] == "RUNNING" for x in active):
+            out.update(state="RUNNING", reason="")
+        elif active:
+            out.update(state="PENDING", reason=states.get(active[0]["job_id"], {}).get("reason", ""))
+        elif segments:
+            last = segments[-1]["state"]
+            out.update(state=last if last != "COMPLETED" else "FAILED",
+                       reason="" if last != "COMPLETED" else "the chain ended below train_iters")
         return out
 
     def _squeue(self, s, ids) -> dict:
@@ -362,7 +458,19 @@ class Backend:
         if not run.job_ids:
             return
         job = _job_of(run)
-        proc = self._run(job.scheduler, ["scancel", *run.job_ids])
+        ids = list(run.job_ids)
+        if job.chain:  # mark the chain stopped first, so no segment starts another, then cancel them all
+            chain_dir = f"{run.run_dir}/chain/{run.run_id}"
+            if not job.scheduler.get("login_host"):
+                os.makedirs(chain_dir, exist_ok=True)
+                with open(f"{chain_dir}/stopped", "w") as fh:
+                    fh.write("cancelled by user\n")
+            else:
+                subprocess.run([*self._ssh(job.scheduler), f"mkdir -p {q(chain_dir)} && echo 'cancelled by user' > "
+                                f"{q(chain_dir + '/stopped')}"], capture_output=True, timeout=60)
+            later = (self._read(job.scheduler, f"{chain_dir}/jobs") or "").split()
+            ids = list(dict.fromkeys([*ids, *[x for x in later if x.isdigit()]]))
+        proc = self._run(job.scheduler, ["scancel", *ids])
         if proc.returncode and "Invalid job id" not in (proc.stderr or ""):
             raise LaunchError(f"scancel failed: {self._first_error(proc)}")
 

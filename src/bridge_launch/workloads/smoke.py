@@ -265,6 +265,7 @@ KNOWN_KEYS = frozenset(
         "smoke.step_sleep",
         "smoke.fail_at_step",
         "smoke.fail_rank",
+        "smoke.fail_message",
     }
 )
 
@@ -407,6 +408,8 @@ def build_config(overrides: dict, world_size: int) -> dict:
     cfg["step_sleep"] = _as_float("smoke.step_sleep", get("smoke.step_sleep", default=0.0), minimum=0.0)
     cfg["fail_at_step"] = _as_int("smoke.fail_at_step", get("smoke.fail_at_step"), minimum=0, optional=True)
     cfg["fail_rank"] = _as_int("smoke.fail_rank", get("smoke.fail_rank"), minimum=0, optional=True)
+    # Lets failure tests choose what the failure looks like in the log (e.g. an OOM or an NCCL timeout).
+    cfg["fail_message"] = str(get("smoke.fail_message", default="") or "")
     cfg["exit_signal_handler"] = _as_bool("train.exit_signal_handler", get("train.exit_signal_handler", default=True))
     return cfg
 
@@ -1008,7 +1011,8 @@ class Smoke:
                  f"x grad-accum {accum}, seq {seq}, vocab {vocab}")
         for step in range(start_step, iters + 1):
             if cfg["fail_at_step"] == step and cfg["fail_rank"] in (None, self.rank):
-                raise InjectedFailure(f"smoke.fail_at_step={step}: injected failure on rank {self.rank}")
+                raise InjectedFailure(cfg["fail_message"]
+                                      or f"smoke.fail_at_step={step}: injected failure on rank {self.rank}")
             t0 = time.perf_counter()
             lr = self.lr_at(step)
             for group in self.optimizer.param_groups:
