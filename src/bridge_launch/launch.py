@@ -166,8 +166,14 @@ def cancel(reg: Registry, run: Run) -> Run:
         return run
     info = dict(run.info, cancelled=True)
     reg.update(run.run_id, info=info)
-    backends.backend(run.backend).cancel(reg.get(run.run_id))
-    return reg.update(run.run_id, state="CANCELLED", reason="cancelled by user")
+    be = backends.backend(run.backend)
+    be.cancel(reg.get(run.run_id))
+    try:  # record what the backend now says of each job (segments), under the run's final state
+        st = be.status([reg.get(run.run_id)]).get(run.run_id, {})
+        info = dict(info, **{k: v for k, v in st.items() if k not in ("state", "reason", "job_ids")})
+    except Exception:  # noqa: BLE001 - the cancel itself succeeded; details can wait for the next status
+        pass
+    return reg.update(run.run_id, state="CANCELLED", reason="cancelled by user", info=info)
 
 
 def last_step(text: str):

@@ -140,7 +140,8 @@ def _chain_block(job, srun) -> list[str]:
         'if reached; then touch "$chain/done"; finish 0; fi',
         'if [ "$got_signal" = 1 ]; then echo "bridge-launch: segment $segment ended at the time limit; ${next:-nothing} continues" >&2; end 0; fi',
         'if [ "$rc" -ne 0 ]; then',
-        f'    why=$(grep -hoE {det} {logs}/sbatch-"$SLURM_JOB_ID".out {logs}/"$SLURM_JOB_ID"-*.log 2>/dev/null | head -n 1)',
+        f'    why=$(grep -hE {det} {logs}/sbatch-"$SLURM_JOB_ID".out {logs}/"$SLURM_JOB_ID"-*.log 2>/dev/null '
+        '| head -n 1 | cut -c 1-240)',
         '    if [ -n "$why" ]; then stop "deterministic failure in segment $segment: $why"; finish "$rc"; fi',
         '    restarts=$(( $(cat "$chain/restarts" 2>/dev/null || echo 0) + 1 )); echo "$restarts" > "$chain/restarts"',
         f'    if [ "$restarts" -gt {c["max_restarts"]} ]; then stop "failed $restarts times; --max-restarts {c["max_restarts"]} used up"; finish "$rc"; fi',

@@ -1,0 +1,381 @@
+"""bridge-launch plan: rank groups, NVLink spans, memory per GPU, FLOPs and GPU-hours.
+
+Rank groups are checked by hand on small worlds and against megatron-core's own
+parallel_state.initialize_model_parallel run with gloo on CPU processes; the memory and FLOP
+formulas against published figures, each test naming its source.
+"""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("megatron.core")
+
+from bridge_launch import plan, resolve  # noqa: E402
+from bridge_launch.errors import UsageError  # noqa: E402
+
+
+def par(world, tp=1, pp=1, cp=1, ep=1, etp=None, sp=False, vpp=None):
+    etp = tp if etp is None else etp
+    return plan.Parallel(world=world, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, dp=world // (tp * pp * cp),
+                         edp=world // (etp * ep * pp), vpp=vpp, sp=sp)
+
+
+def job(recipe, cluster, *overrides, nodes=None, overlays=()):
+    return resolve.resolve(recipe, resolve.Options(cluster=cluster, overrides=overrides, nodes=nodes, overlays=overlays))
+
+
+def arch(recipe, **changes):
+    a = plan.arch_for(SimpleNamespace(recipe=recipe, hf_model=None, config={}))
+    return dataclasses.replace(a, **changes) if changes else a
+
+
+# ------------------------------------------------------------------------------------------
+# rank groups, worked by hand. Megatron's order "tp-cp-ep-dp-pp" makes TP the fastest-varying
+# index: rank = tp_rank + TP*(cp_rank + CP*(dp_rank + DP*pp_rank)); the expert layout is the
+# same with ETP, EP and expert-DP: rank = etp_rank + ETP*(ep_rank + EP*(edp_rank + EDP*pp_rank)).
+
+
+def test_groups_tp2_cp2_world8():
+    g, source = plan.rank_groups(par(8, tp=2, cp=2))
+    assert g["tp"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert g["cp"] == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert g["dp"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert g["dp_cp"] == [[0, 2, 4, 6], [1, 3, 5, 7]]  # the distributed optimizer's dense group
+    assert g["pp"] == [[r] for r in range(8)]
+    assert source.startswith("megatron-core ") and "RankGenerator" in source
+
+
+def test_groups_tp2_pp2_world8():
+    # Megatron's own docstring example scaled down: TP pairs, DP strides over TP, PP over TP*DP.
+    g, _ = plan.rank_groups(par(8, tp=2, pp=2))
+    assert g["tp"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert g["dp"] == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert g["pp"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+
+
+def test_expert_groups_ep4_etp1_world8():
+    g, _ = plan.rank_groups(par(8, tp=2, ep=4, etp=1))
+    assert g["ep"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert g["etp"] == [[r] for r in range(8)]
+    assert g["edp"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+
+
+def test_expert_groups_ep2_etp2_world8():
+    g, _ = plan.rank_groups(par(8, tp=2, ep=2, etp=2))
+    assert g["etp"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert g["ep"] == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert g["edp"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+
+
+def test_spans_count_nodes_and_domains():
+    groups = {"x": [[0, 1, 2, 3, 4, 5, 6, 7]], "y": [[0, 1], [2, 3]]}
+    s = plan.spans(groups, gpus_per_node=4, domain_nodes=1)
+    assert s["x"]["max_nodes"] == 2 and s["x"]["crosses_nodes"] and s["x"]["crosses_domains"]
+    assert s["x"]["widest"]["ranks"] == "0-7"
+    assert s["y"]["max_nodes"] == 1 and not s["y"]["crosses_nodes"]
+    assert not plan.spans(groups, gpus_per_node=4, domain_nodes=2)["x"]["crosses_domains"]
+
+
+CHECK_SCRIPT = textwrap.dedent("""
+    import json, sys, warnings
+    warnings.filterwarnings("ignore")
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    dist.init_process_group("gloo")
+    out = []
+    for tp, cp, ep, etp, pp in json.loads(sys.argv[2]):
+        ps.initialize_model_parallel(
+            tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp,
+            expert_model_parallel_size=ep, expert_tensor_parallel_size=etp, create_gloo_process_groups=False)
+        ranks = dist.get_process_group_ranks
+        mine = {
+            "tp": ranks(ps.get_tensor_model_parallel_group()),
+            "cp": ranks(ps.get_context_parallel_group()),
+            "pp": ranks(ps.get_pipeline_model_parallel_group()),
+            "dp": ranks(ps.get_data_parallel_group()),
+            "dp_cp": ranks(ps.get_data_parallel_group(with_context_parallel=True)),
+            "ep": ranks(ps.get_expert_model_parallel_group()),
+            "etp": ranks(ps.get_expert_tensor_parallel_group()),
+            "edp": ranks(ps.get_expert_data_parallel_group()),
+        }
+        every = [None] * dist.get_world_size()
+        dist.all_gather_object(every, mine)
+        out.append(every)
+        ps.destroy_model_parallel()
+    if dist.get_rank() == 0:
+        with open(sys.argv[1], "w") as f:
+            json.dump(out, f)
+    dist.destroy_process_group()
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_groups_match_megatron_parallel_state_on_gloo(tmp_path):
+    """8 CPU processes run megatron-core's initialize_model_parallel with gloo for several
+    layouts; every group each rank belongs to must be one that plan() reports, and the union
+    must be all of them."""
+    layouts = [  # (TP, CP, EP, ETP, PP)
+        (2, 2, 4, 1, 1),
+        (2, 1, 2, 2, 2),
+        (1, 2, 2, 1, 2),
+    ]
+    script, out = tmp_path / "groups.py", tmp_path / "groups.json"
+    script.write_text(CHECK_SCRIPT)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "8",
+         str(script), str(out), json.dumps(layouts)],
+        capture_output=True, text=True, timeout=220, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    measured = json.loads(out.read_text())
+    for (tp, cp, ep, etp, pp), every in zip(layouts, measured):
+        ours, _ = plan.rank_groups(par(8, tp=tp, cp=cp, ep=ep, etp=etp, pp=pp))
+        for kind, groups in ours.items():
+            seen = sorted({tuple(rank[kind]) for rank in every})
+            assert seen == sorted(map(tuple, groups)), (kind, (tp, cp, ep, etp, pp))
+
+
+# ------------------------------------------------------------------------------------------
+# layouts on the shipped recipes and clusters
+
+
+def test_vl_sft_on_gb200_32_stays_inside_nodes_and_one_domain(home):
+    result = plan.plan(job("qwen35-vl-sft", "gb200-32"))
+    assert result["parallel"] == {"tp": 2, "pp": 1, "cp": 8, "ep": 16, "etp": 1, "dp": 2, "edp": 2, "vpp": None, "sp": True}
+    assert result["world_size"] == 32 and result["nodes"] == 8
+    assert result["spans"]["tp"]["max_nodes"] == 1 and not result["spans"]["tp"]["crosses_nodes"]
+    assert result["spans"]["ep"]["max_nodes"] == 4  # 16 ranks on 4-GPU nodes
+    assert not any(s["crosses_domains"] for s in result["spans"].values())
+    assert result["segment"] == 8
+    assert result["domains"]["hybrid_ep"] and result["domains"]["segment_requested"]
+    assert result["groups"]["ep"] == [list(range(16)), list(range(16, 32))]
+    assert result["warnings"] == []
+    json.dumps(result)  # JSON-able as --output json prints it
+    text = plan.render_text(result)
+    assert "segment 8 nodes" in text and "HybridEP" in text and "warning" not in text
+
+
+def test_tp_across_nodes_warns(home):
+    # TP8 on 4-GPU nodes, CP4 so that TP*CP still divides the 32 GPUs
+    result = plan.plan(job("qwen35-vl-sft", "gb200-32", "model.tensor_model_parallel_size=8",
+                           "model.context_parallel_size=4"))
+    assert result["spans"]["tp"]["max_nodes"] == 2
+    assert any(w.startswith("TP groups of 8 span 2 nodes") for w in result["warnings"])
+    assert "warning: TP groups of 8" in plan.render_text(result)
+
+
+def test_hybrid_ep_across_nvlink_domains_warns_with_a_segment_that_fits(home):
+    # 36 GB200 nodes are two 18-node NVLink domains; EP16 groups cover 4 nodes, and 18 is not a
+    # multiple of 4, so the group on nodes 16-19 straddles the domain boundary.
+    result = plan.plan(job("qwen35-35b-a3b-pretrain", "gb200-nvl72", "model.expert_model_parallel_size=16",
+                           "train.global_batch_size=576", nodes=36))
+    assert result["segment"] == 18
+    assert result["spans"]["ep"]["crosses_domains"] and result["spans"]["ep"]["max_domains"] == 2
+    crossing = [w for w in result["warnings"] if w.startswith("EP (HybridEP) groups cross NVLink domains")]
+    assert crossing and "nodes 16-19" in crossing[0] and "a segment of 12 nodes" in crossing[0]
+
+
+def test_ep_wider_than_a_domain_has_no_segment_fix(home):
+    result = plan.plan(job("qwen35-35b-a3b-pretrain", "gb200-nvl72", "model.expert_model_parallel_size=144",
+                           "train.global_batch_size=576", nodes=36))
+    assert any("needs 36 nodes, more than one 18-node NVLink domain" in w for w in result["warnings"])
+
+
+def test_ep_without_hybridep_may_cross_domains(home):
+    result = plan.plan(job("qwen35-35b-a3b-pretrain", "gb200-nvl72", "model.expert_model_parallel_size=16",
+                           "train.global_batch_size=576", "model.moe_token_dispatcher_type=alltoall", nodes=36))
+    assert not result["domains"]["hybrid_ep"]
+    assert not any("EP" in w for w in result["warnings"])
+
+
+def test_bad_sizes_are_usage_errors(home):
+    with pytest.raises(UsageError, match="not divisible by TP\\*PP\\*CP"):
+        plan.plan(job("qwen35-9b-pretrain", "gb200-8", "model.tensor_model_parallel_size=3"))
+
+
+def test_missing_megatron_core_is_one_usage_error(home, monkeypatch):
+    monkeypatch.setitem(sys.modules, "megatron.core.parallel_state", None)
+    with pytest.raises(UsageError) as err:
+        plan.plan(job("qwen35-9b-pretrain", "gb200-8"))
+    assert str(err.value) == "bridge-launch plan needs the 'plan' extra: pip install 'bridge-launch[plan]'"
+
+
+def test_importing_plan_does_not_import_megatron_or_torch():
+    code = "import sys, bridge_launch.plan; print(sorted(m for m in ('megatron', 'torch') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+# ------------------------------------------------------------------------------------------
+# memory: formulas against published figures
+
+
+def test_bytes_per_parameter_match_megatron_distributed_optimizer_table():
+    # Megatron-LM docs/user-guide/features/dist_optimizer.md: bf16 parameters with fp32
+    # gradients cost 18 bytes without the distributed optimizer and 6 + 12/d with it; fp16/bf16
+    # gradients cost 20 and 4 + 16/d.
+    assert plan.bytes_per_param(distributed=False, shard=8, fp32_grads=True)["total"] == 18
+    assert plan.bytes_per_param(distributed=True, shard=8, fp32_grads=True)["total"] == 6 + 12 / 8
+    assert plan.bytes_per_param(distributed=False, shard=8, fp32_grads=False)["total"] == 20
+    assert plan.bytes_per_param(distributed=True, shard=16, fp32_grads=False)["total"] == 4 + 16 / 16
+
+
+def gpt(h=4096, a=32):
+    """The GPT layer of Korthikanti et al.: MHA, 4h GeLU MLP, dropout, no flash attention."""
+    return plan.Arch(name="gpt", source="test", hidden=h, vocab=51200, tied=True, layers=("*+-",), ffn=4 * h,
+                     gated_mlp=False, dropout=True, flash_attention=False,
+                     attention={"num_heads": a, "num_query_groups": a, "head_dim": h // a})
+
+
+@pytest.mark.parametrize("t", [1, 2, 8])
+def test_activation_memory_per_layer_matches_korthikanti_table_2(t):
+    # Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"
+    # (arXiv 2205.05198), Table 2, activation bytes per transformer layer.
+    s, b, h, a = 2048, 1, 4096, 32
+    m = gpt(h, a)
+
+    def layer(**kw):
+        return plan.layer_activation_bytes(m, "*+-", seq=s, tp=t, **kw) * s * b
+
+    sbh = s * b * h
+    selective = frozenset({"core_attn"})
+    if t == 1:
+        assert layer() == pytest.approx(sbh * (34 + 5 * a * s / h))  # no parallelism
+    assert layer() == pytest.approx(sbh * (10 + 24 / t + 5 * a * s / (h * t)))  # tensor parallel
+    assert layer(sp=True) == pytest.approx(sbh * (34 / t + 5 * a * s / (h * t)))  # + sequence parallel
+    assert layer(recompute=selective) == pytest.approx(sbh * (10 + 24 / t))  # + selective recompute
+    assert layer(sp=True, recompute=selective) == pytest.approx(sbh * 34 / t)  # TP + SP + selective
+    # full activation recompute keeps only each layer's input: sbh * 2 (Table 2, last row)
+    kept, transient = plan.stage_activation_bytes(m, ["*+-"] * 4, plan.Recompute("full", method="uniform", num_layers=1),
+                                                  seq=s, tp=t, sp=False, etp=1)
+    assert kept * s * b == pytest.approx(4 * sbh * 2)
+    assert transient == pytest.approx(plan.layer_activation_bytes(m, "*+-", seq=s, tp=t))
+
+
+def test_flash_attention_and_no_dropout_match_megatron_lm_estimate():
+    # Megatron-LM megatron/training/theoretical_memory_usage.py (compute_activation_memory):
+    # with sequence parallelism and selective recompute a layer keeps sbh(18 + 4 ffn/h)/t bytes,
+    # which is 34 sbh/t for the 4h MLP: the s^2 term is gone once core attention is not stored.
+    s, h, t = 4096, 4096, 4
+    m = dataclasses.replace(gpt(h), flash_attention=True)
+    assert plan.layer_activation_bytes(m, "*+-", seq=s, tp=t, sp=True) * s == pytest.approx(s * h * (18 + 4 * 4) / t)
+
+
+def test_qwen35_vl_parameter_count_reproduces_the_verification_card():
+    # Megatron-Bridge examples/model_verification_cards/qwen3.6-35b-a3b/card.yaml (same
+    # architecture as Qwen3.5-35B-A3B): the HF export holds 71,903,645,408 BF16 bytes
+    # (language model, MTP layer and vision tower).
+    assert plan.total_params(arch("qwen35-vl-sft"))["total"] == 71_903_645_408 // 2
+
+
+def test_nemotron_3_nano_parameter_count_matches_the_report():
+    # Nemotron 3 Nano technical report (arXiv 2512.20848): 31.6B total parameters.
+    assert plan.total_params(arch("nemotron-3-nano-pretrain"))["total"] == pytest.approx(31.6e9, rel=0.002)
+
+
+def test_qwen35_9b_parameter_count_matches_published_size():
+    # llama.cpp GGUF metadata of Qwen3.5-9B (language model, no MTP): 8.95B parameters.
+    assert plan.total_params(arch("qwen35-9b-pretrain", mtp_layers=0))["total"] == pytest.approx(8.95e9, rel=0.001)
+
+
+def test_vl_sft_memory_breakdown(home):
+    mem = plan.plan(job("qwen35-vl-sft", "gb200-32"))["memory"]
+    p = mem["parameters"]
+    # experts over EP16, the rest (embeddings, output layer, vision) over TP2
+    assert p["expert_per_gpu"] == pytest.approx(p["experts"] / 16, rel=1e-9)
+    assert mem["bytes_per_param"] == {"dense": 6 + 12 / 16, "expert": 6 + 12 / 2, "distributed_optimizer": True,
+                                      "fp32_grads": True, "dense_shard": 16, "expert_shard": 2}
+    gib = 1024**3
+    assert mem["params_gib"] == pytest.approx(2 * p["per_gpu"] / gib, abs=0.01)
+    assert mem["grads_gib"] == pytest.approx(4 * p["per_gpu"] / gib, abs=0.01)
+    assert mem["optimizer_gib"] == pytest.approx((12 / 16 * p["dense_per_gpu"] + 12 / 2 * p["expert_per_gpu"]) / gib, abs=0.01)
+    assert mem["tokens_per_microbatch"] == 131072 / 8 and mem["microbatches_in_flight"] == 1
+    assert mem["recompute"] == "selective: core_attn, gdn_norm_out, moe_act"
+    assert mem["capacity_gib"] == 186 and 0.3 < mem["fraction"] < 0.9
+    parts = mem["params_gib"] + mem["grads_gib"] + mem["optimizer_gib"] + mem["activations_gib"]
+    assert mem["total_gib"] == pytest.approx(parts, abs=0.05)
+
+
+def test_recompute_lowers_activations(home):
+    base = plan.plan(job("qwen35-9b-pretrain", "gb200-8"))["memory"]
+    sel = plan.plan(job("qwen35-9b-pretrain", "gb200-8", "model.recompute_granularity=selective",
+                        "model.recompute_modules=[layernorm,mlp]"))["memory"]
+    full = plan.plan(job("qwen35-9b-pretrain", "gb200-8", "model.recompute_granularity=full",
+                         "model.recompute_method=uniform", "model.recompute_num_layers=1"))["memory"]
+    assert full["activations"]["layers"] < sel["activations"]["layers"] < base["activations"]["layers"]
+    assert full["activations"]["recompute_transient"] > 0
+
+
+def test_memory_above_90_percent_warns(home):
+    result = plan.plan(job("qwen35-9b-pretrain", "gb200-8", "train.micro_batch_size=8"))
+    assert result["memory"]["fraction"] > 1
+    assert any(w.startswith("memory: about") and "does not fit" in w for w in result["warnings"])
+
+
+def test_config_values_override_the_table(home):
+    j = job("qwen35-35b-a3b-pretrain", "gb200-8", "model.num_layers=8", "model.mtp_num_layers=0")
+    a = plan.arch_for(j)
+    assert len(a.layers) == 8 and a.layers[3] == "*+E" and a.mtp_layers == 0
+    assert plan.arch_for(job("qwen35-35b-a3b-pretrain", "gb200-8")).mtp_layers == 1  # the table is not mutated
+
+
+def test_unknown_model_gives_no_memory_but_a_note(home):
+    result = plan.plan(job("smoke", "local", "~model.num_layers"))
+    assert result["memory"] is None and result["throughput"] is None
+    assert any("no architecture known" in n for n in result["notes"])
+
+
+# ------------------------------------------------------------------------------------------
+# FLOPs per token and GPU-hours
+
+
+def test_nemotron_flops_per_token_reproduce_megatron_bridge_throughput_table():
+    # Megatron-Bridge docs/performance-summary-archive.md (26.06.01 container), Nemotron_3_Nano
+    # on 8 DGX-GB200, seq 8192: 776 model TFLOP/s/GPU at 34816 tokens/s/GPU, i.e. the model
+    # TFLOPs Megatron-Bridge counts per token.
+    assert plan.flops_per_token(arch("nemotron-3-nano-pretrain"), 8192) == pytest.approx(776e12 / 34816, rel=0.002)
+
+
+def test_qwen35_flops_per_token_match_the_verification_card():
+    # Megatron-Bridge qwen3.6-35b-a3b card, pretrain_performance.GB200: 210.360 TFLOP/s/GPU at
+    # 9142.714 tokens/s/GPU, seq 4096. That count includes the vision tower's FLOPs for the
+    # mock images, which plan leaves out, so the language model accounts for ~97% of it.
+    ratio = plan.flops_per_token(arch("qwen35-35b-a3b-pretrain"), 4096) / (210.36e12 / 9142.714)
+    assert 0.97 < ratio < 1.0
+
+
+def test_throughput_for_the_convergence_overlay(home):
+    thr = plan.plan(job("nemotron-3-nano-pretrain", "gb200-64", overlays=("nemo-ci-convergence",)))["throughput"]
+    assert thr["tokens_per_step"] == 512 * 4096
+    assert thr["steps"] == 48000 and thr["tokens"] == 48000 * 512 * 4096
+    assert thr["budget_source"] == "overlay:nemo-ci-convergence"
+    assert thr["tflops_assumption"] == 776 and "performance-summary" in thr["source"]
+    expected = thr["tokens"] * thr["flops_per_token"] / 776e12 / 3600
+    assert thr["gpu_hours"] == pytest.approx(expected, rel=1e-3)
+    assert thr["wall_hours"] == pytest.approx(expected / 64, rel=1e-2)
+
+
+def test_tflops_and_token_budget_from_the_caller(home):
+    thr = plan.plan(job("qwen35-9b-pretrain", "gb200-8"), tflops_per_gpu=500, token_budget=10**9)["throughput"]
+    assert thr["steps"] == -(-10**9 // (128 * 4096)) and thr["budget_source"] == "--tokens"
+    assert thr["tflops_assumption"] == 500 and thr["source"] == "command line" and thr["gpu_hours"] > 0
+
+
+def test_recipe_without_a_stated_tflops_has_no_gpu_hours(home):
+    result = plan.plan(job("qwen35-9b-pretrain", "gb200-8"))
+    assert result["throughput"]["gpu_hours"] is None and result["throughput"]["tflops_assumption"] is None
+    assert "GPU-hours unknown" in plan.render_text(result)
+
+
+def test_mxfp8_recipe_states_the_model_card_assumption(home):
+    thr = plan.plan(job("qwen35-vl-sft-mxfp8", "gb200-32"))["throughput"]
+    assert thr["tflops_assumption"] == 210.36 and "qwen3.6-35b-a3b" in thr["source"]
