@@ -187,7 +187,7 @@ def test_hybrid_ep_across_nvlink_domains_warns_with_a_segment_that_fits(home):
 def test_ep_wider_than_a_domain_has_no_segment_fix(home):
     result = plan.plan(job("qwen35-35b-a3b-pretrain", "gb200-nvl72", "model.expert_model_parallel_size=144",
                            "train.global_batch_size=576", nodes=36))
-    assert any("needs 36 nodes, more than one 18-node NVLink domain" in w for w in result["warnings"])
+    assert any("a group of 144 ranks needs 36 nodes, more than one 18-node NVLink domain; keep EP <= 72" in w for w in result["warnings"])
 
 
 def test_ep_without_hybridep_may_cross_domains(home):
@@ -366,8 +366,8 @@ def test_throughput_for_the_convergence_overlay(home):
 
 def test_tflops_and_token_budget_from_the_caller(home):
     thr = plan.plan(job("qwen35-9b-pretrain", "gb200-8"), tflops_per_gpu=500, token_budget=10**9)["throughput"]
-    assert thr["steps"] == -(-10**9 // (128 * 4096)) and thr["budget_source"] == "--tokens"
-    assert thr["tflops_assumption"] == 500 and thr["source"] == "command line" and thr["gpu_hours"] > 0
+    assert thr["steps"] == -(-10**9 // (128 * 4096)) and thr["budget_source"] == "a budget of 1,000,000,000 tokens"
+    assert thr["tflops_assumption"] == 500 and thr["source"] == "given for this plan" and thr["gpu_hours"] > 0
 
 
 def test_recipe_without_a_stated_tflops_has_no_gpu_hours(home):

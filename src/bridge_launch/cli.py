@@ -153,6 +153,24 @@ def diff(
     raise typer.Exit(commands.diff(_raw_after("diff"), all_keys=all_keys, output=output.value))
 
 
+@app.command(context_settings={"allow_interspersed_args": True})
+def plan(
+    recipe: str = typer.Argument(..., help="Recipe name or alias.", autocompletion=_complete_recipe),
+    overrides: Optional[List[str]] = typer.Argument(None, help="Hydra overrides, as for submit."),
+    cluster: str = typer.Option("local", "--cluster", "-c", help="Cluster profile.", autocompletion=_complete_cluster),
+    overlay: Optional[List[str]] = typer.Option(None, "--overlay", help="Overlay to apply (repeatable, in order)."),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Node count."),
+    tflops: Optional[float] = typer.Option(None, "--tflops", help="Achieved TFLOP/s per GPU (overrides the recipe's assumption)."),
+    tokens: Optional[float] = typer.Option(None, "--tokens", help="Token budget: steps = tokens / tokens per step."),
+    output: Output = OUTPUT,
+):
+    """Rank groups, NVLink domains, memory per GPU and GPU-hours, before submitting (needs the 'plan' extra)."""
+    from . import commands
+
+    raise typer.Exit(commands.plan(recipe, overrides or [], cluster=cluster, overlays=overlay or [], nodes=nodes,
+                                   tflops=tflops, tokens=tokens, output=output.value))
+
+
 @app.command()
 def prune(older_than: str = typer.Option("30d", "--older-than", help="Age of finished runs to forget, e.g. 30d, 12h.")):
     """Forget the records of finished runs older than the given age (run dirs are kept)."""

@@ -383,3 +383,19 @@ def prune(older_than: str) -> int:
     n = Registry().prune(seconds)
     print(f"forgot {n} finished run{'s' if n != 1 else ''} older than {older_than}")
     return 0
+
+
+def plan(recipe, overrides, *, cluster, overlays, nodes, tflops, tokens, output) -> int:
+    from . import plan as planner
+    from . import resolve
+
+    job = resolve.resolve(recipe, resolve.Options(cluster=cluster, overlays=tuple(overlays),
+                                                  overrides=tuple(overrides), nodes=nodes))
+    result = planner.plan(job, tflops_per_gpu=tflops, token_budget=int(tokens) if tokens else None)
+    if output == "json":
+        views.dump_json(result)
+    else:
+        sys.stdout.write(planner.render_text(result))
+        for e in job.errors:
+            sys.stdout.write(f"! {e}\n")
+    return 0

@@ -175,74 +175,74 @@ def _hybrid_ep(cfg: dict) -> bool:
 
 
 def _fits(groups: list, gpus_per_node: int, unit_nodes: int) -> bool:
+    """Whether every group lies inside one block of unit_nodes consecutive nodes."""
     return all(len({(r // gpus_per_node) // unit_nodes for r in g}) == 1 for g in groups)
 
 
-def topology(job, par: Parallel, groups: dict) -> tuple[dict, dict, list, list]:
-    """(spans, domain facts, warnings, notes) for the job's placement."""
-    from .backends.slurm import segment_size  # the value the Slurm backend writes as --segment
-
-    gpn = job.gpus_per_node
-    domain = int(job.profile.get("nvlink_domain_nodes") or 0)
-    segment = segment_size(job.nodes, domain) if domain > 1 and job.nodes > 1 else None
-    requested = job.backend == "slurm" and bool(job.scheduler.get("segment"))
-    unit = segment or 1  # without multi-node domains, NVLink ends at the node
-    sp = spans(groups, gpn, unit)
-    warnings_, notes = [], []
-
-    for kind, label in (("tp", "TP"), ("etp", "expert TP")):
-        s = sp[kind]
-        if s["crosses_nodes"]:
-            warnings_.append(
-                f"{label} groups of {s['size']} span {s['max_nodes']} nodes (ranks {s['widest']['ranks']} on nodes "
-                f"{_nodes(s['widest']['nodes'])}) but a node has {gpn} GPUs: {label} traffic leaves the node on every "
-                f"layer; keep {label} <= {gpn}")
-
-    hybrid = _hybrid_ep(job.config) and par.ep > 1
-    critical = [k for k in ("tp", "etp") if sp[k]["size"] > 1] + (["ep"] if hybrid else [])
-    if segment is not None:
-        for kind in critical:
-            s = sp[kind]
-            if not s["crosses_domains"]:
-                continue
-            label = {"tp": "TP", "etp": "expert TP", "ep": "EP (HybridEP)"}[kind]
-            span_nodes = math.ceil(s["size"] / gpn)
-            if span_nodes > domain:
-                fix = (f"an EP group of {s['size']} ranks needs {span_nodes} nodes, more than one "
-                       f"{domain}-node NVLink domain; use EP <= {domain * gpn}")
-            else:
-                good = [g for g in range(min(domain, job.nodes), 0, -1)
-                        if job.nodes % g == 0 and all(_fits(groups[k], gpn, g) for k in critical)]
-                fix = (f"a segment of {good[0]} nodes (divides {job.nodes}, <= {domain}) keeps every group inside one "
-                       f"domain" if good else f"no segment of <= {domain} nodes dividing {job.nodes} keeps them inside one domain")
-            warnings_.append(
-                f"{label} groups cross NVLink domains: ranks {s['widest']['ranks']} sit on nodes "
-                f"{_nodes(s['widest']['nodes'])}, across the {segment}-node segment boundary; {fix}")
-        if not requested and any(sp[k]["max_nodes"] > 1 for k in critical):
-            notes.append(f"cluster '{job.cluster}' does not request --segment: the scheduler may split the job's "
-                         f"nodes across NVLink domains; domains above assume {segment} consecutive nodes share one")
-    if hybrid:
-        env = job.env.get("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN")
-        per_domain = max(_largest_share(g, gpn, unit) for g in groups["ep"])
-        if env is not None and str(env).isdigit() and int(env) != per_domain:
-            warnings_.append(f"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={env} but each EP group has {per_domain} ranks "
-                             f"inside one NVLink domain (EP={par.ep}); set it to {per_domain}")
-    facts = {"nvlink_domain_nodes": domain or None, "segment": segment, "segment_requested": requested,
-             "hybrid_ep": hybrid, "nvlink_groups": critical}
-    return sp, facts, warnings_, notes
-
-
-def _nodes(ns: list) -> str:
-    return _short(ns)
-
-
 def _largest_share(group: list, gpus_per_node: int, unit_nodes: int) -> int:
-    """The most ranks of one group that sit in a single domain."""
+    """The most ranks of one group that sit in a single block of unit_nodes nodes."""
     counts: dict = {}
     for r in group:
         u = (r // gpus_per_node) // unit_nodes
         counts[u] = counts.get(u, 0) + 1
     return max(counts.values())
+
+
+_LABEL = {"tp": "TP", "etp": "expert TP", "ep": "EP (HybridEP)"}
+
+
+def topology(job, par: Parallel, groups: dict) -> tuple[dict, dict, list, list]:
+    """(spans, domain facts, warnings, notes) for the job's placement.
+
+    TP and expert TP must stay inside a node. Under HybridEP an EP group must also stay inside
+    one NVLink domain; the domain a node lands in is its Slurm segment (node // segment)."""
+    from .backends.slurm import segment_size  # the value the Slurm backend writes as --segment
+
+    gpn, nodes = job.gpus_per_node, job.nodes
+    domain = int(job.profile.get("nvlink_domain_nodes") or 0)
+    segment = segment_size(nodes, domain) if domain > 1 and nodes > 1 else None
+    requested = job.backend == "slurm" and bool(job.scheduler.get("segment"))
+    unit = segment or 1  # without multi-node NVLink domains, NVLink ends at the node
+    sp = spans(groups, gpn, unit)
+    hybrid = _hybrid_ep(job.config) and par.ep > 1
+    critical = [k for k in ("tp", "etp") if sp[k]["size"] > 1] + (["ep"] if hybrid else [])
+    warns, notes = [], []
+
+    for kind in ("tp", "etp"):
+        s, label = sp[kind], _LABEL[kind]
+        if s["crosses_nodes"]:
+            warns.append(f"{label} groups of {s['size']} span {s['max_nodes']} nodes (ranks {s['widest']['ranks']} on "
+                         f"nodes {_short(s['widest']['nodes'])}) but a node has {gpn} GPUs: {label} traffic leaves the "
+                         f"node on every layer; keep {label} <= {gpn}")
+
+    for kind in critical if segment else ():
+        s = sp[kind]
+        if not s["crosses_domains"]:
+            continue
+        need = math.ceil(s["size"] / gpn)
+        if need > domain:
+            fix = (f"a group of {s['size']} ranks needs {need} nodes, more than one {domain}-node NVLink domain; "
+                   f"keep {_LABEL[kind].split()[0]} <= {domain * gpn}")
+        else:
+            good = [g for g in range(min(domain, nodes), 0, -1)
+                    if nodes % g == 0 and all(_fits(groups[k], gpn, g) for k in critical)]
+            fix = (f"a segment of {good[0]} nodes (divides {nodes}, <= {domain}) keeps every group inside one domain"
+                   if good else f"no segment of <= {domain} nodes that divides {nodes} keeps them inside one domain")
+        warns.append(f"{_LABEL[kind]} groups cross NVLink domains: ranks {s['widest']['ranks']} sit on nodes "
+                     f"{_short(s['widest']['nodes'])}, across the {segment}-node segment boundary; {fix}")
+    if segment and not requested and any(sp[k]["max_nodes"] > 1 for k in critical):
+        notes.append(f"cluster '{job.cluster}' does not request --segment: the scheduler may split the job's nodes "
+                     f"across NVLink domains; the domains above assume {segment} consecutive nodes share one")
+
+    if hybrid:  # HybridEP is told how many EP ranks share a domain
+        env = job.env.get("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN")
+        per_domain = max(_largest_share(g, gpn, unit) for g in groups["ep"])
+        if env is not None and str(env).isdigit() and int(env) != per_domain:
+            warns.append(f"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={env} but each EP group has {per_domain} ranks "
+                         f"inside one NVLink domain (EP={par.ep}); set it to {per_domain}")
+    facts = {"nvlink_domain_nodes": domain or None, "segment": segment, "segment_requested": requested,
+             "hybrid_ep": hybrid, "nvlink_groups": critical}
+    return sp, facts, warns, notes
 
 
 # ------------------------------------------------------------------------------------------
@@ -732,7 +732,7 @@ def tflops_assumption(job) -> dict | None:
 
     try:
         own = recipes.load(job.recipe).get("assumptions") or {}
-    except Exception:  # a recipe file that changed since resolve: fall back to the table
+    except UsageError:  # the recipe file went away since resolve: fall back to the table
         own = {}
     if isinstance(own.get("tflops_per_gpu"), (int, float)):
         return {"tflops_per_gpu": float(own["tflops_per_gpu"]), "source": own.get("tflops_source", "recipe [assumptions]"),
@@ -745,6 +745,8 @@ def tflops_assumption(job) -> dict | None:
 
 def throughput(job, arch: Arch, par: Parallel, *, tflops_per_gpu: float | None = None,
                token_budget: int | None = None) -> dict | None:
+    """Tokens per step, steps (train.train_iters, or enough steps for token_budget) and, given
+    an achieved TFLOP/s per GPU, seconds per step and GPU-hours."""
     cfg = job.config
     seq = _int(cfg, "dataset.seq_length") or _int(cfg, "model.seq_length")
     gbs = _int(cfg, validate.GBS)
@@ -753,11 +755,11 @@ def throughput(job, arch: Arch, par: Parallel, *, tflops_per_gpu: float | None =
     tokens_per_step = gbs * seq
     fpt = flops_per_token(arch, seq, par.tp, _int(cfg, "model.make_vocab_size_divisible_by") or 128)
     if token_budget:
-        steps, budget_source = math.ceil(token_budget / tokens_per_step), "--tokens"
+        steps, budget_source = math.ceil(token_budget / tokens_per_step), f"a budget of {token_budget:,} tokens"
     else:
         steps = _int(cfg, "train.train_iters")
         budget_source = job.provenance.get("config", {}).get("train.train_iters") if steps else None
-    assumed = ({"tflops_per_gpu": float(tflops_per_gpu), "source": "command line", "caveat": None}
+    assumed = ({"tflops_per_gpu": float(tflops_per_gpu), "source": "given for this plan", "caveat": None}
                if tflops_per_gpu else tflops_assumption(job))
     out = {"tokens_per_step": tokens_per_step, "flops_per_token": fpt, "flops_per_step": fpt * tokens_per_step,
            "steps": steps, "tokens": steps * tokens_per_step if steps else None, "budget_source": budget_source,
@@ -791,10 +793,9 @@ def plan(job, *, tflops_per_gpu: float | None = None, token_budget: int | None =
         mem = memory(job, arch, par)
         if mem["fraction"] is not None and mem["fraction"] > WARN_FRACTION:
             verb = "does not fit" if mem["fraction"] > 1 else f"is above {WARN_FRACTION:.0%}"
-            warnings_line = (f"memory: about {mem['total_gib']:.0f} of {mem['capacity_gib']:.0f} GiB per GPU "
-                             f"({mem['fraction']:.0%}) on pipeline stage {mem['stage']} {verb}: raise TP/CP/EP/PP, "
-                             f"recompute more, or lower the micro batch")
-            warns.append(warnings_line)
+            warns.append(f"memory: about {mem['total_gib']:.0f} of {mem['capacity_gib']:.0f} GiB per GPU "
+                         f"({mem['fraction']:.0%}) on pipeline stage {mem['stage']} {verb}: raise TP/CP/EP/PP, "
+                         f"recompute more, or lower the micro batch")
         thr = throughput(job, arch, par, tflops_per_gpu=tflops_per_gpu, token_budget=token_budget)
     return {
         "recipe": job.recipe,
@@ -891,7 +892,7 @@ def render_text(result: dict) -> str:
             if thr["caveat"]:
                 lines.append(f"  caveat: {thr['caveat']}")
         else:
-            lines.append("  no achieved TFLOP/s stated for this recipe: GPU-hours unknown (give one to estimate them)")
+            lines.append("  no achieved TFLOP/s stated for this recipe: GPU-hours unknown")
     if result["notes"]:
         lines += [""] + [f"note: {n}" for n in result["notes"]]
     if result["warnings"]:
