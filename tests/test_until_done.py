@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli, write
 from test_slurm_e2e import FAST, cluster, local_slurm  # noqa: F401  (the module-scoped cluster fixture)
+from test_slurm_e2e import _wait_state as _wait
 
 pytestmark = pytest.mark.slow
 
@@ -20,17 +21,6 @@ def _chain(*args, timeout=120):
     r = run_cli("submit", "smoke", "-c", "local-slurm", "--until-done", "-o", "json", *FAST, *args, timeout=timeout)
     assert r.code == 0, r.err
     return r.json()
-
-
-def _wait(run_id, states, timeout):
-    deadline = time.time() + timeout
-    st = None
-    while time.time() < deadline:
-        st = run_cli("status", run_id, "-o", "json").json()[0]
-        if st["state"] in states:
-            return st
-        time.sleep(2)
-    raise AssertionError(f"{run_id} did not reach {states} in {timeout}s: {st}")
 
 
 def _segments(sub):
