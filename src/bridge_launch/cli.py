@@ -26,6 +26,9 @@ clusters_app = typer.Typer(help="List and show cluster profiles.", no_args_is_he
 app.add_typer(recipes_app, name="recipes")
 app.add_typer(overlays_app, name="overlays")
 app.add_typer(clusters_app, name="clusters")
+from .data.cli import app as data_app  # noqa: E402  (no heavy imports at its top)
+
+app.add_typer(data_app, name="data", help="Prepare and inspect datasets (Energon shards, packing report).")
 
 
 class Output(str, Enum):

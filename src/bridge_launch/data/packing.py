@@ -1,0 +1,159 @@
+"""Simulate the Qwen-VL recipe's native (Energon) packing over measured sample lengths.
+
+What training does (Megatron-Bridge QwenVLTaskEncoder with enable_energon_packing): Energon fills a
+buffer of `dataset.packing_buffer_size` samples in stream order; `select_samples_to_pack` runs
+first-fit-decreasing over that buffer with bins of `dataset.seq_length`, each sample's length
+rounded up to the CP/SP padding multiple (training/config.py: lcm(2*CP if CP>1, CP*TP with sequence
+parallel)); every resulting pack is one sequence, padded to `seq_length` because EP>1 forces
+`pad_to_max_length`. So the padding of a pack is seq_length - sum(its aligned lengths).
+
+The simulation is vectorised across buffers: the buffers are rows of a (groups x buffer) array,
+sorted descending per row, then items are placed column by column into the first bin with room
+(first fit over at most `bins` open bins per row; first fit never has two bins at most half full,
+so bins <= 2*sum/seq_length + 1)."""
+
+from __future__ import annotations
+
+import math
+
+
+def pad_multiple(config: dict) -> int:
+    tp = int(config.get("model.tensor_model_parallel_size", 1) or 1)
+    cp = int(config.get("model.context_parallel_size", 1) or 1)
+    sp = bool(config.get("model.sequence_parallel", False))
+    m = [2 * cp if cp > 1 else 1, cp * tp if sp and tp > 1 else 1]
+    return math.lcm(*m)
+
+
+def _align(L, multiple: int):
+    if multiple & (multiple - 1) == 0:  # power of two: a mask instead of an integer division
+        return (L + (multiple - 1)) & ~(multiple - 1)
+    return -(-L // multiple) * multiple
+
+
+def simulate(lengths, seq_length: int, buffer_size: int, multiple: int = 1) -> dict:
+    """Pack `lengths` (stream order) as training would; returns totals and per-pack arrays."""
+    import numpy as np
+
+    if seq_length < 1 or buffer_size < 1 or multiple < 1:
+        raise ValueError("seq_length, buffer_size and multiple must be >= 1")
+    L = np.asarray(lengths, dtype=np.int64)
+    if L.size and L.min() < 1:
+        raise ValueError("sample lengths must be >= 1")
+    A = _align(L, multiple)
+    fits = A <= seq_length
+    too_long = int((~fits).sum())
+    A = A[fits]
+    n = int(A.size)
+    if n == 0:
+        return {"samples": 0, "too_long": too_long, "packs": 0, "tokens": 0, "aligned_tokens": 0, "padding": 0,
+                "padding_fraction": 0.0, "samples_per_pack": 0.0, "pack_fill": np.zeros(0), "pack_samples": np.zeros(0, np.int64)}
+    B = buffer_size
+    G = -(-n // B)
+    M = np.zeros(G * B, dtype=np.int32 if seq_length < 2**31 else np.int64)
+    M[:n] = A
+    M = np.sort(M.reshape(G, B), axis=1)[:, ::-1]  # descending per buffer; padding zeros go last
+    K = int(min(B, 2 * int(M.sum(axis=1).max()) // seq_length + 2))
+    rem = np.full(G * K, seq_length, dtype=np.int64)
+    cnt = np.zeros(G * K, dtype=np.int64)
+    base = np.arange(G, dtype=np.int64) * K
+    for j in range(B):
+        x = np.ascontiguousarray(M[:, j])
+        if not x.any():
+            break
+        # first bin with room (an unopened bin always has room); zeros (the short last buffer) place nothing
+        idx = base + np.argmax(rem.reshape(G, K) >= x[:, None], axis=1)
+        rem[idx] -= x
+        cnt[idx] += x > 0
+    rem, cnt = rem.reshape(G, K), cnt.reshape(G, K)
+    used = cnt > 0
+    fill = (seq_length - rem[used]) / seq_length
+    pack_samples = cnt[used]
+    packs = int(used.sum())
+    aligned = int(A.sum())
+    real = int(L[fits].sum())
+    capacity = packs * seq_length
+    return {
+        "samples": n, "too_long": too_long, "packs": packs, "tokens": real, "aligned_tokens": aligned,
+        "padding": capacity - real, "padding_fraction": (capacity - real) / capacity,
+        "samples_per_pack": n / packs, "pack_fill": fill, "pack_samples": pack_samples,
+    }
+
+
+def summary(sim: dict) -> dict:
+    """The JSON-able part of a simulation (per-pack arrays reduced to quantiles and a histogram)."""
+    import numpy as np
+
+    pad = 1.0 - sim["pack_fill"]
+    out = {k: v for k, v in sim.items() if k not in ("pack_fill", "pack_samples")}
+    if sim["packs"]:
+        q = np.quantile(pad, [0.0, 0.5, 0.9, 1.0])
+        out["pack_padding_fraction"] = {"min": float(q[0]), "median": float(q[1]), "p90": float(q[2]), "max": float(q[3]),
+                                        "mean": float(pad.mean())}
+        hist, edges = np.histogram(pad, bins=10, range=(0.0, 1.0))
+        out["pack_padding_histogram"] = {"edges": [round(float(e), 2) for e in edges], "counts": hist.tolist()}
+        out["max_samples_in_a_pack"] = int(sim["pack_samples"].max())
+    return out
+
+
+def suggestions(lengths, seq_length: int, buffer_size: int, multiple: int = 1, *, base: float | None = None,
+                max_samples: int = 200_000) -> dict:
+    """Settings that reduce padding: larger buffers, shorter sequences, and the samples a pack needs."""
+    import numpy as np
+
+    L = np.asarray(lengths, dtype=np.int64)
+    if L.size > max_samples:  # a prefix is enough to rank settings; keeps the report fast
+        L = L[:max_samples]
+    if base is None:
+        base = simulate(L, seq_length, buffer_size, multiple)["padding_fraction"]
+    A = _align(L, multiple)
+    mean = float(A.mean()) if A.size else 0.0
+    need = math.ceil(seq_length / mean) if mean else 0
+    rows = []
+    for b in sorted({buffer_size * 2 ** k for k in range(1, 9)} | {_pow2_at_least(need), _pow2_at_least(2 * need)}):
+        if b <= buffer_size or b > 65536:
+            continue
+        s = simulate(L, seq_length, b, multiple)
+        if s["padding_fraction"] < base - 1e-9:
+            rows.append({"setting": "dataset.packing_buffer_size", "value": b, "seq_length": seq_length,
+                         "buffer_size": b, "padding_fraction": s["padding_fraction"], "samples_per_pack": s["samples_per_pack"]})
+    longest = int(A.max()) if A.size else 0
+    cand = {seq_length // 2 ** k for k in range(1, 8)}
+    cand.add(max(multiple, -(-int(buffer_size * mean) // multiple) * multiple))
+    for sl in sorted(cand, reverse=True):
+        if sl >= seq_length or sl < longest or sl % multiple:
+            continue
+        s = simulate(L, sl, buffer_size, multiple)
+        if s["padding_fraction"] < base - 1e-9:
+            rows.append({"setting": "dataset.seq_length", "value": sl, "seq_length": sl, "buffer_size": buffer_size,
+                         "padding_fraction": s["padding_fraction"], "samples_per_pack": s["samples_per_pack"]})
+    rows.sort(key=lambda r: r["padding_fraction"])
+    return {
+        "mean_aligned_length": mean, "longest_aligned_length": longest,
+        "samples_to_fill_a_pack": need,
+        "note": (f"a {seq_length}-token pack needs ~{need} samples of mean length {mean:.0f}; a buffer of "
+                 f"{buffer_size} caps a pack at {buffer_size} samples") if need > buffer_size else
+                (f"a {seq_length}-token pack needs ~{need} samples; the buffer ({buffer_size}) can supply them"),
+        "settings": rows,
+        "simulated_samples": int(L.size),
+    }
+
+
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(0, int(x - 1).bit_length()) if x > 1 else 1
+
+
+def histogram_lines(values, bins: int = 10, width: int = 40, unit: str = "") -> list[str]:
+    """A terminal histogram: one line per bin, bars of '#'."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return ["  (no samples)"]
+    lo, hi = float(v.min()), float(v.max())
+    if lo == hi:
+        return [f"  {lo:>10.6g}{unit}  {'#' * width} {v.size}"]
+    counts, edges = np.histogram(v, bins=bins, range=(lo, hi))
+    top = max(int(counts.max()), 1)
+    return [f"  {edges[i]:>10.6g} - {edges[i + 1]:<10.6g}{unit} {'#' * max(0, round(width * c / top)):<{width}} {int(c)}"
+            for i, c in enumerate(counts)]

@@ -1,0 +1,90 @@
+"""Shard writing as a Slurm job array through submitit (`data prepare --cluster NAME`).
+
+Each array element writes a fixed subset of the planned shards (the same bytes as the local
+path). submitit's own folder (pickled tasks, logs) lives next to the partial output directory on
+the shared filesystem and is deleted on success; on failure it is kept and named in the error."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+from ..errors import LaunchError, UsageError
+
+
+def run_array(cluster: str, tasks: list, tmp: Path, workers: int, *, on_progress=None, log=None) -> None:
+    from .. import clusters
+
+    prof = clusters.load(cluster)
+    if prof.get("backend") != "slurm":
+        raise UsageError(f"--cluster {cluster}: backend {prof.get('backend')!r} cannot run job arrays (valid: a slurm profile)")
+    if prof.get("containers"):
+        raise UsageError(f"--cluster {cluster}: runs jobs in containers; data prepare --cluster needs bare processes "
+                         "that see this Python (use a profile with containers = false)")
+    slurm = prof.get("slurm", {})
+    if slurm.get("slurm_conf"):
+        os.environ["SLURM_CONF"] = slurm["slurm_conf"]
+    if shutil.which("sbatch") is None:
+        raise LaunchError("sbatch is not on PATH; --cluster needs a Slurm client on this machine")
+    try:
+        import submitit
+    except ImportError as e:
+        raise LaunchError(f"submitit is not installed ({e}); install the data extra: pip install 'bridge-launch[data]'")
+    from .prepare import write_shards
+
+    folder = tmp.parent / f"{tmp.name}.submitit"
+    n = min(len(tasks), max(1, workers) * 4)
+    chunks = [tasks[i::n] for i in range(n)]
+    ex = submitit.SlurmExecutor(folder=str(folder), python=None)
+    params = {"array_parallelism": max(1, workers), "cpus_per_task": 1, "ntasks_per_node": 1, "nodes": 1,
+              "job_name": "bridge-launch-data-prepare"}
+    if slurm.get("partition"):
+        params["partition"] = slurm["partition"]
+    if slurm.get("account"):
+        params["account"] = slurm["account"]
+    params["time"] = _minutes(slurm.get("time")) or 60
+    ex.update_parameters(**params)
+    try:
+        jobs = ex.map_array(write_shards, chunks)
+    except Exception as e:
+        raise LaunchError(f"submitting the job array to {cluster} failed: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}")
+    if log:
+        log(f"submitted job array {jobs[0].job_id.split('_')[0]} ({len(jobs)} elements) to {cluster}")
+    pending = dict(enumerate(jobs))
+    try:
+        while pending:
+            for i, job in list(pending.items()):
+                if job.done():
+                    try:
+                        res = job.result()
+                    except Exception as e:
+                        msg = str(e).strip().splitlines()
+                        last = next((ln for ln in reversed(msg) if ln.strip() and not ln.startswith(" ")), type(e).__name__)
+                        raise LaunchError(f"array element {job.job_id} failed: {last} (logs in {folder})")
+                    del pending[i]
+                    if on_progress:
+                        on_progress(sum(k for _, k in res))
+            time.sleep(0.5)
+    except BaseException:
+        for job in pending.values():
+            try:
+                job.cancel(check=False)
+            except Exception:
+                pass
+        raise
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _minutes(t) -> int | None:
+    if not t:
+        return None
+    parts = [int(p) for p in str(t).replace("-", ":").split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    if len(parts) == 4:
+        d, h, m, s = parts
+        return d * 1440 + h * 60 + m + (1 if s else 0)
+    h, m, s = parts[-3:]
+    return h * 60 + m + (1 if s else 0)

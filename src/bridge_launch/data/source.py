@@ -1,0 +1,249 @@
+"""Reading a Nemotron-Image-Training-v3 source tree: integrity manifests, records, media.
+
+Layout (as Megatron-Bridge's tutorials/data/energon/prepare_nemotron_image_v3.py reads it):
+`<subset>/<subset>.jsonl`, one record per line `{"id": ..., "messages": [{"role": ..., "content":
+[{"type": "text", "text": ...}, {"type": "image", "image": "<relative path>"}]}]}`, and the images
+in `<subset>/media/*.tar` (or loose files under the subset when the source is not pinned).
+The facts (key = sanitized `subset__id`, split by sha256 of the key, typed ChatML content, video and
+audio rejected) follow that converter; the code is this tool's own."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from .. import __version__
+from ..errors import UsageError
+from ..paths import state_dir
+
+DATASETS = {
+    "nemotron-image-v3": {
+        "id": "nvidia/Nemotron-Image-Training-v3",
+        "revision": "7656391d4d4cb11ec3722b34f10d499435de0460",
+    },
+}
+_MANIFEST_DIR = Path(__file__).resolve().parent / "manifests"
+_SAFE_KEY = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+def dataset_info(name: str) -> dict:
+    if name not in DATASETS:
+        from ..errors import suggest
+
+        raise UsageError(suggest(name, DATASETS, "dataset"))
+    return DATASETS[name]
+
+
+# ---------------------------------------------------------------- integrity manifests
+
+def user_manifest_path(dataset: str, subset: str) -> Path:
+    return state_dir() / "data-manifests" / dataset / f"{subset}.json"
+
+
+def find_pins(dataset: str, subset: str) -> tuple[dict | None, str]:
+    """The pinned files of one subset: {relpath: {size, sha256}} and where the pins came from."""
+    shipped = _MANIFEST_DIR / f"{dataset}.json"
+    if shipped.is_file():
+        pins = json.loads(shipped.read_text())["subsets"].get(subset)
+        if pins:
+            return pins, f"shipped:{shipped.name}"
+    user = user_manifest_path(dataset, subset)
+    if user.is_file():
+        try:
+            data = json.loads(user.read_text())
+            return data["files"], f"user:{user}"
+        except (ValueError, KeyError) as e:
+            raise UsageError(f"integrity manifest {user} is unreadable ({e}); delete it and rerun with --write-manifest")
+    return None, ""
+
+
+def write_user_manifest(dataset: str, subset: str, files: list[dict]) -> Path:
+    path = user_manifest_path(dataset, subset)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {
+        "dataset": DATASETS[dataset]["id"], "revision": DATASETS[dataset]["revision"], "subset": subset,
+        "written_by": f"bridge-launch {__version__} (--write-manifest)",
+        "files": {f["path"]: {"size": f["size"], "sha256": f["sha256"]} for f in files},
+    }
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(8 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify_pins(source_dir: Path, pins: dict, origin: str) -> list[dict]:
+    """Check size then sha256 of each pinned file; a mismatch names the file."""
+    out = []
+    for rel, want in sorted(pins.items()):
+        p = source_dir / rel
+        if not p.is_file():
+            raise UsageError(f"pinned source file missing: {p} (pinned by {origin})")
+        size = p.stat().st_size
+        if size != want["size"]:
+            raise UsageError(f"source file {p} has {size} bytes; the integrity manifest ({origin}) pins {want['size']}")
+        digest = sha256_file(p)
+        if digest != want["sha256"]:
+            raise UsageError(f"source file {p} has sha256 {digest}; the integrity manifest ({origin}) pins {want['sha256']}")
+        out.append({"path": rel, "size": size, "sha256": digest})
+    return out
+
+
+# ---------------------------------------------------------------- media
+
+@dataclass
+class MediaIndex:
+    """Where each image reference of one subset lives: a byte range inside a media tar, or a loose file."""
+
+    subset_dir: Path
+    allow_loose: bool
+    archives: list[Path] = field(default_factory=list)
+    members: dict = field(default_factory=dict)  # name -> (archive index, offset, size) or None if ambiguous
+
+    @classmethod
+    def build(cls, subset_dir: Path, archives: list[Path], allow_loose: bool) -> "MediaIndex":
+        idx = cls(subset_dir.resolve(), allow_loose, [a.resolve() for a in archives])
+        for ai, a in enumerate(idx.archives):
+            try:
+                with tarfile.open(a) as tf:
+                    for m in tf:
+                        if not m.isfile():
+                            continue
+                        name = _normalize(m.name)
+                        loc = (ai, m.offset_data, m.size)
+                        for k in {name, PurePosixPath(name).name}:
+                            idx.members[k] = loc if k not in idx.members else None
+            except tarfile.TarError as e:
+                raise UsageError(f"media archive {a} is not a readable tar ({e})")
+        return idx
+
+    def locate(self, ref: str, where: str):
+        """('tar', path, offset, size) or ('file', path); errors name the record."""
+        if "://" in ref:
+            raise UsageError(f"{where}: image {ref!r} is a remote URL; download the media under the subset first")
+        norm = _normalize(ref)
+        if self.allow_loose:
+            for rel in (norm, f"media/{norm}"):
+                cand = (self.subset_dir / rel).resolve()
+                if cand.is_relative_to(self.subset_dir) and cand.is_file():
+                    return ("file", str(cand))
+        for k in (norm, PurePosixPath(norm).name):
+            if k in self.members:
+                loc = self.members[k]
+                if loc is None:
+                    raise UsageError(f"{where}: image {ref!r} is ambiguous across the media tars; use a unique path")
+                ai, off, size = loc
+                return ("tar", str(self.archives[ai]), off, size)
+        searched = "media tars" + (" and loose files" if self.allow_loose else "")
+        raise UsageError(f"{where}: image {ref!r} not found in {self.subset_dir} ({searched})")
+
+
+def _normalize(ref: str) -> str:
+    n = PurePosixPath(ref.replace("\\", "/")).as_posix()
+    while n.startswith("./"):
+        n = n[2:]
+    return n
+
+
+def read_media(loc) -> bytes:
+    if loc[0] == "file":
+        return Path(loc[1]).read_bytes()
+    _, path, off, size = loc
+    with open(path, "rb") as f:
+        f.seek(off)
+        data = f.read(size)
+    if len(data) != size:
+        raise UsageError(f"media archive {path} is truncated (member at byte {off} needs {size} bytes)")
+    return data
+
+
+# ---------------------------------------------------------------- records
+
+def sample_key(subset: str, sample_id: str, where: str) -> str:
+    key = _SAFE_KEY.sub("_", f"{subset}__{sample_id}").strip("_")
+    if not key:
+        raise UsageError(f"{where}: cannot derive a sample key from id {sample_id!r}")
+    return key
+
+
+def sample_split(key: str, validation_fraction: float) -> str:
+    """'val' when the first 8 bytes of sha256(key), as an integer / 2^64, fall below the fraction."""
+    v = int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big")
+    return "val" if v / 2**64 < validation_fraction else "train"
+
+
+def parse_record(line: bytes | str, where: str) -> tuple[str, list[dict], list[str]]:
+    """(id, typed ChatML messages with {"type": "image"} placeholders, image references in order)."""
+    try:
+        row = json.loads(line)
+    except ValueError as e:
+        raise UsageError(f"{where}: malformed JSON ({e.args[0] if e.args else e})")
+    if not isinstance(row, dict):
+        raise UsageError(f"{where}: record must be a JSON object, got {type(row).__name__}")
+    sid = row.get("id")
+    if isinstance(sid, int) and not isinstance(sid, bool):
+        sid = str(sid)
+    if not isinstance(sid, str) or not sid:
+        raise UsageError(f"{where}: record 'id' must be a non-empty string")
+    msgs = row.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        raise UsageError(f"{where}: record 'messages' must be a non-empty list")
+    out, refs = [], []
+    for ti, turn in enumerate(msgs):
+        if not isinstance(turn, dict) or not isinstance(turn.get("role"), str):
+            raise UsageError(f"{where}: message {ti} must be an object with a string 'role'")
+        content = turn.get("content")
+        parts = content if isinstance(content, list) else [content]
+        norm = []
+        for pi, part in enumerate(parts):
+            if isinstance(part, str):
+                norm.append({"type": "text", "text": part})
+                continue
+            if not isinstance(part, dict):
+                raise UsageError(f"{where}: message {ti} content {pi} must be a string or an object")
+            kind = part.get("type")
+            if kind == "text":
+                if not isinstance(part.get("text"), str):
+                    raise UsageError(f"{where}: message {ti} content {pi}: 'text' must be a string")
+                norm.append({"type": "text", "text": part["text"]})
+            elif kind == "image":
+                ref = part.get("image")
+                if not isinstance(ref, str) or not ref.strip():
+                    raise UsageError(f"{where}: message {ti} content {pi}: 'image' must be a non-empty path")
+                refs.append(ref)
+                norm.append({"type": "image"})
+            elif kind in ("video", "audio"):
+                raise UsageError(f"{where}: {kind} content is not supported (image-only subsets; valid types: text, image)")
+            else:
+                raise UsageError(f"{where}: message {ti} content {pi}: unknown type {kind!r} (valid: text, image)")
+        if not norm:
+            raise UsageError(f"{where}: message {ti} has no content")
+        out.append({"role": turn["role"], "content": norm})
+    if not refs:
+        raise UsageError(f"{where}: record has no image")
+    return sid, out, refs
+
+
+def jsonl_path(subset_dir: Path, subset: str) -> Path:
+    p = subset_dir / f"{subset}.jsonl"
+    if p.is_file():
+        return p
+    cands = sorted(subset_dir.glob("*.jsonl"))
+    if len(cands) == 1:
+        return cands[0]
+    raise UsageError(f"no {subset}.jsonl (or exactly one *.jsonl) under {subset_dir}")
+
+
+def media_archives(subset_dir: Path) -> list[Path]:
+    return sorted((subset_dir / "media").rglob("*.tar")) if (subset_dir / "media").is_dir() else []

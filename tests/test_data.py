@@ -1,0 +1,349 @@
+"""data prepare / inspect / packing report (issue 4).
+
+Fast tests: validation, integrity, record errors, visual-token and packing arithmetic (no Energon).
+Slow tests: a real conversion indexed by megatron-energon and loaded back with Energon's loader."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from bridge_launch.errors import LaunchError, UsageError
+
+np = pytest.importorskip("numpy")
+pytest.importorskip("PIL")
+
+from bridge_launch.data import packing, prepare, source, synthetic, tokens  # noqa: E402
+
+DS = "nemotron-image-v3"
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path, monkeypatch):
+    monkeypatch.setenv("BRIDGE_LAUNCH_HOME", str(tmp_path / "home"))
+
+
+@pytest.fixture
+def src(tmp_path):
+    return synthetic.make_source(tmp_path / "src", n=24, seed=1)
+
+
+def _prep(srcdir, out, **kw):
+    kw.setdefault("subsets", ["clevr_2"])
+    kw.setdefault("skip_integrity", True)
+    kw.setdefault("validation_fraction", 0.25)
+    kw.setdefault("max_samples_per_tar", 5)
+    kw.setdefault("num_workers", 1)
+    return prepare.prepare(DS, srcdir, out, **kw)
+
+
+# ---------------------------------------------------------------- fast: input checks
+
+def test_split_is_deterministic_by_key():
+    keys = [f"clevr_2__k{i}" for i in range(2000)]
+    a = [source.sample_split(k, 0.05) for k in keys]
+    assert a == [source.sample_split(k, 0.05) for k in keys]
+    v = int.from_bytes(hashlib.sha256(keys[0].encode()).digest()[:8], "big") / 2**64
+    assert a[0] == ("val" if v < 0.05 else "train")
+    assert 40 < a.count("val") < 170  # ~5 %
+    assert all(source.sample_split(k, 0.0) == "train" for k in keys)
+
+
+def test_refuses_non_empty_output(src, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "stale.tar").write_bytes(b"x")
+    with pytest.raises(UsageError, match=r"not empty \(stale.tar\)"):
+        _prep(src, out)
+    assert (out / "stale.tar").read_bytes() == b"x"
+
+
+def test_unpinned_subset_needs_a_flag(src, tmp_path):
+    with pytest.raises(UsageError, match="no integrity manifest.*--write-manifest"):
+        _prep(src, tmp_path / "out", skip_integrity=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_arguments(src, tmp_path):
+    for kw, msg in [({"validation_fraction": 1.0}, "validation-fraction"), ({"max_samples_per_tar": 0}, "max-samples-per-tar"),
+                    ({"num_workers": 0}, "num-workers"), ({"subsets": ["nope"]}, "subset directory .*nope")]:
+        with pytest.raises(UsageError, match=msg):
+            _prep(src, tmp_path / "out", **kw)
+    with pytest.raises(UsageError, match="unknown dataset"):
+        prepare.prepare("nemotron-image-v9", src, tmp_path / "o", subsets=["clevr_2"])
+
+
+def test_missing_image_names_file_and_line(src, tmp_path):
+    jl = src / "clevr_2" / "clevr_2.jsonl"
+    lines = jl.read_text().splitlines()
+    rec = json.loads(lines[6])
+    rec["messages"][0]["content"][0]["image"] = "images/not_there.png"
+    lines[6] = json.dumps(rec)
+    jl.write_text("\n".join(lines) + "\n")
+    with pytest.raises(UsageError, match=rf"{jl}:7: image 'images/not_there.png' not found"):
+        _prep(src, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    assert not list(tmp_path.glob(".out.partial-*"))
+
+
+@pytest.mark.parametrize("bad,msg", [
+    ("{not json", "malformed JSON"),
+    (json.dumps({"id": "", "messages": []}), "'id' must be"),
+    (json.dumps({"id": "x", "messages": [{"role": "user", "content": [{"type": "video", "video": "a.mp4"}]}]}), "video content"),
+    (json.dumps({"id": "x", "messages": [{"role": "user", "content": "text only"}]}), "no image"),
+])
+def test_malformed_record_names_line(src, tmp_path, bad, msg):
+    jl = src / "clevr_2" / "clevr_2.jsonl"
+    lines = jl.read_text().splitlines()
+    lines.insert(3, bad)
+    jl.write_text("\n".join(lines) + "\n")
+    with pytest.raises(UsageError, match=rf"{jl}:4: .*{msg}"):
+        _prep(src, tmp_path / "out")
+
+
+def test_duplicate_key(src, tmp_path):
+    jl = src / "clevr_2" / "clevr_2.jsonl"
+    lines = jl.read_text().splitlines()
+    jl.write_text("\n".join(lines + [lines[0]]) + "\n")
+    with pytest.raises(UsageError, match=r":25: duplicate sample key"):
+        _prep(src, tmp_path / "out")
+
+
+def test_shipped_turing_manifest_and_checksum_mismatch(tmp_path):
+    pins, origin = source.find_pins(DS, "turing")
+    assert origin.startswith("shipped")
+    assert pins["turing/turing.jsonl"] == {"size": 3357202, "sha256": "c7333e5765ba8ac3ad6dd823c97a0366cc682417cc7ebd6d5374d9f9db1ce3d5"}
+    srcdir = synthetic.make_source(tmp_path / "s", subset="turing", n=4)
+    with pytest.raises(UsageError, match=r"turing/media/shard_000000.tar has \d+ bytes; the integrity manifest \(shipped:.*\) pins 33269760"):
+        prepare.prepare(DS, srcdir, tmp_path / "out", subsets=["turing"])
+
+
+def test_corrupted_source_against_user_manifest(src, tmp_path):
+    files = [{"path": str(p.relative_to(src)), "size": p.stat().st_size, "sha256": source.sha256_file(p)}
+             for p in [src / "clevr_2/clevr_2.jsonl", src / "clevr_2/media/shard_000000.tar"]]
+    source.write_user_manifest(DS, "clevr_2", files)
+    tar = src / "clevr_2/media/shard_000000.tar"
+    data = bytearray(tar.read_bytes())
+    data[2000] ^= 0xFF  # same size, different bytes
+    tar.write_bytes(bytes(data))
+    with pytest.raises(UsageError, match=r"shard_000000.tar has sha256 [0-9a-f]{64}; the integrity manifest \(user:"):
+        _prep(src, tmp_path / "out", skip_integrity=False)
+
+
+# ---------------------------------------------------------------- fast: arithmetic
+
+def test_smart_resize_and_visual_tokens():
+    # 1024x768 = 786432 px > max 401408: scaled down, sides multiples of 32
+    h, w = tokens.smart_resize(768, 1024, 32, 200704, 401408)
+    assert (h, w) == (544, 704) and h * w <= 401408  # beta = sqrt(786432/401408); floor(768/beta/32)*32, floor(1024/beta/32)*32
+    assert tokens.image_tokens(1024, 768, min_pixels=200704, max_pixels=401408) == 544 * 704 // 1024 == 374
+    # 64x48 is scaled up into min_pixels: ceil to multiples of 32
+    h, w = tokens.smart_resize(48, 64, 32, 200704, 401408)
+    assert h * w >= 200704 and (h, w) == (416, 544)
+    # in-bounds image: only rounded to the factor
+    assert tokens.smart_resize(480, 640, 32, 200704, 401408) == (480, 640)
+    assert tokens.image_tokens(640, 480, min_pixels=200704, max_pixels=401408) == 300
+
+
+def test_packing_hand_computed():
+    # buffers [60,50,40] and [30,20,10], seq 100: FFD -> [60+40], [50], [30+20+10]
+    s = packing.simulate([60, 50, 40, 30, 20, 10], 100, 3)
+    assert s["packs"] == 3 and s["tokens"] == 210 and s["padding"] == 90
+    assert s["padding_fraction"] == pytest.approx(0.3)
+    assert sorted(s["pack_fill"].tolist()) == [0.5, 0.6, 1.0]
+    assert sorted(s["pack_samples"].tolist()) == [1, 2, 3]
+    # one buffer of 6: FFD -> [60,40], [50,30,20], [10]
+    s = packing.simulate([60, 50, 40, 30, 20, 10], 100, 6)
+    assert s["packs"] == 3 and sorted(s["pack_fill"].tolist()) == [0.1, 1.0, 1.0]
+    # alignment to a multiple counts as padding; too-long samples are counted and left out
+    s = packing.simulate([17, 33, 200], 64, 8, multiple=16)
+    assert s["too_long"] == 1 and s["aligned_tokens"] == 32 + 48 and s["packs"] == 2
+    assert s["padding"] == 2 * 64 - 50
+    # the seeds' warning: 8 samples of ~600 tokens in a 131072 pack -> > 95 % padding
+    s = packing.simulate([600] * 80, 131072, 8)
+    assert s["packs"] == 10 and s["padding_fraction"] == pytest.approx(1 - 4800 / 131072) and s["padding_fraction"] > 0.95
+
+
+def test_packing_matches_reference_first_fit_decreasing():
+    rng = np.random.default_rng(3)
+    L = rng.integers(1, 900, size=997)
+
+    def ref(lengths, cap, buf):
+        fills = []
+        for i in range(0, len(lengths), buf):
+            bins = []
+            for x in sorted(lengths[i:i + buf], reverse=True):
+                for b in bins:
+                    if b[0] + x <= cap:
+                        b[0] += x
+                        break
+                else:
+                    bins.append([x])
+            fills += [b[0] for b in bins]
+        return sorted(fills)
+
+    for cap, buf in [(1000, 8), (2048, 16), (4096, 64), (900, 3)]:
+        s = packing.simulate(L, cap, buf)
+        assert sorted((s["pack_fill"] * cap).round().astype(int).tolist()) == ref(L.tolist(), cap, buf)
+
+
+def test_pad_multiple_follows_bridge_rule():
+    assert packing.pad_multiple({"model.tensor_model_parallel_size": 2, "model.context_parallel_size": 8,
+                                 "model.sequence_parallel": True}) == 16
+    assert packing.pad_multiple({"model.tensor_model_parallel_size": 4, "model.context_parallel_size": 1,
+                                 "model.sequence_parallel": True}) == 4
+    assert packing.pad_multiple({}) == 1
+
+
+def test_suggestions_reduce_padding():
+    L = [600] * 4000
+    base = packing.simulate(L, 131072, 8)["padding_fraction"]
+    sg = packing.suggestions(L, 131072, 8)
+    assert sg["samples_to_fill_a_pack"] == 219
+    assert sg["settings"] and all(r["padding_fraction"] < base for r in sg["settings"])
+    assert {"dataset.packing_buffer_size", "dataset.seq_length"} <= {r["setting"] for r in sg["settings"]}
+
+
+def test_cli_has_no_heavy_imports():
+    import subprocess
+    import sys
+
+    code = ("import sys, bridge_launch.data.cli; "
+            "print([m for m in ('megatron.energon', 'PIL', 'submitit', 'torch', 'numpy') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+# ---------------------------------------------------------------- slow: real conversion + Energon
+
+def _tree_bytes(d: Path) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(d.glob("*.tar"))}
+
+
+@pytest.mark.slow
+def test_convert_load_back_and_determinism(src, tmp_path):
+    pytest.importorskip("megatron.energon")
+    from bridge_launch.data import inspect as insp
+
+    m1 = _prep(src, tmp_path / "a", num_workers=1)
+    m2 = _prep(src, tmp_path / "b", num_workers=3)
+    a, b = tmp_path / "a", tmp_path / "b"
+    # layout
+    assert (a / ".nv-meta" / "split.yaml").is_file() and (a / ".nv-meta" / ".info.json").is_file()
+    assert (a / ".nv-meta" / "dataset.yaml").read_text() == prepare.TRAINING_DATASET_YAML
+    assert all((a / f"{t.name}.idx").is_file() for t in a.glob("*.tar"))
+    assert not list(tmp_path.glob(".*partial*"))
+    # same bytes regardless of the number of workers (and across runs)
+    assert _tree_bytes(a) == _tree_bytes(b)
+    assert (a / ".nv-meta/split.yaml").read_text() == (b / ".nv-meta/split.yaml").read_text()
+    strip = lambda m: {k: v for k, v in m.items() if k not in ("timings_s", "output_dir")}  # noqa: E731
+    assert strip(m1) == strip(m2) == strip(json.loads((a / "manifest.json").read_text()))
+    # counts and split membership
+    c = m1["counts"]
+    assert c["train"] + c["val"] == 24 and c["val"] > 0
+    assert sorted(p.name for p in a.glob("*.tar"))[0] == "train-shard-000000.tar"
+    assert m1["shards"] == {"train": -(-c["train"] // 5), "val": -(-c["val"] // 5)}
+    assert {f["path"] for f in m1["source_files"]} == {"clevr_2/clevr_2.jsonl", "clevr_2/media/shard_000000.tar"}
+    jl = src / "clevr_2/clevr_2.jsonl"
+    assert next(f for f in m1["source_files"] if f["path"].endswith(".jsonl"))["sha256"] == source.sha256_file(jl)
+    # deterministic tar members
+    with tarfile.open(a / "train-shard-000000.tar") as tf:
+        ms = tf.getmembers()
+        assert all(m.mtime == 0 and m.mode == 0o644 and m.uname == "" for m in ms)
+        assert [m.name.rsplit(".", 1)[1] for m in ms[:2]] == ["jpgs", "json"]
+    # loaded back with Energon: every key, in its split, with its images
+    records = {json.loads(ln)["id"]: json.loads(ln) for ln in jl.read_text().splitlines()}
+    for split in ("train", "val"):
+        got = list(insp.iter_samples(a, split))
+        assert len(got) == c[split]
+        for key, imgs, conv in got:
+            assert source.sample_split(key, 0.25) == split
+            rec = records[key.split("__", 1)[1]]
+            refs = [p["image"] for p in rec["messages"][0]["content"] if p["type"] == "image"]
+            assert len(imgs) == len(refs) and imgs[0][:4] in (b"\x89PNG", b"\xff\xd8\xff\xe0")
+            assert conv[0]["content"][0] == {"type": "image"}
+
+
+@pytest.mark.slow
+def test_write_manifest_then_verified_run_and_cli_report(src, tmp_path):
+    pytest.importorskip("megatron.energon")
+    from typer.testing import CliRunner
+
+    from bridge_launch.data.cli import app
+
+    m = _prep(src, tmp_path / "a", skip_integrity=False, write_manifest=True)
+    assert m["source_integrity_verified"] is False
+    pins, origin = source.find_pins(DS, "clevr_2")
+    assert origin.startswith("user:") and set(pins) == {"clevr_2/clevr_2.jsonl", "clevr_2/media/shard_000000.tar"}
+    # later runs verify without a flag
+    m2 = _prep(src, tmp_path / "b", skip_integrity=False)
+    assert m2["source_integrity_verified"] is True
+    r = CliRunner().invoke(app, ["inspect", str(tmp_path / "b"), "--recipe", "qwen35-vl-sft", "--output", "json"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.output)
+    assert rep["splits"]["train"]["samples"] == m2["counts"]["train"]
+    assert rep["text_tokens"] == "estimate"
+    p = rep["packing"]
+    assert p["seq_length"] == 131072 and p["packing_buffer_size"] == 8 and p["pad_multiple"] == 16
+    assert p["padding_fraction"] > 0.95 and p["suggestions"]["settings"]
+    r = CliRunner().invoke(app, ["inspect", str(tmp_path / "b"), "--recipe", "qwen35-vl-sft"])
+    assert r.exit_code == 0 and "padding:" in r.output and "settings that reduce padding" in r.output
+
+
+@pytest.mark.slow
+def test_exact_text_tokens_with_local_tokenizer(src, tmp_path):
+    pytest.importorskip("megatron.energon")
+    tk = pytest.importorskip("tokenizers")
+    from tokenizers import models, pre_tokenizers
+
+    tok = tk.Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    (tmp_path / "tok").mkdir()
+    tok.save(str(tmp_path / "tok" / "tokenizer.json"))
+    from bridge_launch.data import inspect as insp
+
+    _prep(src, tmp_path / "a")
+    meas = insp.measure(tmp_path / "a", tokenizer=str(tmp_path / "tok"))
+    assert meas["text_tokens_exact"]
+    key, imgs, conv = next(insp.iter_samples(tmp_path / "a", "train"))
+    words = len(pre_tokenizers.Whitespace().pre_tokenize_str(tokens.chatml_text(conv)))
+    assert meas["splits"]["train"]["text_tokens"][0] == words + 5 * len(conv) + 2 * len(imgs)
+
+
+@pytest.mark.slow
+def test_inspect_refuses_unprepared_dir(tmp_path):
+    pytest.importorskip("megatron.energon")
+    from bridge_launch.data import inspect as insp
+
+    with pytest.raises(UsageError, match="not a prepared Energon dataset"):
+        insp.measure(tmp_path)
+
+
+def _local_slurm_up() -> bool:
+    import os
+    import shutil
+    import subprocess
+
+    conf = "/var/lib/bridge-launch-slurm/etc/slurm.conf"
+    if not shutil.which("sinfo") or not os.path.exists(conf):
+        return False
+    r = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, env={**os.environ, "SLURM_CONF": conf})
+    return r.returncode == 0 and any(s in r.stdout for s in ("idle", "mix", "alloc"))
+
+
+@pytest.mark.slow
+def test_slurm_job_array_writes_the_same_shards(src, tmp_path, monkeypatch):
+    pytest.importorskip("submitit")
+    pytest.importorskip("megatron.energon")
+    if not _local_slurm_up():
+        pytest.skip("local Slurm cluster is not running (scripts/local-slurm start)")
+    monkeypatch.setenv("SLURM_CONF", "/var/lib/bridge-launch-slurm/etc/slurm.conf")
+    m1 = _prep(src, tmp_path / "local", num_workers=2)
+    m2 = _prep(src, tmp_path / "slurm", num_workers=2, cluster="local-slurm")
+    assert _tree_bytes(tmp_path / "local") == _tree_bytes(tmp_path / "slurm")
+    assert m1["counts"] == m2["counts"]
+    assert not list(tmp_path.glob(".*submitit"))  # submitit's folder is removed on success
