@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import os
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -133,11 +134,7 @@ class MediaIndex:
         if "://" in ref:
             raise UsageError(f"{where}: image {ref!r} is a remote URL; download the media under the subset first")
         norm = _normalize(ref)
-        if self.allow_loose:
-            for rel in (norm, f"media/{norm}"):
-                cand = (self.subset_dir / rel).resolve()
-                if cand.is_relative_to(self.subset_dir) and cand.is_file():
-                    return ("file", str(cand))
+        # Tar members first: a dict lookup, where a loose-file probe is a realpath per reference.
         for k in (norm, PurePosixPath(norm).name):
             if k in self.members:
                 loc = self.members[k]
@@ -145,6 +142,12 @@ class MediaIndex:
                     raise UsageError(f"{where}: image {ref!r} is ambiguous across the media tars; use a unique path")
                 ai, off, size = loc
                 return ("tar", str(self.archives[ai]), off, size)
+        if self.allow_loose:
+            root = str(self.subset_dir)
+            for rel in (norm, f"media/{norm}"):
+                cand = os.path.realpath(os.path.join(root, rel))
+                if cand.startswith(root + os.sep) and os.path.isfile(cand):
+                    return ("file", cand)
         searched = "media tars" + (" and loose files" if self.allow_loose else "")
         raise UsageError(f"{where}: image {ref!r} not found in {self.subset_dir} ({searched})")
 
