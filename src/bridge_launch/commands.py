@@ -142,6 +142,11 @@ def status(run_ref, *, all_runs, state, recipe, output) -> int:
             print(f"bridge src  {r.info['bridge_src']} @ {r.info.get('bridge_commit') or 'unknown commit'}")
         if len(lineage) > 1:
             print("chain       " + " -> ".join(f"{x.run_id} ({x.state})" for x in lineage))
+        if r.info.get("segments"):
+            job = launch.load_job(reg, r)
+            limit = job.chain["max_restarts"] if job.chain else "?"
+            print("segments    " + ", ".join(f"{x['job_id']} {x['state']}" for x in r.info["segments"]))
+            print(f"restarts    {r.info.get('restarts', 0)} of {limit}")
     return 0
 
 

@@ -42,8 +42,9 @@ def simulate(lengths, seq_length: int, buffer_size: int, multiple: int = 1) -> d
         raise ValueError("sample lengths must be >= 1")
     A = _align(L, multiple)
     fits = A <= seq_length
-    too_long = int((~fits).sum())
-    A = A[fits]
+    too_long = int(A.size - np.count_nonzero(fits))
+    if too_long:
+        A = A[fits]
     n = int(A.size)
     if n == 0:
         return {"samples": 0, "too_long": too_long, "packs": 0, "tokens": 0, "aligned_tokens": 0, "padding": 0,
@@ -52,26 +53,42 @@ def simulate(lengths, seq_length: int, buffer_size: int, multiple: int = 1) -> d
     G = -(-n // B)
     M = np.zeros(G * B, dtype=np.int32 if seq_length < 2**31 else np.int64)
     M[:n] = A
-    M = np.sort(M.reshape(G, B), axis=1)[:, ::-1]  # descending per buffer; padding zeros go last
-    K = int(min(B, 2 * int(M.sum(axis=1).max()) // seq_length + 2))
-    rem = np.full(G * K, seq_length, dtype=np.int64)
-    cnt = np.zeros(G * K, dtype=np.int64)
-    base = np.arange(G, dtype=np.int64) * K
-    for j in range(B):
-        x = np.ascontiguousarray(M[:, j])
-        if not x.any():
-            break
-        # first bin with room (an unopened bin always has room); zeros (the short last buffer) place nothing
-        idx = base + np.argmax(rem.reshape(G, K) >= x[:, None], axis=1)
-        rem[idx] -= x
-        cnt[idx] += x > 0
-    rem, cnt = rem.reshape(G, K), cnt.reshape(G, K)
-    used = cnt > 0
-    fill = (seq_length - rem[used]) / seq_length
-    pack_samples = cnt[used]
-    packs = int(used.sum())
+    M = M.reshape(G, B)
+    # A buffer whose samples fit in one sequence is one pack whatever the order: no sort needed.
+    sums = M.sum(axis=1, dtype=np.int64)
+    one = sums <= seq_length
+    fill_parts = [sums[one] / seq_length]
+    # every buffer is full but the last (aligned lengths are >= 1, padding zeros are only there)
+    per_buffer = np.full(G, B, dtype=np.int64)
+    per_buffer[-1] = n - (G - 1) * B
+    count_parts = [per_buffer[one]]
+    H = M[~one]
+    if H.shape[0]:
+        # first-fit decreasing within each overflowing buffer, vectorised across buffers
+        H = np.sort(H, axis=1)[:, ::-1]  # descending per buffer; padding zeros go last
+        g = H.shape[0]
+        K = int(min(B, 2 * int(sums[~one].max()) // seq_length + 2))
+        rem = np.full(g * K, seq_length, dtype=np.int64)
+        cnt = np.zeros(g * K, dtype=np.int64)
+        base = np.arange(g, dtype=np.int64) * K
+        for j in range(B):
+            x = np.ascontiguousarray(H[:, j])
+            if not x.any():
+                break
+            # first bin with room (an unopened bin always has room); zeros place nothing
+            idx = base + np.argmax(rem.reshape(g, K) >= x[:, None], axis=1)
+            rem[idx] -= x
+            cnt[idx] += x > 0
+        used_h = cnt > 0
+        fill_parts.append((seq_length - rem[used_h]) / seq_length)
+        count_parts.append(cnt[used_h])
+    fill = np.concatenate(fill_parts)
+    pack_samples = np.concatenate(count_parts)
+    used = pack_samples > 0
+    fill, pack_samples = fill[used], pack_samples[used]
+    packs = int(pack_samples.size)
     aligned = int(A.sum())
-    real = int(L[fits].sum())
+    real = int(L[fits].sum()) if too_long else int(L.sum())
     capacity = packs * seq_length
     return {
         "samples": n, "too_long": too_long, "packs": packs, "tokens": real, "aligned_tokens": aligned,
