@@ -42,12 +42,16 @@ _LEPTON = {
     "resource_shape": (str, ""), "node_group": (str, ""), "node_reservation": (str, ""),
     "image_pull_secrets": (list, []), "mounts": (list, []), "shared_memory_size": (int, 0),
     "can_be_preempted": (bool, False), "queue_priority": (str, ""), "workspace_env": (str, "LEPTON_WORKSPACE_ID"),
-    "token_env": (str, "LEPTON_WORKSPACE_TOKEN"),
+    "token_env": (str, "LEPTON_WORKSPACE_TOKEN"), "secret_refs": (dict, {}), "mover_resource_shape": (str, "cpu.small"),
+    "request_timeout": ((int, float), 30), "retries": (int, 3), "retry_wait": ((int, float), 2.0),
+    "poll_interval": ((int, float), 5.0), "mover_timeout": ((int, float), 600),
 }
 _DGXC = {
     "base_url": (str, ""), "kube_apiserver_url": (str, ""), "project_name": (str, ""),
     "pvcs": (list, []), "client_id_env": (str, "DGXC_CLIENT_ID"), "client_secret_env": (str, "DGXC_CLIENT_SECRET"),
-    "distributed_framework": (str, "PyTorch"), "pull_secret": (str, ""),
+    "distributed_framework": (str, "PyTorch"), "pull_secret": (str, ""), "secret_refs": (dict, {}),
+    "local_job_root": (str, ""), "request_timeout": ((int, float), 30), "retries": (int, 3),
+    "retry_wait": ((int, float), 2.0), "poll_interval": ((int, float), 5.0), "mover_timeout": ((int, float), 600),
 }
 _SECTIONS = {"slurm": _SLURM, "lepton": _LEPTON, "dgxcloud": _DGXC}
 
@@ -120,5 +124,13 @@ def load(name: str) -> dict:
     return prof
 
 
-def list_profiles() -> list[dict]:
-    return [load(e.name) for e in catalog().entries()]
+def list_profiles(skip_broken: bool = False) -> list[dict]:
+    """Every profile; with skip_broken, one that does not load is left out instead of failing."""
+    out = []
+    for e in catalog().entries():
+        try:
+            out.append(load(e.name))
+        except UsageError:
+            if not skip_broken:
+                raise
+    return out

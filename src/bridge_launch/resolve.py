@@ -185,7 +185,7 @@ def _nodes(recipe: dict, overlays: list, prof: dict, opts: Options, jobsrc: dict
     elif prof["nodes"] is not None:
         nodes, jobsrc["nodes"] = prof["nodes"], f"cluster:{prof['name']}"
         if want and nodes * gpn != want:
-            fits = [p["name"] for p in clusters.list_profiles()
+            fits = [p["name"] for p in clusters.list_profiles(skip_broken=True)
                     if p["backend"] == prof["backend"] and p["gpu_type"] == prof["gpu_type"]
                     and p["nodes"] and p["nodes"] * p["gpus_per_node"] == want]
             alt = f"use --cluster {fits[0]} or" if fits else "use"
