@@ -37,10 +37,6 @@ def submit(recipe, overrides, *, cluster, overlays, nodes, time, partition, acco
         for e in job.errors:
             _err(e)
         return 2
-    if job.backend in ("lepton", "dgxcloud"):
-        from .errors import LaunchError
-
-        raise LaunchError(f"submitting to {job.backend} is not available yet; --dry-run shows the job for '{job.cluster}'")
     from . import launch
 
     return _submitted(launch.submit(job), job, follow, output)

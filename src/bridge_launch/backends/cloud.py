@@ -1,0 +1,166 @@
+"""What the Lepton and DGX Cloud backends share: the in-job command, secret references,
+staging by tarball, retries, the local log cache.
+
+Nothing here imports leptonai or nemo_run: render() must stay instant.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+import tarfile
+import time
+from pathlib import Path
+
+from .. import paths
+from ..errors import LaunchError
+from .base import entry_command, numa_wrapper, q, runtime_env
+
+LOOKUP = "@looked-up-at-submit:{}@"  # placeholders submit replaces with ids it asks the platform for
+MASK = "****"
+
+
+def job_name(run_id: str, prefix: str = "bl") -> str:
+    """K8s-safe name, at most 34 characters (both platforms cut at 35)."""
+    name = re.sub(r"[^a-z0-9-]", "-", f"{prefix}-{run_id}".lower()).strip("-")
+    return name[:34].rstrip("-")
+
+
+def secret_refs(job) -> dict:
+    """Env name -> the platform's secret reference. The profile's `secret_refs` maps names;
+    a secret it does not map is referenced under its own name."""
+    refs = job.scheduler.get("secret_refs") or {}
+    return {name: str(refs.get(name, name)) for name in job.secrets}
+
+
+def plain_env(job) -> dict:
+    """Non-secret env: runtime_env minus anything named like a secret (belt and braces:
+    resolve already refuses secret values in [env])."""
+    return {k: v for k, v in runtime_env(job).items() if k not in job.secrets}
+
+
+def job_script(job, rank_prelude: list[str]) -> str:
+    """The self-contained bash script every node runs: rank variables from the platform's
+    own environment, one torchrun per node, per-node logs and an exit marker in the run dir.
+    Nothing is downloaded."""
+    torchrun = ["torchrun"] if job.container else [job.python, "-m", "torch.distributed.run"]
+    cmd = [*torchrun, f"--nnodes={job.nodes}", f"--nproc-per-node={job.gpus_per_node}"]
+    rdzv = ['--node-rank="$NODE_RANK"', "--rdzv-backend=c10d", '--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"',
+            f"--rdzv-id={q(job.run_id)}", "--tee=3"]
+    wrapper = numa_wrapper(job)
+    tail = (["--no-python", *wrapper] if wrapper else []) + entry_command(job)
+    line = " ".join([*(q(a) for a in cmd), *rdzv, *(q(a) for a in tail)])
+    log = f"logs/{job.run_id}-node$NODE_RANK.log"
+    return "\n".join([
+        "set -uo pipefail",
+        *rank_prelude,
+        f"mkdir -p {q(job.run_dir)}/logs {q(job.run_dir)}/exit && cd {q(job.run_dir)} || exit 1",
+        f'{line} 2>&1 | tee -a "{log}"',
+        "rc=${PIPESTATUS[0]}",
+        f'if [ "$NODE_RANK" = 0 ]; then printf "%s\\n" "$rc" > {q("exit/" + job.run_id)}; fi',
+        'exit "$rc"',
+    ]) + "\n"
+
+
+def pretty(payload: dict, secrets=()) -> str:
+    return json.dumps(mask(payload, set(secrets)), indent=2) + "\n"
+
+
+def mask(obj, secrets: set):
+    """A copy with the plain value of any variable named as a secret masked. The payloads
+    carry secret *references* only (so this changes nothing in practice, and the dry run
+    stays the exact request); it guards against a value slipping in by mistake."""
+    if isinstance(obj, dict):
+        name = obj.get("name") if isinstance(obj.get("name"), str) else ""
+        return {k: (MASK if k == "value" and name in secrets and isinstance(v, str) else mask(v, secrets))
+                for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [mask(v, secrets) for v in obj]
+    return obj
+
+
+def fill(obj, values: dict):
+    """Replace LOOKUP placeholders (whole strings, or a one-element list holding one)."""
+    if isinstance(obj, dict):
+        return {k: fill(v, values) for k, v in obj.items()}
+    if isinstance(obj, list):
+        if len(obj) == 1 and isinstance(obj[0], str) and obj[0] in values and isinstance(values[obj[0]], list):
+            return list(values[obj[0]])
+        return [fill(v, values) for v in obj]
+    if isinstance(obj, str) and obj in values:
+        return values[obj]
+    return obj
+
+
+def tarball_b64(files: dict) -> str:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=9) as tar:
+        for rel, text in sorted(files.items()):
+            data = text.encode()
+            info = tarfile.TarInfo(rel)
+            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def stage_commands(run_dir: str, files: dict, limit: int | None = None) -> list[str]:
+    """Shell commands (for a busybox data-mover job) that unpack `files` into run_dir
+    without deleting what is there (a resume reuses the dir). With `limit`, each command
+    stays under that many characters (DGX Cloud caps a workload's args)."""
+    b64 = tarball_b64(files)
+    d = q(run_dir)
+    if limit is None or len(b64) + 200 <= limit:
+        return [f"mkdir -p {d} && echo {b64} | base64 -d | tar -xzf - -C {d}"]
+    part = f"{run_dir}/.bridge-launch-stage.b64"
+    size = limit - 200
+    chunks = [b64[i:i + size] for i in range(0, len(b64), size)]
+    cmds = [f"mkdir -p {d} && printf %s {chunks[0]} > {q(part)}"]
+    cmds += [f"printf %s {c} >> {q(part)}" for c in chunks[1:]]
+    cmds.append(f"base64 -d {q(part)} | tar -xzf - -C {d} && rm -f {q(part)}")
+    return cmds
+
+
+def retrying(what: str, fn, *, retries: int, wait: float, transient):
+    """Call fn(); on a transient failure (transient(exc) -> reason or None) try again,
+    up to `retries` attempts in all, then raise one clear LaunchError."""
+    last = ""
+    for attempt in range(max(1, retries)):
+        try:
+            return fn()
+        except LaunchError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - classified below
+            reason = transient(exc)
+            if reason is None:
+                raise
+            last = reason
+            if attempt + 1 < max(1, retries):
+                time.sleep(wait * (2 ** attempt))
+    raise LaunchError(f"{what}: {last} (gave up after {max(1, retries)} tries)")
+
+
+def log_cache(run_id: str) -> Path:
+    path = paths.state_dir() / "cloud-logs" / run_id
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write_private(path: Path, text: str) -> None:
+    import os
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def load_job(run):
+    from .. import launch
+    from ..runs import Registry
+
+    return launch.load_job(Registry(), run)
+
+
+def staged_files(files: dict) -> dict:
+    return dict(files)

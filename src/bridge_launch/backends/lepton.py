@@ -1,0 +1,255 @@
+"""The `lepton` backend: DGX Cloud Lepton batch jobs through the leptonai SDK client
+(the client nemo-run's LeptonExecutor uses), with the same job spec LeptonExecutor builds
+(resource shape, node-group affinity, completions = parallelism = nodes, intra-job
+communication, envs, mounts, image pull secrets, secrets as `secret_name_ref`).
+
+Differences from LeptonExecutor, on purpose:
+- the container command is a self-contained script (rank variables from Lepton's own
+  environment); nothing is fetched from the internet at start;
+- the spec is rendered here as a plain dict (instant, no import), and submit posts exactly
+  that dict through the SDK's APIClient after validating it with the SDK's LeptonJob model;
+- every call has a timeout and transient failures (5xx, connection errors) are retried;
+- no nemo-run Experiment: nothing is written to NEMORUN_HOME (no `.lepton_jobs.json`).
+
+Credentials: LEPTON_WORKSPACE_ID / LEPTON_WORKSPACE_TOKEN / LEPTON_WORKSPACE_URL (names
+configurable in the profile) or the `lep login` record; never command-line flags.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from ..errors import LaunchError, UsageError
+from . import cloud
+from .base import Artifact, header
+
+# Lepton sets these in every worker of a job with intra-job communication. Worker 0's
+# stable DNS name is <service prefix>-0.<subdomain>.
+RANK_PRELUDE = [
+    'export NODE_RANK="${LEPTON_JOB_WORKER_INDEX:-0}"',
+    'if [ -n "${LEPTON_JOB_SERVICE_PREFIX:-}" ] && [ -n "${LEPTON_SUBDOMAIN:-}" ]; then',
+    '  export MASTER_ADDR="${LEPTON_JOB_SERVICE_PREFIX}-0.${LEPTON_SUBDOMAIN}"',
+    'else',
+    '  export MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"',
+    'fi',
+    'export MASTER_PORT="${MASTER_PORT:-29400}"',
+]
+
+NODE_GROUP_ID = cloud.LOOKUP.format("node-group-id")
+NODE_IDS = cloud.LOOKUP.format("node-ids")
+
+_STATES = {
+    "Queueing": "PENDING", "Awaiting": "PENDING", "Starting": "PENDING", "PendingRetry": "PENDING",
+    "Restarting": "PENDING", "Running": "RUNNING", "Completed": "COMPLETED", "Failed": "FAILED",
+    "Stopping": "RUNNING", "Stopped": "CANCELLED", "Deleting": "CANCELLED", "Deleted": "CANCELLED",
+}
+
+
+def _mounts(s: dict) -> list:
+    return [dict(m) for m in s.get("mounts", [])]
+
+
+def request(job) -> dict:
+    """The body of POST /jobs, with node-group lookups as placeholders."""
+    s = job.scheduler
+    if not job.container:
+        raise UsageError(f"cluster '{job.cluster}': Lepton jobs need a container image (container_image or --container)")
+    envs = [{"name": k, "value": v} for k, v in cloud.plain_env(job).items()]
+    envs += [{"name": k, "value_from": {"secret_name_ref": ref}} for k, ref in cloud.secret_refs(job).items()]
+    spec = {
+        "resource_shape": s["resource_shape"],
+        "affinity": {"allowed_dedicated_node_groups": [NODE_GROUP_ID], "allowed_nodes_in_node_group": [NODE_IDS]},
+        "container": {"image": job.container, "command": ["/bin/bash", "-c", cloud.job_script(job, RANK_PRELUDE)]},
+        "shared_memory_size": s.get("shared_memory_size") or 65536,
+        "completions": job.nodes,
+        "parallelism": job.nodes,
+        "envs": envs,
+        "mounts": _mounts(s),
+        "image_pull_secrets": list(s.get("image_pull_secrets", [])),
+        "intra_job_communication": True,
+    }
+    if s.get("can_be_preempted"):
+        spec["queue_config"] = {"priority_class": s.get("queue_priority") or "mid-4000", "can_be_preempted": True}
+    if s.get("node_reservation"):
+        spec["reservation_config"] = {"reservation_id": s["node_reservation"]}
+    name = cloud.job_name(job.run_id)
+    return {"metadata": {"id": name, "name": name}, "spec": spec}
+
+
+def render(job) -> Artifact:
+    body = request(job)
+    text = (f"// {header(job)}\n// POST {{workspace}}/jobs  (node group '{job.scheduler['node_group']}': its id and node ids "
+            f"are looked up at submit)\n" + cloud.pretty(body, job.secrets))
+    return Artifact("lepton-job", text, f"launch/{job.run_id}.lepton.json")
+
+
+# ---------------------------------------------------------------- the client
+
+
+def _client(s: dict):
+    from leptonai.api.v2.client import APIClient
+
+    ws = os.environ.get(s.get("workspace_env") or "LEPTON_WORKSPACE_ID")
+    tok = os.environ.get(s.get("token_env") or "LEPTON_WORKSPACE_TOKEN")
+    url = os.environ.get("LEPTON_WORKSPACE_URL")
+    try:
+        client = APIClient(workspace_id=ws, auth_token=tok, url=url)
+    except Exception as exc:  # noqa: BLE001 - the SDK raises several kinds for "not logged in"
+        raise LaunchError(f"Lepton credentials: {exc} (set LEPTON_WORKSPACE_ID/LEPTON_WORKSPACE_TOKEN or run `lep login`)") from None
+    client._timeout = float(s.get("request_timeout") or 30)
+    return client
+
+
+def _transient(exc):
+    import requests
+    from leptonai.api.v1.api_resource import ClientError, ServerError
+
+    if isinstance(exc, ServerError):
+        return f"HTTP {exc.response.status_code}"
+    if isinstance(exc, requests.Timeout):
+        return "request timed out"
+    if isinstance(exc, requests.ConnectionError):
+        return f"connection failed ({type(exc).__name__})"
+    if isinstance(exc, ClientError):
+        code = exc.response.status_code
+        if code in (401, 403):
+            raise LaunchError(f"Lepton rejected the workspace credentials (HTTP {code}); check LEPTON_WORKSPACE_TOKEN "
+                              "or run `lep login` again") from None
+        raise LaunchError(f"Lepton refused the request (HTTP {code}): {exc.response.text[:300]}") from None
+    return None
+
+
+class Backend:
+    name = "lepton"
+
+    def _call(self, s, what, fn):
+        return cloud.retrying(f"Lepton {what}", fn, retries=int(s.get("retries") or 3),
+                              wait=float(s.get("retry_wait", 2.0)), transient=_transient)
+
+    def _lookups(self, client, s) -> dict:
+        groups = self._call(s, "list node groups", client.nodegroup.list_all)
+        match = [g for g in groups if g.metadata.name == s["node_group"] or g.metadata.id_ == s["node_group"]]
+        if not match:
+            names = ", ".join(sorted(g.metadata.name or "?" for g in groups)) or "none"
+            raise LaunchError(f"Lepton node group '{s['node_group']}' not found in the workspace (there: {names})")
+        gid = match[0].metadata.id_
+        nodes = self._call(s, "list nodes", lambda: client.nodegroup.list_nodes(gid))
+        return {NODE_GROUP_ID: gid, NODE_IDS: sorted(n.metadata.id_ for n in nodes)}
+
+    def _create(self, client, s, body: dict) -> str:
+        from leptonai.api.v1.types.job import LeptonJob
+
+        LeptonJob(**body)  # the SDK's own schema check before anything is sent
+        resp = self._call(s, "create job", lambda: client.job.ensure_type(client.job._post("/jobs", json=body), LeptonJob))
+        return resp.metadata.id_ or body["metadata"]["id"]
+
+    def _wait(self, client, s, job_id: str, timeout: float) -> str:
+        deadline = time.time() + timeout
+        while True:
+            j = self._call(s, "get job", lambda: client.job.get(job_id))
+            state = j.status.state.value if j.status and j.status.state else "UNK"
+            if state in ("Completed", "Failed", "Stopped", "Deleted"):
+                return state
+            if time.time() > deadline:
+                raise LaunchError(f"Lepton data-mover job {job_id} did not finish within {timeout:.0f}s")
+            time.sleep(float(s.get("poll_interval", 5.0)))
+
+    def stage(self, job, files: dict, *, new_dir: bool) -> None:
+        """A busybox data-mover job writes the run's files into the run dir on the shared
+        storage (as LeptonExecutor.move_data does, but without deleting the dir)."""
+        s = job.scheduler
+        client = _client(s)
+        looked = self._lookups(client, s)
+        self._lookups_cache = looked
+        cmd = cloud.stage_commands(job.run_dir, files)[0]
+        name = cloud.job_name(job.run_id, "bl-stage")
+        body = {"metadata": {"id": name, "name": name}, "spec": {
+            "resource_shape": s.get("mover_resource_shape") or "cpu.small",
+            "affinity": {"allowed_dedicated_node_groups": [NODE_GROUP_ID], "allowed_nodes_in_node_group": [NODE_IDS]},
+            "container": {"image": "busybox:1.37.0", "command": ["sh", "-c", cmd]},
+            "completions": 1, "parallelism": 1, "mounts": _mounts(s)}}
+        jid = self._create(client, s, cloud.fill(body, looked))
+        state = self._wait(client, s, jid, float(s.get("mover_timeout") or 600))
+        try:
+            self._call(s, "delete data-mover job", lambda: client.job.delete(jid))
+        except LaunchError:
+            pass
+        if state != "Completed":
+            raise LaunchError(f"Lepton data-mover job {jid} ended {state}; the run dir {job.run_dir} was not written")
+
+    def unstage(self, job) -> None:
+        pass  # the run dir lives on the platform's storage; a failed submit leaves at most its files there
+
+    def submit(self, job, run, artifact, secrets: dict) -> list[str]:
+        s = job.scheduler
+        client = _client(s)
+        looked = getattr(self, "_lookups_cache", None) or self._lookups(client, s)
+        return [self._create(client, s, cloud.fill(request(job), looked))]
+
+    def status(self, runs: list) -> dict:
+        out = {}
+        by_profile: dict = {}
+        for run in runs:
+            out[run.run_id] = self._status_one(run, by_profile)
+        return out
+
+    def _status_one(self, run, clients) -> dict:
+        if not run.job_ids:
+            return {"state": "FAILED", "reason": "no Lepton job id recorded"}
+        s = cloud.load_job(run).scheduler
+        client = clients.setdefault(id(s), _client(s))
+        try:
+            j = self._call(s, "get job", lambda: client.job.get(run.job_ids[-1]))
+        except LaunchError as exc:
+            if "HTTP 404" in str(exc):
+                st = "CANCELLED" if run.info.get("cancelled") else "UNKNOWN"
+                return {"state": st, "reason": "the Lepton job no longer exists"}
+            raise
+        state = j.status.state.value if j.status and j.status.state else "UNK"
+        mapped = _STATES.get(state, "UNKNOWN")
+        reason = "" if mapped in ("RUNNING", "COMPLETED") else f"Lepton: {state}"
+        if state == "Running" and (j.status.ready or 0) < (j.status.active or 0):
+            mapped, reason = "PENDING", f"Lepton: Running, {j.status.ready}/{j.status.active} workers ready"
+        if mapped == "CANCELLED" and not run.info.get("cancelled"):
+            mapped = "FAILED"
+        return {"state": mapped, "reason": reason, "platform_state": state}
+
+    def log_files(self, run) -> list[Path]:
+        """Lepton serves each replica's log over its API: fetch them into the local log
+        cache (replica 0 first) and return those files."""
+        cache = cloud.log_cache(run.run_id)
+        if not run.job_ids:
+            return []
+        s = cloud.load_job(run).scheduler
+        client = _client(s)
+        jid = run.job_ids[-1]
+        try:
+            replicas = self._call(s, "list replicas", lambda: client.job.get_replicas(jid))
+        except LaunchError as exc:
+            note = cache / "where.log"
+            cloud.write_private(note, f"bridge-launch: could not list the replicas of Lepton job {jid}: {exc}\n")
+            return [note]
+        files = []
+        for rep in sorted(replicas, key=lambda r: r.metadata.id_ or ""):
+            rid = rep.metadata.id_
+            try:
+                text = "".join(self._call(s, "get log", lambda: list(client.job.get_log(jid, rid, timeout=int(s.get("request_timeout") or 30)))))
+            except LaunchError:
+                continue
+            path = cache / f"{rid}.log"
+            cloud.write_private(path, text)
+            files.append(path)
+        return files
+
+    def cancel(self, run) -> None:
+        if not run.job_ids:
+            return
+        s = cloud.load_job(run).scheduler
+        client = _client(s)
+        try:
+            self._call(s, "delete job", lambda: client.job.delete(run.job_ids[-1]))
+        except LaunchError as exc:
+            if "HTTP 404" not in str(exc):
+                raise
