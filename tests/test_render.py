@@ -123,3 +123,18 @@ def test_dry_run_artifact_equals_submitted_one_once_the_id_is_filled_in(home):
     shown = backends.render(job).text
     real = backends.render(job.with_run_id("smoke-1130-abcd")).text
     assert shown.replace(resolve.RUN_ID_PLACEHOLDER, "smoke-1130-abcd") == real
+
+
+@pytest.mark.parametrize("env,expected", [
+    ({"LEPTON_JOB_NAME": "myjob", "LEPTON_JOB_WORKER_INDEX": "3"}, "3 myjob-0.myjob-job-svc"),
+    ({"LEPTON_JOB_NAME": "j", "LEPTON_JOB_SERVICE_PREFIX": "svc", "LEPTON_SUBDOMAIN": "sub",
+      "LEPTON_JOB_WORKER_INDEX": "1"}, "1 svc-0.sub"),
+])
+def test_lepton_rank_variables_map_to_torchrun(env, expected):
+    """Lepton's worker variables become NODE_RANK / MASTER_ADDR without downloading anything."""
+    from bridge_launch.backends.lepton import RANK_PRELUDE
+
+    script = "\n".join(RANK_PRELUDE) + '\necho "$NODE_RANK $MASTER_ADDR"\n'
+    out = subprocess.run(["bash", "-c", script], env={"PATH": os.environ["PATH"], **env}, capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert out == expected

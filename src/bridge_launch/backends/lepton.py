@@ -25,14 +25,18 @@ from ..errors import LaunchError, UsageError
 from . import cloud
 from .base import Artifact, header
 
-# Lepton sets these in every worker of a job with intra-job communication. Worker 0's
-# stable DNS name is <service prefix>-0.<subdomain>.
+# Lepton sets these in every worker of a job with intra-job communication: the worker index
+# and count, and worker 0's stable DNS name <service prefix>-0.<subdomain>, where the prefix
+# and subdomain default to the job name and <job name>-job-svc (the mapping Lepton's own
+# lepton_env_to_pytorch.sh makes, inlined so that nothing is downloaded at start).
 RANK_PRELUDE = [
     'export NODE_RANK="${LEPTON_JOB_WORKER_INDEX:-0}"',
-    'if [ -n "${LEPTON_JOB_SERVICE_PREFIX:-}" ] && [ -n "${LEPTON_SUBDOMAIN:-}" ]; then',
-    '  export MASTER_ADDR="${LEPTON_JOB_SERVICE_PREFIX}-0.${LEPTON_SUBDOMAIN}"',
+    'service_prefix="${LEPTON_JOB_SERVICE_PREFIX:-${LEPTON_JOB_NAME:-}}"',
+    'subdomain="${LEPTON_SUBDOMAIN:-${LEPTON_JOB_NAME:+${LEPTON_JOB_NAME}-job-svc}}"',
+    'if [ -n "$service_prefix" ] && [ -n "$subdomain" ]; then',
+    '  export MASTER_ADDR="${service_prefix}-0.${subdomain}"',
     'else',
-    '  export MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"',
+    '  export MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"  # a single worker outside Lepton',
     'fi',
     'export MASTER_PORT="${MASTER_PORT:-29400}"',
 ]
