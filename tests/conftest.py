@@ -12,7 +12,7 @@ CLI = [sys.executable, "-m", "bridge_launch.cli"]
 
 
 def _clear_caches():
-    from bridge_launch import clusters, recipes, schema
+    from bridge_launch import clusters, recipes
 
     clusters.catalog.cache_clear()
     recipes.catalog.cache_clear()

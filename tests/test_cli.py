@@ -4,7 +4,7 @@ import json
 import os
 
 import pytest
-from conftest import run_cli, write
+from conftest import write
 
 ERROR_CASES = [
     # (args, fragment of the one error line)

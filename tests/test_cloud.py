@@ -159,7 +159,6 @@ def test_resume_reuses_run_dir(env):
 
 def test_dgx_auth_failure_is_one_clear_error(env, monkeypatch):
     from bridge_launch.errors import LaunchError
-    from bridge_launch.runs import Registry
 
     monkeypatch.setenv("DGXC_CLIENT_SECRET", "wrong-secret-value")
     with pytest.raises(LaunchError, match=r"rejected the client credentials from \$DGXC_CLIENT_ID/\$DGXC_CLIENT_SECRET \(HTTP 401\)") as exc:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge_launch.errors import LaunchError, UsageError
+from bridge_launch.errors import UsageError
 
 np = pytest.importorskip("numpy")
 pytest.importorskip("PIL")

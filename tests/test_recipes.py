@@ -4,7 +4,7 @@ to run_recipe.py as an explicit override; aliases, modes, GPU counts, inputs and
 import pytest
 from conftest import run_cli
 
-from bridge_launch import backends, recipes, resolve
+from bridge_launch import recipes
 
 # What the seeds say, written out independently of the recipe files (../shared/seeds).
 VL_COMMON = {

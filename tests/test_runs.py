@@ -3,13 +3,11 @@ rule, diff, status filters, prune."""
 
 import json
 import subprocess
-import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli, write
+from conftest import run_cli, write
 
 from bridge_launch import launch
 from bridge_launch.runs import Registry

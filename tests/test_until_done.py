@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_cli, write
-from test_slurm_e2e import FAST, cluster, local_slurm  # noqa: F401  (the module-scoped cluster fixture)
+from conftest import run_cli
+from test_slurm_e2e import FAST, cluster  # noqa: F401  (the module-scoped cluster fixture)
 from test_slurm_e2e import _wait_state as _wait
 
 pytestmark = pytest.mark.slow

@@ -69,12 +69,12 @@ def _submitted(run, job, follow, output) -> int:
 
 def _follow(run, job) -> int:
     from . import launch
+    from .backends.base import last_step
     from .runs import Registry
 
     reg = Registry()
     total = job.config.get("train.train_iters")
     total = total if isinstance(total, int) else None
-    state = {"step": 0}
     try:
         if views.is_tty():
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -85,7 +85,7 @@ def _follow(run, job) -> int:
 
                 def on_line(line):
                     bar.console.print(line, markup=False, highlight=False)
-                    hit = launch.last_step(line)
+                    hit = last_step(line)
                     if hit:
                         bar.update(task, completed=hit[0], total=hit[1],
                                    loss=f"loss {hit[2]:.4f}" if hit[2] is not None else "")

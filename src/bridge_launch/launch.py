@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from pathlib import Path
 
@@ -14,7 +13,6 @@ from .backends.base import SMOKE_FILE
 from .resolve import BRIDGE_IN_CONTAINER, ResolvedJob, amend
 from .runs import TERMINAL, Registry, Run
 
-ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+)\s*\|(?:.*?lm loss: ([0-9.eE+-]+))?")
 _SMOKE_SRC = Path(__file__).resolve().parent / "workloads" / "smoke.py"
 
 
@@ -176,17 +174,6 @@ def cancel(reg: Registry, run: Run) -> Run:
     except Exception:  # noqa: BLE001 - the cancel itself succeeded; details can wait for the next status
         pass
     return reg.update(run.run_id, state="CANCELLED", reason="cancelled by user", info=info)
-
-
-def last_step(text: str):
-    """(step, total, loss) of the last Megatron-style iteration line, or None."""
-    hit = None
-    for hit in ITERATION.finditer(text):
-        pass
-    if hit is None:
-        return None
-    loss = float(hit.group(3)) if hit.group(3) else None
-    return int(hit.group(1)), int(hit.group(2)), loss
 
 
 class Tail:

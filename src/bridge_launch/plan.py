@@ -851,7 +851,7 @@ def render_text(result: dict) -> str:
     if result["segment"]:
         lines.append(f"NVLink: domains of {dom} nodes; segment {result['segment']} nodes"
                      + ("" if d["segment_requested"] else " (not requested by this cluster)")
-                     + (f"; HybridEP" if d["hybrid_ep"] else ""))
+                     + ("; HybridEP" if d["hybrid_ep"] else ""))
     else:
         lines.append("NVLink: " + (f"domains of {dom} nodes; the job fits in one node" if dom else "within each node"))
     lines.append("")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import shlex
 from dataclasses import dataclass
 from typing import Protocol
@@ -9,6 +11,40 @@ from typing import Protocol
 from .. import __version__
 
 SMOKE_FILE = "smoke.py"
+# Megatron's iteration log line (the smoke workload writes the same), e.g.
+# " [..] iteration       10/     100 | ... | lm loss: 4.1E+00 | ..."
+ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+)\s*\|(?:.*?lm loss: ([0-9.eE+-]+))?")
+
+
+def last_step(text: str):
+    """(step, total, loss) of the last Megatron-style iteration line, or None."""
+    hit = None
+    for hit in ITERATION.finditer(text):
+        pass
+    if hit is None:
+        return None
+    loss = float(hit.group(3)) if hit.group(3) else None
+    return int(hit.group(1)), int(hit.group(2)), loss
+
+
+def log_tail(path, size: int = 65536) -> str | None:
+    """The last `size` bytes of a local log file, or None if it cannot be read."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, os.path.getsize(path) - size))
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def progress(texts) -> dict:
+    """The furthest training step that any of these log texts shows, as status fields."""
+    best = None
+    for text in texts:
+        hit = last_step(text) if text else None
+        if hit and (best is None or hit[0] > best[0]):
+            best = hit
+    return {"step": best[0], "train_iters": best[1]} if best else {}
 
 
 @dataclass(frozen=True)

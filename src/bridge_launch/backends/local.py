@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from ..errors import LaunchError
-from .base import Artifact, entry_command, export_lines, header, numa_wrapper, q, runtime_env
+from .base import Artifact, entry_command, export_lines, header, log_tail, numa_wrapper, progress, q, runtime_env
 
 def log_path(run_id: str) -> str:
     return f"logs/{run_id}.log"
@@ -101,7 +101,7 @@ class Backend:
                 st = ("CANCELLED", "")
             else:
                 st = ("FAILED", "the launcher process is gone without an exit code")
-            out[run.run_id] = {"state": st[0], "reason": st[1], **progress(self.log_files(run))}
+            out[run.run_id] = {"state": st[0], "reason": st[1], **progress(log_tail(p) for p in self.log_files(run))}
         return out
 
     def log_files(self, run) -> list[Path]:
@@ -122,23 +122,6 @@ class Backend:
             time.sleep(0.2)
         if _alive(pid):
             os.killpg(pid, signal.SIGKILL)
-
-
-def progress(files) -> dict:
-    """The training step the log shows last (Megatron's iteration lines), if any."""
-    from ..launch import last_step
-
-    best = None
-    for path in files:
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(max(0, os.path.getsize(path) - 65536))
-                hit = last_step(fh.read().decode("utf-8", "replace"))
-        except OSError:
-            continue
-        if hit and (best is None or hit[0] > best[0]):
-            best = hit
-    return {"step": best[0], "train_iters": best[1]} if best else {}
 
 
 def _read_exit(path: Path) -> int | None:

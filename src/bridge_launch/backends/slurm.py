@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..errors import LaunchError, UsageError
 from ..failures import DETERMINISTIC, grep_pattern
-from .base import Artifact, entry_command, export_lines, header, numa_wrapper, q, runtime_env
+from .base import Artifact, entry_command, export_lines, header, log_tail, numa_wrapper, progress, q, runtime_env
 
 _DIRECTIVE_SAFE = re.compile(r"^[^\s'\"\\]+$")
 
@@ -339,7 +339,7 @@ class Backend:
                 if info is None:
                     info = self._exit_marker(s, run, jid)
                 st = dict(info)
-                st.update(self._progress(s, run, jid))
+                st.update(self._progress(s, run))
                 if job.chain:
                     st = self._chain_status(s, run, st)
                 out[run.run_id] = st
@@ -428,23 +428,9 @@ class Backend:
             return {"state": "CANCELLED", "reason": f"exit code {code}"}
         return {"state": "COMPLETED", "reason": ""} if code == 0 else {"state": "FAILED", "reason": f"exit code {code}"}
 
-    def _progress(self, s, run, jid) -> dict:
-        from ..launch import last_step
-
-        best = None
-        for path in self.log_files(run):
-            text = self._read(s, str(path)) if s.get("login_host") else None
-            if text is None:
-                try:
-                    with open(path, "rb") as fh:
-                        fh.seek(max(0, os.path.getsize(path) - 65536))
-                        text = fh.read().decode("utf-8", "replace")
-                except OSError:
-                    continue
-            hit = last_step(text)
-            if hit and (best is None or hit[0] > best[0]):
-                best = hit
-        return {"step": best[0], "train_iters": best[1]} if best else {}
+    def _progress(self, s, run) -> dict:
+        remote = bool(s.get("login_host"))
+        return progress(self._read(s, str(p)) if remote else log_tail(p) for p in self.log_files(run))
 
     # -- logs and cancel --------------------------------------------------------------------
     def log_files(self, run) -> list:
