@@ -167,3 +167,15 @@ def test_bad_profile_value_is_one_line(cfg):
     with pytest.raises(UsageError) as exc:
         job(cluster="broken")
     assert "'gpus_per_node' must be int" in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("text,seconds", [("30", 1800), ("01:30", 90), ("04:00:00", 14400), ("1-2", 93600),
+                                          ("1-02:30", 95400), ("1-00:00:01", 86401), ("UNLIMITED", None)])
+def test_slurm_time_formats(text, seconds):
+    assert resolve.slurm_time_seconds(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["4h", "1:2:3:4", "-5", "", "1-"])
+def test_bad_slurm_times(text):
+    with pytest.raises(ValueError):
+        resolve.slurm_time_seconds(text)

@@ -221,6 +221,26 @@ def _mounts(prof: dict, job_root: str) -> list:
 
 
 MAX_SEGMENTS = 100  # a runaway guard: no run needs more segments than this
+_SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def slurm_time_seconds(text: str) -> int | None:
+    """Seconds in a Slurm time limit (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S); None if unlimited.
+    Raises ValueError for anything Slurm would not accept."""
+    if text.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    m = _SLURM_TIME.match(text)
+    if not m:
+        raise ValueError(text)
+    days, a, b, c = m.groups()
+    if days is not None:  # D-H[:M[:S]]
+        h, mi, se = int(a), int(b or 0), int(c or 0)
+        return ((int(days) * 24 + h) * 60 + mi) * 60 + se
+    if c is not None:  # H:M:S
+        return (int(a) * 60 + int(b)) * 60 + int(c)
+    if b is not None:  # M:S
+        return int(a) * 60 + int(b)
+    return int(a) * 60  # M
 
 
 def _chain(opts: Options, prof: dict, recipe: dict, layers: _Layers, scheduler: dict, jobsrc: dict) -> dict:
@@ -238,6 +258,10 @@ def _chain(opts: Options, prof: dict, recipe: dict, layers: _Layers, scheduler: 
     if recipe["workload"] != "smoke":
         # Megatron-Bridge saves and exits on the signal only with its handler on.
         layers.set("train.exit_signal_handler", True, "until-done")
+    limit = slurm_time_seconds(scheduler["time"]) if scheduler.get("time") else None
+    if limit is not None and opts.signal_lead >= limit:
+        raise UsageError(f"--signal-lead {opts.signal_lead}s is not shorter than the time limit {scheduler['time']} "
+                         f"({limit}s); the trainer would be told to save before it starts")
     scheduler["signal"] = f"B:USR1@{opts.signal_lead}"
     jobsrc["signal"] = "until-done"
     return {"max_restarts": opts.max_restarts, "signal_lead": opts.signal_lead, "max_segments": MAX_SEGMENTS,
@@ -321,6 +345,12 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
             jobsrc[flag] = "cli"
         elif flag in scheduler:
             jobsrc[flag] = f"cluster:{prof['name']}"
+    if scheduler.get("time"):
+        try:
+            slurm_time_seconds(scheduler["time"])
+        except ValueError:
+            raise UsageError(f"time limit {scheduler['time']!r} ({jobsrc['time']}) is not a Slurm time; valid: MM, "
+                             "MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED") from None
 
     job_root = (prof["job_root"] or str(paths.state_dir() / "runs")).rstrip("/")
     run_dir = f"{job_root}/{RUN_ID_PLACEHOLDER}"
