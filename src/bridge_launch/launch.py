@@ -198,18 +198,21 @@ class Tail:
                 yield line
 
 
-def wait_until_done(reg: Registry, run: Run, on_line=None, poll: float = 0.5) -> Run:
-    """Stream the run's log lines to on_line until it reaches a final state."""
+def wait_until_done(reg: Registry, run: Run, on_line=None, poll: float = 0.5, status_every: float = 2.0) -> Run:
+    """Stream the run's log lines to on_line until it reaches a final state. Logs are read
+    every `poll` seconds; the backend (squeue, an API) is asked every `status_every`."""
     be = backends.backend(run.backend)
     tail = Tail(lambda: be.log_files(reg.get(run.run_id)))
+    emit = on_line or (lambda line: None)
+    asked = 0.0
     while True:
         for line in tail.lines():
-            if on_line:
-                on_line(line)
-        run = refresh(reg, [reg.get(run.run_id)])[0]
-        if run.state in TERMINAL:
-            for line in tail.lines():
-                if on_line:
-                    on_line(line)
-            return run
+            emit(line)
+        if time.monotonic() - asked >= status_every:
+            asked = time.monotonic()
+            run = refresh(reg, [reg.get(run.run_id)])[0]
+            if run.state in TERMINAL:
+                for line in tail.lines():
+                    emit(line)
+                return run
         time.sleep(poll)
