@@ -321,7 +321,9 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         if name in env:
             raise UsageError(f"{name} is both a secret and a plain environment value ({envsrc[name]}); secrets are passed by name only")
 
+    before = len(errors)
     nodes = _nodes(recipe, overlays, prof, opts, jobsrc, errors, warnings)
+    gpu_count_ok = len(errors) == before
     gpn = prof["gpus_per_node"]
 
     container, jobsrc["container"] = recipe.get("container") or None, "recipe"
@@ -393,7 +395,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         provenance={"config": dict(layers.source), "env": envsrc, "job": jobsrc},
         missing_inputs=missing, warnings=warnings, errors=errors,
     )
-    job.errors.extend(validate.check(job))
+    job.errors.extend(validate.check(job, gpu_count_ok=gpu_count_ok))
     return job
 
 

@@ -138,10 +138,14 @@ def rule_packing(job) -> list:
 
 
 RULES = (rule_world, rule_experts, rule_batch, rule_sequence, rule_precision, rule_packing)
+WORLD_RULES = (rule_world, rule_experts, rule_batch)  # they follow from the GPU count
 
 
-def check(job) -> list:
+def check(job, gpu_count_ok: bool = True) -> list:
+    """Every rule's errors. When the GPU count itself is wrong (already one error), the rules
+    that only restate it (world size vs the parallel sizes) are left out."""
     errors: list = []
     for rule in RULES:
-        errors.extend(rule(job))
+        if gpu_count_ok or rule not in WORLD_RULES:
+            errors.extend(rule(job))
     return errors
