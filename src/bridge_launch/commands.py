@@ -206,11 +206,11 @@ def recipes_show(name, output) -> int:
             print(f"{k:<13} {', '.join(r[k]) if isinstance(r[k], list) else r[k]}")
     print("\nconfig (recipe)")
     for k, v in r["config"].items():
-        print(f"  {k} = {views._fmt(v)}")
+        print(f"  {k} = {views.fmt(v)}")
     if r["upstream_config"]:
         print("\nconfig (upstream defaults the seeds do not state)")
         for k, v in r["upstream_config"].items():
-            print(f"  {k} = {views._fmt(v)}")
+            print(f"  {k} = {views.fmt(v)}")
     if r["env"]:
         print("\nenv")
         for k, v in r["env"].items():
@@ -241,7 +241,7 @@ def overlays_show(name, output) -> int:
     if o.get("gpus"):
         print(f"  gpus = {o['gpus']}")
     for k, v in o["config"].items():
-        print(f"  {k} = {views._fmt(v)}")
+        print(f"  {k} = {views.fmt(v)}")
     for k, v in o["env"].items():
         print(f"  env {k}={v}")
     return 0
@@ -274,9 +274,9 @@ def clusters_show(name, output) -> int:
             if v:
                 print(f"[{k}]")
                 for kk, vv in v.items():
-                    print(f"  {kk} = {views._fmt(vv)}")
+                    print(f"  {kk} = {views.fmt(vv)}")
         elif v not in (None, "", []):
-            print(f"{k:<20} {views._fmt(v)}")
+            print(f"{k:<20} {views.fmt(v)}")
     return 0
 
 
@@ -370,7 +370,7 @@ def diff(argv, *, all_keys, output) -> int:
         print("no differences")
         return 0
     views.table("differences", ["section", "key", "A", "A from", "B", "B from"],
-                [[r[0], r[1], views._fmt(r[2]), r[3], views._fmt(r[4]), r[5]] for r in shown])
+                [[r[0], r[1], views.fmt(r[2]), r[3], views.fmt(r[4]), r[5]] for r in shown])
     return 0
 
 

@@ -33,7 +33,7 @@ def job_view(job, artifact: Artifact) -> dict:
     }
 
 
-def _fmt(value) -> str:
+def fmt(value) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value)
@@ -63,7 +63,7 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
         lines.append("Scheduler  " + "  ".join(f"{k}={v} [{jsrc.get(k, 'cluster')}]" for k, v in sched.items()))
     lines.append(f"Run dir    {job.run_dir}")
     lines.append(f"\nConfig ({len(job.config)} keys; each is passed to the job explicitly)")
-    lines += _table([(k, _fmt(v), prov["config"].get(k, "")) for k, v in job.config.items()])
+    lines += _table([(k, fmt(v), prov["config"].get(k, "")) for k, v in job.config.items()])
     removed = [k for k, s in prov["config"].items() if s == "cli (removed)"]
     if removed:
         lines.append("  removed on the command line: " + ", ".join(removed))
