@@ -134,6 +134,55 @@ def test_corrupted_source_against_user_manifest(src, tmp_path):
         _prep(src, tmp_path / "out", skip_integrity=False)
 
 
+def _lines_src(src, edit):
+    jl = src / "clevr_2" / "clevr_2.jsonl"
+    lines = jl.read_text().splitlines()
+    edit(lines)
+    jl.write_text("\n".join(lines) + "\n")
+    return jl
+
+
+def test_parallel_parse_reports_the_first_error_in_file_order(src, tmp_path, monkeypatch):
+    monkeypatch.setattr(prepare, "CHUNK_BYTES", 64)  # many byte ranges even for this small file
+
+    def edit(lines):
+        lines.insert(3, "")  # a blank line still counts for the line numbers after it
+        lines[17] = "{not json"
+        lines[9] = json.dumps({"id": "x", "messages": [{"role": "user", "content": "no image"}]})
+
+    jl = _lines_src(src, edit)
+    for workers in (1, 3):
+        with pytest.raises(UsageError, match=rf"^{jl}:10: record has no image$"):
+            _prep(src, tmp_path / f"out{workers}", num_workers=workers)
+    # a duplicate before a parse error is reported first, as a serial reader would
+    lines = jl.read_text().splitlines()
+    lines[9] = lines[0]
+    jl.write_text("\n".join(lines) + "\n")
+    with pytest.raises(UsageError, match=rf"^{jl}:10: duplicate sample key .*first at {jl}:1\)$"):
+        _prep(src, tmp_path / "out", num_workers=3)
+
+
+def test_byte_ranges_start_at_lines_and_count_them(tmp_path):
+    jl = tmp_path / "x.jsonl"
+    lines = [b"{}" * (i % 7) for i in range(50)]
+    jl.write_bytes(b"\n".join(lines) + b"\n")
+    data = jl.read_bytes()
+    for n in (1, 2, 3, 7, 50, 200):
+        ch = prepare._chunks(jl, n)
+        assert ch[0][0] == 0 and ch[-1][1] == len(data) and all(a[1] == b[0] for a, b in zip(ch, ch[1:]))
+        for a, b, ln in ch:
+            assert a == 0 or data[a - 1:a] == b"\n"
+            assert ln == data[:a].count(b"\n") + 1
+
+
+@pytest.mark.parametrize("ref", ["a/b.jpg", "./a/b.jpg", "a//b.jpg", "a/./b.jpg", "a\\b.jpg", "a/b/", "/abs/x.png",
+                                 "//net/x", "a/..", ".", "", "../up.jpg", "a/.hidden", "a/b/.", "././a", "x.jpg"])
+def test_normalize_is_pure_posix_path(ref):
+    from pathlib import PurePosixPath
+
+    assert source._normalize(ref) == PurePosixPath(ref.replace("\\", "/")).as_posix()
+
+
 # ---------------------------------------------------------------- fast: arithmetic
 
 def test_smart_resize_and_visual_tokens():
@@ -266,6 +315,47 @@ def test_convert_load_back_and_determinism(src, tmp_path):
             refs = [p["image"] for p in rec["messages"][0]["content"] if p["type"] == "image"]
             assert len(imgs) == len(refs) and imgs[0][:4] in (b"\x89PNG", b"\xff\xd8\xff\xe0")
             assert conv[0]["content"][0] == {"type": "image"}
+
+
+@pytest.mark.slow
+def test_index_equals_energons_own_prepare_dataset(src, tmp_path):
+    """The .nv-meta/ and *.tar.idx written from the writers' offsets are what megatron-energon's
+    prepare_dataset writes when it scans the same shards (row order aside: Energon's own depends on
+    which of its workers finishes first)."""
+    pytest.importorskip("megatron.energon")
+    import contextlib
+    import io
+    import shutil
+    import sqlite3
+
+    from megatron.energon.flavors.webdataset.base_webdataset import BaseWebdatasetFactory
+
+    a, b = tmp_path / "ours", tmp_path / "energon"
+    _prep(src, a, num_workers=2)
+    b.mkdir()
+    names = sorted(p.name for p in a.glob("*.tar"))
+    assert len(names) >= 4
+    for n in names:
+        shutil.copy(a / n, b / n)
+    with contextlib.redirect_stdout(io.StringIO()):
+        BaseWebdatasetFactory.prepare_dataset(b, names, split_parts_patterns=[(s, f"{s}-shard-.*") for s in ("train", "val")],
+                                              shuffle_seed=None, workers=2)
+    for n in names:
+        assert (a / f"{n}.idx").read_bytes() == (b / f"{n}.idx").read_bytes(), n
+    for f in ("split.yaml", ".info.json"):
+        assert (a / ".nv-meta" / f).read_text() == (b / ".nv-meta" / f).read_text(), f
+    assert len((a / ".nv-meta/index.uuid").read_text()) == 36
+
+    def rows(d):
+        db = sqlite3.connect(d / ".nv-meta/index.sqlite")
+        out = {t: sorted(db.execute(f"SELECT * FROM {t}").fetchall()) for t in ("samples", "sample_parts")}
+        out["schema"] = sorted(db.execute("SELECT type, name, sql FROM sqlite_master").fetchall())
+        db.close()
+        return out
+
+    ours, theirs = rows(a), rows(b)
+    assert ours == theirs
+    assert len(ours["samples"]) == 24 and len(ours["sample_parts"]) == 48
 
 
 @pytest.mark.slow

@@ -1,31 +1,36 @@
 """Nemotron-Image-Training-v3 subsets -> Energon-ready WebDataset shards.
 
 Two phases, so that the output does not depend on how many processes wrote it:
-  plan   (one process) read each subset's JSONL in order, validate every record, derive its key and
-         split, locate each image (a byte range in a media tar), and cut each split into shards of
-         --max-samples-per-tar in JSONL order;
-  write  (N processes, or a Slurm job array) each shard task copies its images' bytes into one tar
-         with fixed member metadata (mtime 0, mode 0644, no owner names).
-Then Energon indexes the shards (`.nv-meta/`), and `dataset.yaml` + `manifest.json` are written. All
-of it happens in a hidden sibling directory that is renamed onto --output-dir only at the end."""
+  plan   read each subset's JSONL (in byte ranges, one per worker task), validate every record, derive
+         its key and split; then, in file order, refuse duplicate keys, locate each image (a byte range
+         in a media tar) and cut each split into shards of --max-samples-per-tar;
+  write  (N processes, or a Slurm job array) each shard task preads its images' bytes into one tar
+         with fixed member metadata (mtime 0, mode 0644, no owner names) and records every offset.
+Then the Energon index (`.nv-meta/`) is written from those offsets, and `dataset.yaml` +
+`manifest.json`. All of it happens in a hidden sibling directory renamed onto --output-dir at the end."""
 
 from __future__ import annotations
 
-import io
+import importlib
 import json
 import os
 import pickle
+import re
 import shutil
-import tarfile
+import struct
+import sys
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 from .. import __version__
 from ..errors import LaunchError, UsageError
 from . import source as src
+from . import tario
 
 SPLITS = ("train", "val")
+CHUNK_BYTES = 1 << 20  # a JSONL is parsed in byte ranges of at least this much, 4 per worker at most
 SHARD_NAME = "{split}-shard-{n:06d}.tar"
 TRAINING_DATASET_YAML = """\
 __module__: megatron.bridge.data.energon.task_encoder_utils
@@ -39,29 +44,54 @@ subflavors: {}
 
 # ---------------------------------------------------------------- shard writing (runs in workers)
 
-def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
-    ti = tarfile.TarInfo(name)
-    ti.size, ti.mtime, ti.mode = size, 0, 0o644
-    ti.uid = ti.gid = 0
-    ti.uname = ti.gname = ""
-    return ti
+_FDS: dict[str, int] = {}  # media archives this process has open (one descriptor each, pread from it)
 
 
-def write_shard(task: tuple) -> tuple[str, int]:
-    """Write one shard: task = (path, [(key, messages_json_bytes, [media location, ...]), ...])."""
+def _media(loc) -> bytes:
+    if loc[0] == "file":
+        return src.read_media(loc)
+    _, path, off, size = loc
+    fd = _FDS.get(path)
+    if fd is None:
+        fd = _FDS[path] = os.open(path, os.O_RDONLY)
+    data = os.pread(fd, size, off)
+    if len(data) != size:
+        raise UsageError(f"media archive {path} is truncated (member at byte {off} needs {size} bytes)")
+    return data
+
+
+def write_shard(task: tuple) -> tuple:
+    """Write one shard: task = (path, [(key, messages_json_bytes, [media location, ...]), ...]).
+
+    Members as webdataset's TarWriter orders them (extensions sorted: .jpgs then .json), each with the
+    header tarfile writes for mode 0644, owner 0:0, mtime 0 (tario.header). Also writes Energon's
+    `<shard>.tar.idx` (the byte offset of every sample, then of the end), and returns what the
+    Energon index needs: (path, count, keys, sample offsets + end, [jpgs off, size, json off, size] * count)."""
     path, samples = task
-    tmp = path + ".part"
-    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tf:
+    keys, offs, parts = [], [], []
+    pos = 0
+    with open(path + ".part", "wb", buffering=1 << 20) as w:
         for key, msg_json, locs in samples:
-            imgs = pickle.dumps([src.read_media(loc) for loc in locs], protocol=4)
-            # Member order as webdataset's TarWriter writes them: extensions sorted.
-            tf.addfile(_tarinfo(f"{key}.jpgs", len(imgs)), io.BytesIO(imgs))
-            tf.addfile(_tarinfo(f"{key}.json", len(msg_json)), io.BytesIO(msg_json))
-    os.replace(tmp, path)
-    return path, len(samples)
+            keys.append(key)
+            offs.append(pos)
+            imgs = pickle.dumps([_media(loc) for loc in locs], protocol=4)
+            for ext, body in (("jpgs", imgs), ("json", msg_json)):
+                h = tario.header(f"{key}.{ext}", len(body))
+                pad = tario.padding(len(body))
+                w.write(h)
+                w.write(body)
+                w.write(pad)
+                parts += (pos + len(h), len(body))
+                pos += len(h) + len(body) + len(pad)
+        offs.append(pos)
+        w.write(tario.trailer(pos))
+    with open(path + ".idx", "wb") as f:  # Energon's TarIndexWriter format: native uint64 per offset
+        f.write(struct.pack(f"{len(offs)}Q", *offs))
+    os.replace(path + ".part", path)
+    return path, len(samples), keys, offs, parts
 
 
-def write_shards(tasks: list[tuple]) -> list[tuple[str, int]]:
+def write_shards(tasks: list[tuple]) -> list[tuple]:
     """One Slurm array element's share (also usable in-process)."""
     return [write_shard(t) for t in tasks]
 
@@ -78,27 +108,98 @@ def _check_output(out: Path) -> None:
             raise UsageError(f"--output-dir {out} is not empty ({shown}); give an empty or absent directory")
 
 
-def _plan_subset(subset: str, subset_dir: Path, media: src.MediaIndex, fraction: float, seen: dict,
-                 budget: int | None, plan: dict) -> int:
-    jl = src.jsonl_path(subset_dir, subset)
-    n = 0
-    with open(jl, "rb") as f:
-        for lineno, line in enumerate(f, start=1):
-            if budget is not None and n >= budget:
+def _parse_lines(subset: str, jl: str, lines, lineno: int, fraction: float, budget: int | None = None) -> tuple:
+    """Validate records: ([(line number, key, split, messages json, image refs)], error or None).
+
+    An error stops the list at the record before it, so callers can report the first one in file order."""
+    out = []
+    try:
+        for line in lines:
+            if budget is not None and len(out) >= budget:
                 break
-            if not line.strip():
-                continue
-            where = f"{jl}:{lineno}"
-            sid, messages, refs = src.parse_record(line, where)
-            key = src.sample_key(subset, sid, where)
-            if key in seen:
-                raise UsageError(f"{where}: duplicate sample key {key!r} (first at {seen[key]})")
-            seen[key] = where
-            locs = [media.locate(r, where) for r in refs]
-            msg_json = json.dumps(messages, ensure_ascii=False).encode("utf-8")
-            plan[src.sample_split(key, fraction)].append((key, msg_json, locs))
-            n += 1
-    return n
+            if line.strip():
+                where = f"{jl}:{lineno}"
+                sid, messages, refs = src.parse_record(line, where)
+                key = src.sample_key(subset, sid, where)
+                out.append((lineno, key, src.sample_split(key, fraction),
+                            json.dumps(messages, ensure_ascii=False).encode("utf-8"), refs))
+            lineno += 1
+    except UsageError as e:
+        return out, str(e)
+    return out, None
+
+
+def _parse_chunk(task: tuple) -> tuple:
+    """One byte range of a JSONL file (it starts at a line start), in a worker process."""
+    subset, jl, start, end, lineno, fraction = task
+    with open(jl, "rb") as f:
+        f.seek(start)
+        data = f.read(end - start)
+    return _parse_lines(subset, jl, data.split(b"\n"), lineno, fraction)
+
+
+def _chunks(jl: Path, n: int) -> list[tuple[int, int, int]]:
+    """(start, end, first line number) of up to n byte ranges that begin at line starts."""
+    size = jl.stat().st_size
+    bounds = [0]
+    with open(jl, "rb") as f:
+        for k in range(1, n):
+            f.seek(max(size * k // n, bounds[-1]))
+            f.readline()
+            if bounds[-1] < f.tell() < size:
+                bounds.append(f.tell())
+        bounds.append(size)
+        out, lineno = [], 1
+        for a, b in zip(bounds, bounds[1:]):
+            out.append((a, b, lineno))
+            f.seek(a)
+            lineno += f.read(b - a).count(b"\n")
+    return out
+
+
+def _start_parse(subsets, source_dir, fraction, max_samples, pool, workers) -> list[tuple]:
+    """Per subset: (subset, JSONL path, its parse results in file order, or None to parse it in _plan).
+
+    With a pool (and no --max-samples) the byte ranges are submitted now and parse while the caller
+    does other work; --max-samples reads serially, only as far as the budget."""
+    jobs = []
+    for subset in subsets:
+        jl = src.jsonl_path(source_dir / subset, subset)
+        if pool is None or max_samples is not None:
+            jobs.append((subset, jl, None))
+            continue
+        n = max(1, min(workers * 4, jl.stat().st_size // CHUNK_BYTES))
+        futs = [pool.submit(_parse_chunk, (subset, str(jl), a, b, ln, fraction)) for a, b, ln in _chunks(jl, n)]
+        jobs.append((subset, jl, futs))
+    return jobs
+
+
+def _plan(jobs, indexes, fraction, max_samples) -> tuple[dict, int]:
+    """Every record, in order, validated and placed: {split: [(key, json, image locations)]}."""
+    plan: dict[str, list] = {s: [] for s in SPLITS}
+    seen: dict[str, str] = {}
+    total = 0
+    for subset, jl, futs in jobs:
+        if futs is None:
+            with open(jl, "rb") as f:
+                budget = None if max_samples is None else max_samples - total
+                results = [_parse_lines(subset, str(jl), f, 1, fraction, budget)]
+        else:
+            results = (f.result() for f in futs)
+        media = indexes[subset]
+        for records, error in results:
+            for lineno, key, split, msg_json, refs in records:
+                where = f"{jl}:{lineno}"
+                if key in seen:
+                    raise UsageError(f"{where}: duplicate sample key {key!r} (first at {seen[key]})")
+                seen[key] = where
+                plan[split].append((key, msg_json, [media.locate(r, where) for r in refs]))
+            total += len(records)
+            if error:
+                raise UsageError(error)
+        if max_samples is not None and total >= max_samples:
+            break
+    return plan, total
 
 
 def _validate_args(subsets, fraction, per_tar, workers, max_samples):
@@ -116,11 +217,46 @@ def _validate_args(subsets, fraction, per_tar, workers, max_samples):
         raise UsageError(f"--max-samples {max_samples}: valid: an integer >= 1")
 
 
+def _background(fn, *args):
+    """Run fn in a daemon thread; .result() joins it and re-raises its exception."""
+    box = {}
+
+    def run():
+        try:
+            box["value"] = fn(*args)
+        except BaseException as e:  # handed to the caller of result()
+            box["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+
+    class _Result:
+        @staticmethod
+        def result():
+            t.join()
+            if "error" in box:
+                raise box["error"]
+            return box.get("value")
+
+    return _Result()
+
+
+def _import_energon():
+    try:
+        importlib.import_module("megatron.energon.flavors.webdataset.indexing")
+    except ImportError:
+        pass  # index() reports it as one line
+
+
 def prepare(dataset: str, source_dir: Path, output_dir: Path, *, subsets: list[str],
             validation_fraction: float = 0.05, max_samples_per_tar: int = 1000, num_workers: int = 2,
             max_samples: int | None = None, skip_integrity: bool = False, write_manifest: bool = False,
             cluster: str | None = None, on_plan=None, on_progress=None, log=None) -> dict:
-    """Convert, index and describe; returns the manifest. Raises UsageError / LaunchError."""
+    """Convert, index and describe; returns the manifest. Raises UsageError / LaunchError.
+
+    The source is read once for the shards (each worker preads its images out of the media tars), once
+    for the sha256 of every file in the manifest (a thread, while the workers parse and write), and the
+    Energon index is written from the offsets the writers recorded rather than by re-reading shards."""
     info = src.dataset_info(dataset)
     _validate_args(subsets, validation_fraction, max_samples_per_tar, num_workers, max_samples)
     source_dir, output_dir = Path(source_dir).resolve(), Path(output_dir).absolute()
@@ -131,7 +267,7 @@ def prepare(dataset: str, source_dir: Path, output_dir: Path, *, subsets: list[s
     t0 = time.perf_counter()
 
     # Integrity first: nothing is converted from a source that does not match its pins.
-    verified, to_hash, to_pin, indexes, origins = [], [], {}, {}, {}
+    verified, to_hash, to_pin, media, origins = [], [], {}, {}, {}
     for subset in subsets:
         sdir = source_dir / subset
         if not sdir.resolve().is_relative_to(source_dir) or not sdir.is_dir():
@@ -140,7 +276,7 @@ def prepare(dataset: str, source_dir: Path, output_dir: Path, *, subsets: list[s
         pins, origin = src.find_pins(dataset, subset)
         if pins:
             log(f"verifying {len(pins)} pinned files of {subset} ({origin})")
-            verified += src.verify_pins(source_dir, pins, origin)
+            verified += src.verify_pins(source_dir, pins, origin, threads=max(2, num_workers))
             archives = [source_dir / p for p in sorted(pins) if p.endswith(".tar")]
             allow_loose = False  # verified mode: media only from the verified tars
             jl = src.jsonl_path(sdir, subset)
@@ -156,55 +292,62 @@ def prepare(dataset: str, source_dir: Path, output_dir: Path, *, subsets: list[s
         else:
             raise UsageError(f"subset {subset!r} has no integrity manifest (published: turing); after verifying its "
                              f"provenance pass --write-manifest to pin it, or --skip-source-integrity-check")
-        indexes[subset] = src.MediaIndex.build(sdir, archives, allow_loose)
+        media[subset] = (sdir, archives, allow_loose)
 
-    with ThreadPoolExecutor(max_workers=4) as pool:  # hashing overlaps planning (hashlib drops the GIL)
-        hashes = {p: pool.submit(src.sha256_file, p) for p in to_hash}
-        plan: dict[str, list] = {s: [] for s in SPLITS}
-        seen: dict[str, str] = {}
-        total = 0
-        for subset in subsets:
-            budget = None if max_samples is None else max_samples - total
-            total += _plan_subset(subset, source_dir / subset, indexes[subset], validation_fraction, seen, budget, plan)
-            if max_samples is not None and total >= max_samples:
-                break
-        hashed = [{"path": str(p.relative_to(source_dir)), "size": p.stat().st_size, "sha256": h.result()}
-                  for p, h in hashes.items()]
+    pool = None
+    if num_workers > 1 and not cluster:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
 
-    loose = sorted({loc[1] for part in plan.values() for _, _, locs in part for loc in locs if loc[0] == "file"})
-    hashed += [{"path": str(Path(p).relative_to(source_dir)), "size": os.path.getsize(p), "sha256": src.sha256_file(Path(p))}
-               for p in loose]
-    counts = {s: len(plan[s]) for s in SPLITS}
-    if counts["train"] == 0:
-        raise UsageError(f"no training samples in {', '.join(subsets)} (read {total} records); check the source or lower --validation-fraction")
-    if validation_fraction > 0 and counts["val"] == 0:
-        raise UsageError(f"no validation samples among {total} records at --validation-fraction {validation_fraction}; "
-                         "raise it or --max-samples, or pass --validation-fraction 0")
-
+        # fork: the workers see this process's modules; they start (all at once, with the first task)
+        # before any thread below exists, so no lock is copied held into them.
+        pool = ProcessPoolExecutor(max_workers=num_workers, mp_context=mp.get_context("fork"))
+        pool.submit(int).result()
     tmp = output_dir.parent / f".{output_dir.name}.partial-{os.getpid()}"
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
     try:
+        # Hashing (hashlib drops the GIL) and Energon's import (seconds, first time) overlap the work.
+        hashing = _background(lambda: [(p, src.sha256_file(p)) for p in to_hash])
+        importing = _background(_import_energon) if "megatron.energon" not in sys.modules else None
+        jobs = _start_parse(subsets, source_dir, validation_fraction, max_samples, pool, num_workers)
+        indexes = {subset: src.MediaIndex.build(*args) for subset, args in media.items()}  # while they parse
+        plan, total = _plan(jobs, indexes, validation_fraction, max_samples)
+        counts = {s: len(plan[s]) for s in SPLITS}
+        if counts["train"] == 0:
+            raise UsageError(f"no training samples in {', '.join(subsets)} (read {total} records); check the source or lower --validation-fraction")
+        if validation_fraction > 0 and counts["val"] == 0:
+            raise UsageError(f"no validation samples among {total} records at --validation-fraction {validation_fraction}; "
+                             "raise it or --max-samples, or pass --validation-fraction 0")
+        loose = sorted({loc[1] for part in plan.values() for _, _, locs in part for loc in locs if loc[0] == "file"})
+
+        output_dir.parent.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
         tasks = []
         for split in SPLITS:
             items = plan[split]
             for n, i in enumerate(range(0, len(items), max_samples_per_tar)):
                 tasks.append((str(tmp / SHARD_NAME.format(split=split, n=n)), items[i:i + max_samples_per_tar]))
+        del plan
         if on_plan:
             on_plan(total, len(tasks))
         t1 = time.perf_counter()
         if cluster:
             from .slurm import run_array
 
-            run_array(cluster, tasks, tmp, num_workers, on_progress=on_progress, log=log)
+            written = run_array(cluster, tasks, tmp, num_workers, on_progress=on_progress, log=log)
         else:
-            _run_local(tasks, num_workers, on_progress)
+            written = _run_local(tasks, pool, on_progress)
         t2 = time.perf_counter()
-        log(f"indexing {len(tasks)} shards with Energon")
-        index(tmp, [s for s in SPLITS if counts[s]], num_workers)
+        if importing:
+            importing.result()
+        log(f"indexing {len(tasks)} shards for Energon")
+        energon_version = index(tmp, written, [s for s in SPLITS if counts[s]])
         (tmp / ".nv-meta" / "dataset.yaml").write_text(TRAINING_DATASET_YAML)
+        hashed = [{"path": str(p.relative_to(source_dir)), "size": p.stat().st_size, "sha256": h}
+                  for p, h in hashing.result()]
+        hashed += [{"path": str(Path(p).relative_to(source_dir)), "size": os.path.getsize(p),
+                    "sha256": src.sha256_file(Path(p))} for p in loose]
         manifest = {
             "dataset": info["id"], "dataset_name": dataset, "revision": info["revision"],
             "subsets": list(subsets), "validation_fraction": validation_fraction,
@@ -214,6 +357,7 @@ def prepare(dataset: str, source_dir: Path, output_dir: Path, *, subsets: list[s
             "integrity_manifests": origins,
             "source_files": sorted(verified + hashed, key=lambda f: f["path"]),
             "tool": f"bridge-launch {__version__}",
+            "energon": f"megatron-energon {energon_version}",
             "layout": "Megatron-Bridge ChatMLWebdataset: <key>.jpgs (pickled list of image bytes), <key>.json (messages)",
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -225,6 +369,9 @@ def prepare(dataset: str, source_dir: Path, output_dir: Path, *, subsets: list[s
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
     for subset, files in to_pin.items():
         by_path = {f["path"]: f for f in hashed}
         pinned = [by_path[str(p.relative_to(source_dir))] for p in files]
@@ -237,40 +384,84 @@ def prepare(dataset: str, source_dir: Path, output_dir: Path, *, subsets: list[s
     return manifest
 
 
-def _run_local(tasks, workers, on_progress):
-    if workers == 1 or len(tasks) == 1:
+def _run_local(tasks, pool, on_progress) -> list[tuple]:
+    if pool is None or len(tasks) == 1:
+        out = []
         for t in tasks:
-            _, n = write_shard(t)
+            out.append(write_shard(t))
             if on_progress:
-                on_progress(n)
-        return
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+                on_progress(out[-1][1])
+        return out
+    from concurrent.futures import as_completed
 
-    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=mp.get_context("fork")) as pool:
-        futs = [pool.submit(write_shard, t) for t in tasks]
-        try:
-            for f in as_completed(futs):
-                _, n = f.result()
-                if on_progress:
-                    on_progress(n)
-        except BaseException:
-            for f in futs:
-                f.cancel()
-            raise
-
-
-def index(root: Path, splits: list[str], workers: int) -> None:
-    """Energon's own indexing: *.tar.idx, .nv-meta/split.yaml, index.sqlite, .info.json."""
+    futs = [pool.submit(write_shard, t) for t in tasks]
     try:
-        from megatron.energon.flavors.webdataset.base_webdataset import BaseWebdatasetFactory
+        for f in as_completed(futs):
+            if on_progress:
+                on_progress(f.result()[1])
+    except BaseException:
+        for f in futs:
+            f.cancel()
+        raise
+    return [f.result() for f in futs]
+
+
+class _Sample(NamedTuple):  # the fields Energon's SqliteIndexWriter reads from its IndexSample rows
+    tar_file_id: int
+    sample_key: str
+    sample_index: int
+    byte_offset: int
+    byte_size: int
+
+
+class _Part(NamedTuple):  # ... and from its IndexSamplePart rows
+    tar_file_id: int
+    sample_index: int
+    part_name: str
+    content_byte_offset: int
+    content_byte_size: int
+
+
+def index(root: Path, written: list[tuple], splits: list[str]) -> str:
+    """Energon's index of the shards, from the offsets their writers recorded: the `.nv-meta/` that
+    megatron-energon's `prepare_dataset` writes (index.sqlite through Energon's own SqliteIndexWriter,
+    index.uuid, .info.json, split.yaml by shard-name pattern), without reading every tar header again.
+    A test checks it against `prepare_dataset` run on the same shards. Returns Energon's version."""
+    try:
+        from megatron.energon import __version__ as energon_version
+        from megatron.energon.bracecollapse import collapse
+        from megatron.energon.epathlib import EPath
+        from megatron.energon.flavors.webdataset import config as ecfg
+        from megatron.energon.flavors.webdataset.indexing import SqliteIndexWriter
+        from megatron.energon.flavors.webdataset.structs import WebdatasetInfo, WebdatasetSplits
+        from megatron.energon.typed_converter import to_json_object
     except ImportError as e:
         raise LaunchError(f"megatron-energon is not installed ({e}); install the data extra: pip install 'bridge-launch[data]'")
-    paths = sorted(p.name for p in root.glob("*.tar"))
-    import contextlib
+    import uuid
 
-    with contextlib.redirect_stdout(io.StringIO()):
-        BaseWebdatasetFactory.prepare_dataset(
-            root, paths, split_parts_patterns=[(s, f"{s}-shard-.*") for s in splits],
-            shuffle_seed=None, workers=max(1, min(workers, len(paths))),
-        )
+    import yaml
+
+    shards = sorted(written, key=lambda w: Path(w[0]).name)
+    names = [Path(w[0]).name for w in shards]
+    meta = root / ecfg.MAIN_FOLDER_NAME
+    meta.mkdir(exist_ok=True)
+    samples, parts = [], []
+    for tid, (_, n, keys, offs, pp) in enumerate(shards):
+        for i in range(n):
+            samples.append(_Sample(tid, keys[i], i, offs[i], offs[i + 1] - offs[i]))
+            parts.append(_Part(tid, i, "jpgs", pp[4 * i], pp[4 * i + 1]))
+            parts.append(_Part(tid, i, "json", pp[4 * i + 2], pp[4 * i + 3]))
+    writer = SqliteIndexWriter(EPath(meta / ecfg.INDEX_SQLITE_FILENAME))
+    try:
+        writer.append_samples(samples)
+        writer.append_parts(parts)
+    finally:
+        writer.close()
+    (meta / ecfg.INDEX_UUID_FILENAME).write_text(str(uuid.uuid4()))
+    info = WebdatasetInfo(energon_version=energon_version, shard_counts={nm: w[1] for nm, w in zip(names, shards)})
+    with open(meta / ecfg.INFO_JSON_FILENAME, "w") as f:
+        json.dump(to_json_object(info), f, indent=2)
+    split_parts = {s: collapse([nm for nm in names if re.match(f"{s}-shard-.*", nm)], keep_order=True) for s in splits}
+    with open(meta / "split.yaml", "w") as f:
+        yaml.dump(to_json_object(WebdatasetSplits(split_parts=split_parts)), f, sort_keys=False)
+    return energon_version

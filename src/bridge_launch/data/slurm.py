@@ -14,7 +14,8 @@ from pathlib import Path
 from ..errors import LaunchError, UsageError
 
 
-def run_array(cluster: str, tasks: list, tmp: Path, workers: int, *, on_progress=None, log=None) -> None:
+def run_array(cluster: str, tasks: list, tmp: Path, workers: int, *, on_progress=None, log=None) -> list:
+    """Write the shard tasks as a job array; returns write_shard's result for every task."""
     from .. import clusters
 
     prof = clusters.load(cluster)
@@ -53,6 +54,7 @@ def run_array(cluster: str, tasks: list, tmp: Path, workers: int, *, on_progress
     if log:
         log(f"submitted job array {jobs[0].job_id.split('_')[0]} ({len(jobs)} elements) to {cluster}")
     pending = dict(enumerate(jobs))
+    written = []
     try:
         while pending:
             for i, job in list(pending.items()):
@@ -64,8 +66,9 @@ def run_array(cluster: str, tasks: list, tmp: Path, workers: int, *, on_progress
                         last = next((ln for ln in reversed(msg) if ln.strip() and not ln.startswith(" ")), type(e).__name__)
                         raise LaunchError(f"array element {job.job_id} failed: {last} (logs in {folder})")
                     del pending[i]
+                    written += res
                     if on_progress:
-                        on_progress(sum(k for _, k in res))
+                        on_progress(sum(r[1] for r in res))
             time.sleep(0.5)
     except BaseException:
         for job in pending.values():
@@ -75,6 +78,7 @@ def run_array(cluster: str, tasks: list, tmp: Path, workers: int, *, on_progress
                 pass
         raise
     shutil.rmtree(folder, ignore_errors=True)
+    return written
 
 
 def _minutes(t) -> int | None:
