@@ -37,7 +37,7 @@ def bench_prepare(work: Path, n: int) -> dict:
         sid, msgs, refs = source.parse_record(ln, "x")
         for j, r in enumerate(refs):
             (loose / f"{sid}.{j}.img").write_bytes(source.read_media(mi.locate(r, "x")))
-        (loose / f"{sid}.json").write_text(json.dumps(msgs))
+        (loose / f"{sid}.json").write_bytes(msgs)
     subprocess.run(["sync"])
     t = time.perf_counter()
     subprocess.run(["tar", "cf", str(work / "floor.tar"), "-C", str(loose), "."], check=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 import tarfile
 from pathlib import Path
 
@@ -29,7 +30,7 @@ def _home(tmp_path, monkeypatch):
 
 @pytest.fixture
 def src(tmp_path):
-    return synthetic.make_source(tmp_path / "src", n=24, seed=1)
+    return synthetic.make_source(tmp_path / "src", n=24, seed=1, noisy_every=5)
 
 
 def _prep(srcdir, out, **kw):
@@ -160,6 +161,90 @@ def test_parallel_parse_reports_the_first_error_in_file_order(src, tmp_path, mon
     jl.write_text("\n".join(lines) + "\n")
     with pytest.raises(UsageError, match=rf"^{jl}:10: duplicate sample key .*first at {jl}:1\)$"):
         _prep(src, tmp_path / "out", num_workers=3)
+
+
+def test_without_copy_file_range_the_shards_are_the_same(src, tmp_path, monkeypatch):
+    """Another filesystem (EXDEV), then no sendfile either: the same bytes by the slower paths."""
+    import errno
+    import os
+
+    _prep(src, tmp_path / "a", validation_fraction=0)
+    calls = []
+
+    def refuse(*a, **k):
+        calls.append(1)
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "copy_file_range", refuse)
+    monkeypatch.setattr(prepare, "_COPY", "copy_file_range")
+    _prep(src, tmp_path / "b", validation_fraction=0)
+    assert calls and prepare._COPY == "sendfile"
+    monkeypatch.setattr(os, "sendfile", lambda *a: (_ for _ in ()).throw(OSError(errno.EINVAL, "no")))
+    _prep(src, tmp_path / "c", validation_fraction=0)
+    assert prepare._COPY == "pread"
+    ta = sorted(p.name for p in (tmp_path / "a").glob("*.tar*"))
+    for n in ta:
+        assert (tmp_path / "a" / n).read_bytes() == (tmp_path / "b" / n).read_bytes() == (tmp_path / "c" / n).read_bytes()
+
+
+def test_truncated_media_archive_is_one_line(src, tmp_path):
+    tar = src / "clevr_2" / "media" / "shard_000000.tar"
+    data = tar.read_bytes()
+    members = source.MediaIndex.build(src / "clevr_2", [tar], False).members
+    last = max(v[1] + v[2] for v in members.values() if v)
+    tar.write_bytes(data[:last - 100])
+    with pytest.raises(UsageError, match=r"media archive .*shard_000000.tar is not a readable tar|truncated"):
+        _prep(src, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def _normalized(rec: dict) -> list:
+    """The messages as parse_record normalizes them, built the plain way."""
+    out = []
+    for turn in rec["messages"]:
+        parts = turn["content"] if isinstance(turn["content"], list) else [turn["content"]]
+        out.append({"role": turn["role"], "content": [
+            {"type": "text", "text": p} if isinstance(p, str) else
+            {"type": "text", "text": p["text"]} if p["type"] == "text" else {"type": "image"} for p in parts]})
+    return out
+
+
+_TEXTS = ["plain", "quote \" back \\ slash", "tab\tnl\ncr\r\b\f", "ctl \x00\x01\x1f\x7f", "ünï 漢字 🙂",
+          "\u2028\u2029 seps", "", "</script>", "emoji \U0001F600 and \\u escapes"]
+
+
+@pytest.mark.parametrize("text", _TEXTS)
+def test_parse_record_json_is_json_dumps(text):
+    rec = {"id": 7, "messages": [
+        {"role": "user", "content": [{"type": "image", "image": "a.png"}, {"type": "text", "text": text}, text]},
+        {"role": "assistant ✓", "content": text},
+        {"role": "user", "content": [{"type": "image", "image": "b.jpg", "extra": 1}]}]}
+    for line in (json.dumps(rec), json.dumps(rec, ensure_ascii=False), json.dumps(rec).encode()):
+        sid, msg_json, refs = source.parse_record(line, "f:1")
+        assert sid == "7" and refs == ["a.png", "b.jpg"]
+        assert msg_json == json.dumps(_normalized(rec), ensure_ascii=False).encode("utf-8")
+
+
+def test_parse_record_refuses_unpaired_surrogates():
+    line = '{"id": "x", "messages": [{"role": "user", "content": [{"type": "image", "image": "a.png"}, "bad \\ud800"]}]}'
+    with pytest.raises(UsageError, match=r"^f:3: text holds an unpaired surrogate escape \('\\ud800'\)"):
+        source.parse_record(line, "f:3")
+
+
+def test_parallel_parse_bom_and_invalid_utf8(src, tmp_path, monkeypatch):
+    monkeypatch.setattr(prepare, "CHUNK_BYTES", 64)
+    jl = src / "clevr_2" / "clevr_2.jsonl"
+    data = jl.read_bytes()
+    jl.write_bytes(b"\xef\xbb\xbf" + data)  # a UTF-8 BOM, which json.loads(bytes) skips
+    m1 = _prep(src, tmp_path / "a", num_workers=1)
+    m3 = _prep(src, tmp_path / "b", num_workers=3)
+    assert m1["counts"] == m3["counts"] and sum(m1["counts"].values()) == 24
+    lines = data.split(b"\n")
+    lines[12] = lines[12].replace(b"Question", b"Qu\xffstion")
+    jl.write_bytes(b"\n".join(lines))
+    for w in (1, 3):
+        with pytest.raises(UsageError, match=rf"^{jl}:13: not UTF-8 \(byte 0xff at column \d+\); valid: UTF-8 JSON$"):
+            _prep(src, tmp_path / f"c{w}", num_workers=w)
 
 
 def test_byte_ranges_start_at_lines_and_count_them(tmp_path):
@@ -299,11 +384,20 @@ def test_convert_load_back_and_determinism(src, tmp_path):
     assert {f["path"] for f in m1["source_files"]} == {"clevr_2/clevr_2.jsonl", "clevr_2/media/shard_000000.tar"}
     jl = src / "clevr_2/clevr_2.jsonl"
     assert next(f for f in m1["source_files"] if f["path"].endswith(".jsonl"))["sha256"] == source.sha256_file(jl)
-    # deterministic tar members
+    # deterministic tar members; .jpgs is exactly pickle.dumps(list of the images) (kernel-copied or not)
     with tarfile.open(a / "train-shard-000000.tar") as tf:
         ms = tf.getmembers()
         assert all(m.mtime == 0 and m.mode == 0o644 and m.uname == "" for m in ms)
         assert [m.name.rsplit(".", 1)[1] for m in ms[:2]] == ["jpgs", "json"]
+    sizes = []
+    for shard in a.glob("*.tar"):
+        with tarfile.open(shard) as tf:
+            for m in tf.getmembers()[::2]:
+                raw = tf.extractfile(m).read()
+                imgs = pickle.loads(raw)
+                assert pickle.dumps(imgs, protocol=4) == raw
+                sizes += map(len, imgs)
+    assert max(sizes) >= 64 * 1024 > min(sizes)  # both sides of the pickler's frame limit
     # loaded back with Energon: every key, in its split, with its images
     records = {json.loads(ln)["id"]: json.loads(ln) for ln in jl.read_text().splitlines()}
     for split in ("train", "val"):

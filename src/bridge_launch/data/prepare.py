@@ -11,8 +11,12 @@ Then the Energon index (`.nv-meta/`) is written from those offsets, and `dataset
 
 from __future__ import annotations
 
+import codecs
+import errno
+import gc
 import importlib
 import json
+import operator
 import os
 import pickle
 import re
@@ -22,12 +26,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import NamedTuple
+from itertools import chain, repeat
 
 from .. import __version__
 from ..errors import LaunchError, UsageError
 from . import source as src
-from . import tario
+from . import pickled, tario
 
 SPLITS = ("train", "val")
 CHUNK_BYTES = 1 << 20  # a JSONL is parsed in byte ranges of at least this much, 4 per worker at most
@@ -47,48 +51,140 @@ subflavors: {}
 _FDS: dict[str, int] = {}  # media archives this process has open (one descriptor each, pread from it)
 
 
-def _media(loc) -> bytes:
-    if loc[0] == "file":
-        return src.read_media(loc)
-    _, path, off, size = loc
+def _fd(path: str) -> int:
     fd = _FDS.get(path)
     if fd is None:
         fd = _FDS[path] = os.open(path, os.O_RDONLY)
-    data = os.pread(fd, size, off)
+    return fd
+
+
+def _truncated(path, off, size) -> UsageError:
+    return UsageError(f"media archive {path} is truncated (member at byte {off} needs {size} bytes)")
+
+
+def _payload(ref) -> bytes:
+    """The bytes of an image reference: ("mem", bytes) or ("tar", path, offset, size)."""
+    if ref[0] == "mem":
+        return ref[1]
+    _, path, off, size = ref
+    data = os.pread(_fd(path), size, off)
     if len(data) != size:
-        raise UsageError(f"media archive {path} is truncated (member at byte {off} needs {size} bytes)")
+        raise _truncated(path, off, size)
     return data
+
+
+def _copy_range(out: int, path: str, off: int, size: int) -> None:
+    """Bytes off..off+size of a media tar onto `out` at its position, inside the kernel where it can:
+    copy_file_range, else sendfile (another filesystem, an old kernel), else pread + write."""
+    global _COPY
+    src_fd, done = _fd(path), 0
+    while done < size:
+        try:
+            if _COPY == "copy_file_range":
+                n = os.copy_file_range(src_fd, out, size - done, off + done)
+            elif _COPY == "sendfile":
+                n = os.sendfile(out, src_fd, off + done, size - done)
+            else:
+                chunk = os.pread(src_fd, min(size - done, 8 << 20), off + done)
+                _write_all(out, [chunk])
+                n = len(chunk)
+        except OSError as e:
+            if _COPY != "pread" and e.errno in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP,
+                                                errno.EPERM, errno.ETXTBSY, errno.EBADF):
+                _COPY = "sendfile" if _COPY == "copy_file_range" else "pread"
+                continue  # nothing was copied by the call that failed
+            raise
+        if n == 0:
+            raise _truncated(path, off, size)
+        done += n
+
+
+_COPY = "copy_file_range" if hasattr(os, "copy_file_range") else "sendfile" if hasattr(os, "sendfile") else "pread"
 
 
 def write_shard(task: tuple) -> tuple:
     """Write one shard: task = (path, [(key, messages_json_bytes, [media location, ...]), ...]).
 
-    Members as webdataset's TarWriter orders them (extensions sorted: .jpgs then .json), each with the
-    header tarfile writes for mode 0644, owner 0:0, mtime 0 (tario.header). Also writes Energon's
+    Members as webdataset's TarWriter orders them (extensions sorted: .jpgs, the pickled list of the
+    sample's images, then .json), each with the header tarfile writes for mode 0644, owner 0:0,
+    mtime 0 (tario.header); the .jpgs bytes are pickle.dumps(images, protocol=4) exactly, with images
+    of 64 KiB or more copied by the kernel (pickled.list_of_bytes). Also writes Energon's
     `<shard>.tar.idx` (the byte offset of every sample, then of the end), and returns what the
     Energon index needs: (path, count, keys, sample offsets + end, [jpgs off, size, json off, size] * count)."""
     path, samples = task
     keys, offs, parts = [], [], []
     pos = 0
-    with open(path + ".part", "wb", buffering=1 << 20) as w:
+    fd = os.open(path + ".part", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    out = _Gather(fd)
+    try:
         for key, msg_json, locs in samples:
             keys.append(key)
             offs.append(pos)
-            imgs = pickle.dumps([_media(loc) for loc in locs], protocol=4)
-            for ext, body in (("jpgs", imgs), ("json", msg_json)):
-                h = tario.header(f"{key}.{ext}", len(body))
-                pad = tario.padding(len(body))
-                w.write(h)
-                w.write(body)
-                w.write(pad)
-                parts += (pos + len(h), len(body))
-                pos += len(h) + len(body) + len(pad)
+            small = all(loc[0] == "tar" and loc[3] < pickled.FRAME_TARGET for loc in locs)
+            if small:  # every image inside the pickler's frames: C's pickle.dumps is the quicker way
+                imgs = pickle.dumps([_payload(loc) for loc in locs], protocol=4)
+                size = len(imgs)
+            else:
+                refs = [loc if loc[0] == "tar" else ("mem", src.read_media(loc)) for loc in locs]
+                segs = pickled.list_of_bytes([(r[3] if r[0] == "tar" else len(r[1]), r) for r in refs], _payload)
+                size = sum(len(x) if isinstance(x, bytes) else x[3] if x[0] == "tar" else len(x[1]) for x in segs)
+            h1, h2 = tario.header(f"{key}.jpgs", size), tario.header(f"{key}.json", len(msg_json))
+            p1, p2 = tario.padding(size), tario.padding(len(msg_json))
+            start = pos
+            pos += len(h1) + size + len(p1)
+            parts += (start + len(h1), size, pos + len(h2), len(msg_json))
+            pos += len(h2) + len(msg_json) + len(p2)
+            if small:
+                out.add(pos - start, h1, imgs, p1, h2, msg_json, p2)
+                continue
+            out.add(len(h1), h1)
+            for x in segs:
+                if isinstance(x, bytes):
+                    out.add(len(x), x)
+                elif x[0] == "mem":
+                    out.add(len(x[1]), x[1])
+                else:
+                    out.flush()
+                    _copy_range(fd, x[1], x[2], x[3])
+            out.add(len(p1) + len(h2) + len(msg_json) + len(p2), p1, h2, msg_json, p2)
         offs.append(pos)
-        w.write(tario.trailer(pos))
+        out.add(len(tario.trailer(pos)), tario.trailer(pos))
+        out.flush()
+        if os.lseek(fd, 0, os.SEEK_CUR) != pos + len(tario.trailer(pos)):
+            raise LaunchError(f"{path}: wrote {os.lseek(fd, 0, os.SEEK_CUR)} bytes, expected {pos + len(tario.trailer(pos))}")
+    finally:
+        os.close(fd)
     with open(path + ".idx", "wb") as f:  # Energon's TarIndexWriter format: native uint64 per offset
         f.write(struct.pack(f"{len(offs)}Q", *offs))
     os.replace(path + ".part", path)
     return path, len(samples), keys, offs, parts
+
+
+class _Gather:
+    """Pieces to write, kept by reference and written with one writev per MiB (no copy into a buffer)."""
+
+    def __init__(self, fd: int):
+        self.fd, self.bufs, self.size = fd, [], 0
+
+    def add(self, size: int, *bufs: bytes) -> None:
+        self.bufs += bufs
+        self.size += size
+        if self.size >= 1 << 20 or len(self.bufs) >= 512:
+            self.flush()
+
+    def flush(self) -> None:
+        _write_all(self.fd, self.bufs)
+        self.bufs, self.size = [], 0
+
+
+def _write_all(fd: int, bufs: list) -> None:
+    if not bufs:
+        return
+    n, want = os.writev(fd, bufs), sum(map(len, bufs))
+    if n != want:  # a short write (a signal, a full disk): finish it piece by piece, or raise ENOSPC
+        rest = memoryview(b"".join(bufs))[n:]
+        while rest:
+            rest = rest[os.write(fd, rest):]
 
 
 def write_shards(tasks: list[tuple]) -> list[tuple]:
@@ -119,10 +215,9 @@ def _parse_lines(subset: str, jl: str, lines, lineno: int, fraction: float, budg
                 break
             if line.strip():
                 where = f"{jl}:{lineno}"
-                sid, messages, refs = src.parse_record(line, where)
+                sid, msg_json, refs = src.parse_record(line, where)
                 key = src.sample_key(subset, sid, where)
-                out.append((lineno, key, src.sample_split(key, fraction),
-                            json.dumps(messages, ensure_ascii=False).encode("utf-8"), refs))
+                out.append((lineno, key, src.sample_split(key, fraction), msg_json, refs))
             lineno += 1
     except UsageError as e:
         return out, str(e)
@@ -135,7 +230,13 @@ def _parse_chunk(task: tuple) -> tuple:
     with open(jl, "rb") as f:
         f.seek(start)
         data = f.read(end - start)
-    return _parse_lines(subset, jl, data.split(b"\n"), lineno, fraction)
+    if start == 0 and data.startswith(codecs.BOM_UTF8):
+        data = data[3:]  # json.loads(bytes) skips it; json.loads(str) would not
+    try:
+        lines = data.decode("utf-8").split("\n")  # str lines: json.loads skips its encoding detection
+    except UnicodeDecodeError:
+        lines = data.split(b"\n")  # and the bad line gets json.loads' own error, with its number
+    return _parse_lines(subset, jl, lines, lineno, fraction)
 
 
 def _chunks(jl: Path, n: int) -> list[tuple[int, int, int]]:
@@ -257,6 +358,20 @@ def prepare(dataset: str, source_dir: Path, output_dir: Path, *, subsets: list[s
     The source is read once for the shards (each worker preads its images out of the media tars), once
     for the sha256 of every file in the manifest (a thread, while the workers parse and write), and the
     Energon index is written from the offsets the writers recorded rather than by re-reading shards."""
+    gc_was_on = gc.isenabled()
+    gc.disable()  # millions of small tuples stay alive until the end; collecting them repeatedly only costs
+    try:
+        return _prepare(dataset, source_dir, output_dir, subsets=subsets, validation_fraction=validation_fraction,
+                        max_samples_per_tar=max_samples_per_tar, num_workers=num_workers, max_samples=max_samples,
+                        skip_integrity=skip_integrity, write_manifest=write_manifest, cluster=cluster,
+                        on_plan=on_plan, on_progress=on_progress, log=log)
+    finally:
+        if gc_was_on:
+            gc.enable()
+
+
+def _prepare(dataset, source_dir, output_dir, *, subsets, validation_fraction, max_samples_per_tar, num_workers,
+             max_samples, skip_integrity, write_manifest, cluster, on_plan, on_progress, log) -> dict:
     info = src.dataset_info(dataset)
     _validate_args(subsets, validation_fraction, max_samples_per_tar, num_workers, max_samples)
     source_dir, output_dir = Path(source_dir).resolve(), Path(output_dir).absolute()
@@ -406,22 +521,6 @@ def _run_local(tasks, pool, on_progress) -> list[tuple]:
     return [f.result() for f in futs]
 
 
-class _Sample(NamedTuple):  # the fields Energon's SqliteIndexWriter reads from its IndexSample rows
-    tar_file_id: int
-    sample_key: str
-    sample_index: int
-    byte_offset: int
-    byte_size: int
-
-
-class _Part(NamedTuple):  # ... and from its IndexSamplePart rows
-    tar_file_id: int
-    sample_index: int
-    part_name: str
-    content_byte_offset: int
-    content_byte_size: int
-
-
 def index(root: Path, written: list[tuple], splits: list[str]) -> str:
     """Energon's index of the shards, from the offsets their writers recorded: the `.nv-meta/` that
     megatron-energon's `prepare_dataset` writes (index.sqlite through Energon's own SqliteIndexWriter,
@@ -445,16 +544,19 @@ def index(root: Path, written: list[tuple], splits: list[str]) -> str:
     names = [Path(w[0]).name for w in shards]
     meta = root / ecfg.MAIN_FOLDER_NAME
     meta.mkdir(exist_ok=True)
-    samples, parts = [], []
-    for tid, (_, n, keys, offs, pp) in enumerate(shards):
-        for i in range(n):
-            samples.append(_Sample(tid, keys[i], i, offs[i], offs[i + 1] - offs[i]))
-            parts.append(_Part(tid, i, "jpgs", pp[4 * i], pp[4 * i + 1]))
-            parts.append(_Part(tid, i, "json", pp[4 * i + 2], pp[4 * i + 3]))
-    writer = SqliteIndexWriter(EPath(meta / ecfg.INDEX_SQLITE_FILENAME))
+    writer = SqliteIndexWriter(EPath(meta / ecfg.INDEX_SQLITE_FILENAME))  # Energon's schema and indexes
     try:
-        writer.append_samples(samples)
-        writer.append_parts(parts)
+        db = writer.db
+        db.execute("PRAGMA synchronous = OFF")  # a fresh file in the partial directory: nothing to protect yet
+        for tid, (_, n, keys, offs, pp) in enumerate(shards):
+            # the rows Energon's IndexSample / IndexSamplePart carry, in its column order
+            db.executemany("INSERT INTO samples (tar_file_id, sample_key, sample_index, byte_offset, byte_size) "
+                           "VALUES (?, ?, ?, ?, ?)",
+                           zip(repeat(tid), keys, range(n), offs, map(operator.sub, offs[1:], offs)))
+            db.executemany("INSERT INTO sample_parts (tar_file_id, sample_index, part_name, content_byte_offset, "
+                           "content_byte_size) VALUES (?, ?, ?, ?, ?)",
+                           chain.from_iterable(zip(zip(repeat(tid), range(n), repeat("jpgs"), pp[0::4], pp[1::4]),
+                                                   zip(repeat(tid), range(n), repeat("json"), pp[2::4], pp[3::4]))))
     finally:
         writer.close()
     (meta / ecfg.INDEX_UUID_FILENAME).write_text(str(uuid.uuid4()))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from json.encoder import encode_basestring as _jstr  # json.dumps' escaping with ensure_ascii=False
 import re
 import os
 import tarfile
@@ -202,10 +203,16 @@ def sample_split(key: str, validation_fraction: float) -> str:
     return "val" if v / 2**64 < validation_fraction else "train"
 
 
-def parse_record(line: bytes | str, where: str) -> tuple[str, list[dict], list[str]]:
-    """(id, typed ChatML messages with {"type": "image"} placeholders, image references in order)."""
+def parse_record(line: bytes | str, where: str) -> tuple[str, bytes, list[str]]:
+    """(id, the typed ChatML messages as JSON, image references in order).
+
+    The messages are [{"role", "content": [{"type": "text", "text"} | {"type": "image"}, ...]}, ...],
+    written as the bytes of json.dumps(messages, ensure_ascii=False) but built as text directly (the
+    same C string escaping, no dicts to build and walk again): a test holds the two equal."""
     try:
         row = json.loads(line)
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{where}: not UTF-8 (byte 0x{e.object[e.start]:02x} at column {e.start + 1}); valid: UTF-8 JSON")
     except ValueError as e:
         raise UsageError(f"{where}: malformed JSON ({e.args[0] if e.args else e})")
     if not isinstance(row, dict):
@@ -218,7 +225,7 @@ def parse_record(line: bytes | str, where: str) -> tuple[str, list[dict], list[s
     msgs = row.get("messages")
     if not isinstance(msgs, list) or not msgs:
         raise UsageError(f"{where}: record 'messages' must be a non-empty list")
-    out, refs = [], []
+    turns, refs = [], []
     for ti, turn in enumerate(msgs):
         if not isinstance(turn, dict) or not isinstance(turn.get("role"), str):
             raise UsageError(f"{where}: message {ti} must be an object with a string 'role'")
@@ -227,31 +234,40 @@ def parse_record(line: bytes | str, where: str) -> tuple[str, list[dict], list[s
         norm = []
         for pi, part in enumerate(parts):
             if isinstance(part, str):
-                norm.append({"type": "text", "text": part})
+                norm.append(_TEXT + _jstr(part) + "}")
                 continue
             if not isinstance(part, dict):
                 raise UsageError(f"{where}: message {ti} content {pi} must be a string or an object")
             kind = part.get("type")
             if kind == "text":
-                if not isinstance(part.get("text"), str):
+                text = part.get("text")
+                if not isinstance(text, str):
                     raise UsageError(f"{where}: message {ti} content {pi}: 'text' must be a string")
-                norm.append({"type": "text", "text": part["text"]})
+                norm.append(_TEXT + _jstr(text) + "}")
             elif kind == "image":
                 ref = part.get("image")
                 if not isinstance(ref, str) or not ref.strip():
                     raise UsageError(f"{where}: message {ti} content {pi}: 'image' must be a non-empty path")
                 refs.append(ref)
-                norm.append({"type": "image"})
+                norm.append(_IMAGE)
             elif kind in ("video", "audio"):
                 raise UsageError(f"{where}: {kind} content is not supported (image-only subsets; valid types: text, image)")
             else:
                 raise UsageError(f"{where}: message {ti} content {pi}: unknown type {kind!r} (valid: text, image)")
         if not norm:
             raise UsageError(f"{where}: message {ti} has no content")
-        out.append({"role": turn["role"], "content": norm})
+        turns.append('{"role": ' + _jstr(turn["role"]) + ', "content": [' + ", ".join(norm) + "]}")
     if not refs:
         raise UsageError(f"{where}: record has no image")
-    return sid, out, refs
+    try:
+        data = ("[" + ", ".join(turns) + "]").encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise UsageError(f"{where}: text holds an unpaired surrogate escape ({e.object[e.start]!a}); valid: Unicode text")
+    return sid, data, refs
+
+
+_TEXT = '{"type": "text", "text": '
+_IMAGE = '{"type": "image"}'
 
 
 def jsonl_path(subset_dir: Path, subset: str) -> Path:

@@ -11,9 +11,15 @@ import tarfile
 from pathlib import Path
 
 
-def make_image(rng: random.Random, fmt: str, size: tuple[int, int]) -> bytes:
+def make_image(rng: random.Random, fmt: str, size: tuple[int, int], noisy: bool = False) -> bytes:
+    """A small picture; `noisy` fills it with random pixels instead (incompressible: a 200x200 PNG is
+    about 120 kB, like a real photo, where the flat ones stay far below 64 KiB)."""
     from PIL import Image
 
+    if noisy:
+        buf = io.BytesIO()
+        Image.frombytes("RGB", size, rng.randbytes(size[0] * size[1] * 3)).save(buf, format=fmt)
+        return buf.getvalue()
     img = Image.new("RGB", size, (rng.randrange(256), rng.randrange(256), rng.randrange(256)))
     # a few shapes so JPEG sizes are not trivial
     from PIL import ImageDraw
@@ -29,10 +35,11 @@ def make_image(rng: random.Random, fmt: str, size: tuple[int, int]) -> bytes:
 
 def make_source(root: Path, subset: str = "clevr_2", n: int = 40, *, seed: int = 0, max_images: int = 2,
                 sizes=((64, 48), (320, 240), (1024, 768)), images_per_tar: int | None = None,
-                distinct_images: int | None = None) -> Path:
+                distinct_images: int | None = None, noisy_every: int | None = None) -> Path:
     """Write <root>/<subset>/<subset>.jsonl and <root>/<subset>/media/shard_NNNNNN.tar; returns root.
 
-    distinct_images: encode only this many images and reuse them (fast for large benches)."""
+    distinct_images: encode only this many images and reuse them (fast for large benches);
+    noisy_every: every Nth image is random noise at 200x200 (large, incompressible)."""
     rng = random.Random(seed)
     sdir = Path(root) / subset
     (sdir / "media").mkdir(parents=True, exist_ok=True)
@@ -45,7 +52,9 @@ def make_source(root: Path, subset: str = "clevr_2", n: int = 40, *, seed: int =
             if distinct_images and len(cache) >= distinct_images:
                 data = cache[(i + j) % len(cache)]
             else:
-                data = make_image(rng, "PNG" if (i + j) % 2 else "JPEG", sizes[rng.randrange(len(sizes))])
+                noisy = bool(noisy_every) and len(cache) % noisy_every == noisy_every - 1
+                data = make_image(rng, "PNG" if (i + j) % 2 else "JPEG",
+                                  (200, 200) if noisy else sizes[rng.randrange(len(sizes))], noisy)
                 cache.append(data)
             images.append((name, data))
             content.append({"type": "image", "image": name})

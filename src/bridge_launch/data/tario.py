@@ -21,7 +21,6 @@ _SPACES = b" " * 8
 _TERM = (0, 32)  # NUL, space: what ends a numeric field
 _REGULAR = (b"0", b"\0", b"7")  # REGTYPE, AREGTYPE, CONTTYPE: tarfile's isfile()
 _NO_DATA = (b"1", b"2", b"3", b"4", b"5", b"6")  # links, devices, directories, fifos
-_HEAD = b"\0" * 100  # placeholder: the name goes here
 
 
 class _Fallback(Exception):
@@ -131,19 +130,24 @@ def _scan_fast(path) -> list[tuple[str, int, int]]:
     return out
 
 
+_MODE_IDS = b"0000644\0" b"0000000\0" b"0000000\0"  # mode, uid, gid
+_MTIME = b"00000000000\0"
+_REST = b"0" + b"\0" * 100 + b"ustar\x0000" + b"\0" * 64 + b"\0" * 16 + b"\0" * 155 + b"\0" * 12  # type .. end
+_CONST_SUM = sum(_MODE_IDS) + sum(_MTIME) + sum(_SPACES) + sum(_REST)
+
+
 def header(name: str, size: int) -> bytes:
-    """The PAX-format header tarfile writes for a regular file (mode 0644, 0:0, mtime 0, no names)."""
-    raw = name.encode("ascii", "strict") if name.isascii() else None
-    if raw is None or len(raw) > 100 or size >= 0o77777777777 or not name:
+    """The PAX-format header tarfile writes for a regular file (mode 0644, 0:0, mtime 0, no names).
+
+    Only the name and size vary, so the checksum is a constant plus their byte sums."""
+    if not name.isascii() or len(name) > 100 or size >= 0o77777777777 or not name:
         ti = tarfile.TarInfo(name)
         ti.size, ti.mtime, ti.mode, ti.uid, ti.gid, ti.uname, ti.gname = size, 0, 0o644, 0, 0, "", ""
         return ti.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
-    h = b"".join((
-        raw.ljust(100, b"\0"), b"0000644\0", b"0000000\0", b"0000000\0", b"%011o\0" % size,
-        b"00000000000\0", b"        ", b"0", _HEAD, b"ustar\x0000", b"\0" * 64, b"\0" * 16,
-        b"\0" * 155, b"\0" * 12,
-    ))
-    return h[:148] + b"%06o\0" % sum(h) + h[155:]
+    raw = name.encode("ascii")
+    sz = b"%011o\0" % size
+    chk = b"%06o\0 " % (_CONST_SUM + sum(raw) + sum(sz))
+    return b"".join((raw.ljust(100, b"\0"), _MODE_IDS, sz, _MTIME, chk, _REST))
 
 
 def padding(size: int) -> bytes:
