@@ -34,7 +34,7 @@ from . import source as src
 from . import pickled, tario
 
 SPLITS = ("train", "val")
-CHUNK_BYTES = 1 << 20  # a JSONL is parsed in byte ranges of at least this much, 4 per worker at most
+CHUNK_BYTES = 256 << 10  # a JSONL is parsed in byte ranges of at least this much, 4 per worker at most
 SHARD_NAME = "{split}-shard-{n:06d}.tar"
 TRAINING_DATASET_YAML = """\
 __module__: megatron.bridge.data.energon.task_encoder_utils
