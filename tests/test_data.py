@@ -187,6 +187,21 @@ def test_without_copy_file_range_the_shards_are_the_same(src, tmp_path, monkeypa
         assert (tmp_path / "a" / n).read_bytes() == (tmp_path / "b" / n).read_bytes() == (tmp_path / "c" / n).read_bytes()
 
 
+def test_full_disk_is_one_line_and_leaves_nothing(src, tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from bridge_launch.errors import LaunchError
+
+    def full(*a):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "writev", full)
+    with pytest.raises(LaunchError, match=r"^data prepare stopped, nothing was written to .*/out: OSError: .*No space left"):
+        _prep(src, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.partial-*"))
+
+
 def test_truncated_media_archive_is_one_line(src, tmp_path):
     tar = src / "clevr_2" / "media" / "shard_000000.tar"
     data = tar.read_bytes()

@@ -25,8 +25,9 @@ import struct
 import sys
 import threading
 import time
-from pathlib import Path
+from concurrent.futures import BrokenExecutor
 from itertools import chain, repeat
+from pathlib import Path
 
 from .. import __version__
 from ..errors import LaunchError, UsageError
@@ -48,36 +49,43 @@ subflavors: {}
 
 # ---------------------------------------------------------------- shard writing (runs in workers)
 
-_FDS: dict[str, int] = {}  # media archives this process has open (one descriptor each, pread from it)
+class _Sources:
+    """The media archives one shard reads, each opened once (pread from it) and closed with the shard."""
 
+    def __init__(self):
+        self.fds: dict[str, int] = {}
 
-def _fd(path: str) -> int:
-    fd = _FDS.get(path)
-    if fd is None:
-        fd = _FDS[path] = os.open(path, os.O_RDONLY)
-    return fd
+    def fd(self, path: str) -> int:
+        fd = self.fds.get(path)
+        if fd is None:
+            fd = self.fds[path] = os.open(path, os.O_RDONLY)
+        return fd
+
+    def payload(self, ref) -> bytes:
+        """The bytes of an image reference: ("mem", bytes) or ("tar", path, offset, size)."""
+        if ref[0] == "mem":
+            return ref[1]
+        _, path, off, size = ref
+        data = os.pread(self.fd(path), size, off)
+        if len(data) != size:
+            raise _truncated(path, off, size)
+        return data
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
 
 
 def _truncated(path, off, size) -> UsageError:
     return UsageError(f"media archive {path} is truncated (member at byte {off} needs {size} bytes)")
 
 
-def _payload(ref) -> bytes:
-    """The bytes of an image reference: ("mem", bytes) or ("tar", path, offset, size)."""
-    if ref[0] == "mem":
-        return ref[1]
-    _, path, off, size = ref
-    data = os.pread(_fd(path), size, off)
-    if len(data) != size:
-        raise _truncated(path, off, size)
-    return data
-
-
-def _copy_range(out: int, path: str, off: int, size: int) -> None:
+def _copy_range(out: int, src_fd: int, path: str, off: int, size: int) -> None:
     """Bytes off..off+size of a media tar onto `out` at its position, inside the kernel where it can:
     copy_file_range, else sendfile (another filesystem, an old kernel), else pread + write."""
     global _COPY
-    src_fd, done = _fd(path), 0
+    done = 0
     while done < size:
         try:
             if _COPY == "copy_file_range":
@@ -115,18 +123,18 @@ def write_shard(task: tuple) -> tuple:
     keys, offs, parts = [], [], []
     pos = 0
     fd = os.open(path + ".part", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    out = _Gather(fd)
+    out, media = _Gather(fd), _Sources()
     try:
         for key, msg_json, locs in samples:
             keys.append(key)
             offs.append(pos)
             small = all(loc[0] == "tar" and loc[3] < pickled.FRAME_TARGET for loc in locs)
             if small:  # every image inside the pickler's frames: C's pickle.dumps is the quicker way
-                imgs = pickle.dumps([_payload(loc) for loc in locs], protocol=4)
+                imgs = pickle.dumps([media.payload(loc) for loc in locs], protocol=4)
                 size = len(imgs)
             else:
                 refs = [loc if loc[0] == "tar" else ("mem", src.read_media(loc)) for loc in locs]
-                segs = pickled.list_of_bytes([(r[3] if r[0] == "tar" else len(r[1]), r) for r in refs], _payload)
+                segs = pickled.list_of_bytes([(r[3] if r[0] == "tar" else len(r[1]), r) for r in refs], media.payload)
                 size = sum(len(x) if isinstance(x, bytes) else x[3] if x[0] == "tar" else len(x[1]) for x in segs)
             h1, h2 = tario.header(f"{key}.jpgs", size), tario.header(f"{key}.json", len(msg_json))
             p1, p2 = tario.padding(size), tario.padding(len(msg_json))
@@ -145,15 +153,18 @@ def write_shard(task: tuple) -> tuple:
                     out.add(len(x[1]), x[1])
                 else:
                     out.flush()
-                    _copy_range(fd, x[1], x[2], x[3])
+                    _copy_range(fd, media.fd(x[1]), x[1], x[2], x[3])
             out.add(len(p1) + len(h2) + len(msg_json) + len(p2), p1, h2, msg_json, p2)
         offs.append(pos)
-        out.add(len(tario.trailer(pos)), tario.trailer(pos))
+        trailer = tario.trailer(pos)
+        out.add(len(trailer), trailer)
         out.flush()
-        if os.lseek(fd, 0, os.SEEK_CUR) != pos + len(tario.trailer(pos)):
-            raise LaunchError(f"{path}: wrote {os.lseek(fd, 0, os.SEEK_CUR)} bytes, expected {pos + len(tario.trailer(pos))}")
+        written = os.lseek(fd, 0, os.SEEK_CUR)
+        if written != pos + len(trailer):  # the offsets the index gets would be wrong: never ship that
+            raise LaunchError(f"{path}: wrote {written} bytes where the index expects {pos + len(trailer)}")
     finally:
         os.close(fd)
+        media.close()
     with open(path + ".idx", "wb") as f:  # Energon's TarIndexWriter format: native uint64 per offset
         f.write(struct.pack(f"{len(offs)}Q", *offs))
     os.replace(path + ".part", path)
@@ -481,8 +492,11 @@ def _prepare(dataset, source_dir, output_dir, *, subsets, validation_fraction, m
         if output_dir.exists():
             output_dir.rmdir()
         os.rename(tmp, output_dir)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, (OSError, BrokenExecutor)):  # a full disk, a killed worker: one line, not a traceback
+            raise LaunchError(f"data prepare stopped, nothing was written to {output_dir}: "
+                              f"{type(e).__name__}: {e}") from e
         raise
     finally:
         if pool is not None:
