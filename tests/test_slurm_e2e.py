@@ -230,6 +230,40 @@ def test_quoted_values_arrive_byte_identical_and_nothing_runs(cluster, home, tmp
     assert not canary.exists()
 
 
+def test_logs_and_status_over_ssh_read_the_login_host_not_local_files(cluster, home):
+    """A client that cannot see the run dir (its own mount namespace, an empty tmpfs over the jobs
+    root) still gets every node's log lines and the step reached: both come over SSH."""
+    import shutil
+
+    from conftest import CLI
+
+    if not shutil.which("unshare"):
+        pytest.skip("unshare is not installed")
+    r = run_cli("submit", "smoke", "-c", "local-slurm-ssh", "-o", "json", *FAST, "train.train_iters=6")
+    assert r.code == 0, r.err
+    sub = r.json()
+    assert _wait_state(sub["run_id"], {"COMPLETED", "FAILED"})["state"] == "COMPLETED"
+    root = "/var/lib/bridge-launch-slurm/jobs"
+    assert sub["run_dir"].startswith(root + "/")
+
+    def hidden(*args):
+        script = f'mount -t tmpfs bl-hidden {root} && test ! -e "$1" && shift && exec "$@"'
+        return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+                               sub["run_dir"], *CLI, *args], capture_output=True, text=True, timeout=120)
+
+    first = hidden("logs", sub["run_id"])
+    assert first.returncode == 0, first.stderr
+    assert re.search(r"\[rank0\]: .*host=node1", first.stdout) and re.search(r"\[rank[23]\]: .*host=node2", first.stdout)
+    local = run_cli("logs", sub["run_id"])  # this process sees the dir, but an SSH profile reads remotely anyway
+    assert local.code == 0 and sorted(local.out.splitlines()) == sorted(first.stdout.splitlines())
+    again = hidden("logs", sub["run_id"])  # nothing new to fetch: the same lines, once each
+    assert again.stdout == first.stdout
+    st = hidden("status", sub["run_id"], "-o", "json")
+    assert st.returncode == 0, st.stderr
+    got = json.loads(st.stdout)[0]
+    assert got["state"] == "COMPLETED" and got["info"]["step"] == 6, got
+
+
 def test_submit_over_ssh_with_a_secret(cluster, home):
     value = "ssh-s3cr3t-" + os.urandom(6).hex()
     env = {"MY_TOKEN": value}

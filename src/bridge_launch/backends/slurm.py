@@ -429,17 +429,61 @@ class Backend:
         return {"state": "COMPLETED", "reason": ""} if code == 0 else {"state": "FAILED", "reason": f"exit code {code}"}
 
     def _progress(self, s, run) -> dict:
-        remote = bool(s.get("login_host"))
-        return progress(self._read(s, str(p)) if remote else log_tail(p) for p in self.log_files(run))
+        if s.get("login_host"):  # the last 64 KiB of each log, all in one SSH call
+            return progress(b.decode("utf-8", "replace") for b in self._remote_logs(s, run, tail=65536).values())
+        return progress(log_tail(p) for p in self.log_files(run))
 
     # -- logs and cancel --------------------------------------------------------------------
     def log_files(self, run) -> list:
+        """The run's logs, batch output first then the per-node logs, job by job. On a login host
+        they are fetched (only the bytes not fetched before, in one SSH call) into a local copy."""
+        if run.job_ids and _job_of(run).scheduler.get("login_host"):
+            return self._sync_logs(run)
         logs = Path(run.run_dir) / "logs"
         files = []
         for jid in run.job_ids:
             files.append(logs / f"sbatch-{jid}.out")
             files += sorted(logs.glob(f"{jid}-*.log")) if logs.is_dir() else []
         return files
+
+    def _sync_logs(self, run) -> list:
+        from .. import paths
+
+        cache = paths.state_dir() / "slurm-logs" / run.run_id
+        cache.mkdir(parents=True, exist_ok=True)
+        have = {p.name: p.stat().st_size for p in cache.iterdir() if _LOG_NAME.match(p.name)}
+        for name, data in self._remote_logs(_job_of(run).scheduler, run, offsets=have).items():
+            with open(cache / name, "ab") as fh:
+                fh.write(data)
+        names = {p.name for p in cache.iterdir()}
+        files = []
+        for jid in run.job_ids:
+            files += [cache / n for n in [f"sbatch-{jid}.out", *sorted(n for n in names if n.startswith(f"{jid}-"))]
+                      if n in names and _LOG_NAME.match(n)]
+        return files
+
+    def _remote_logs(self, s, run, *, offsets: dict | None = None, tail: int | None = None) -> dict[str, bytes]:
+        """{log name: bytes} from the run's logs dir on the login host: what lies past offsets[name]
+        (0 for a log not seen before), or the last `tail` bytes of each. One SSH call."""
+        offsets = offsets or {}
+        cases = "".join(f"{q(n)}) off={int(o)};; " for n, o in offsets.items())
+        globs = " ".join(f"sbatch-{j}.out {j}-*.log" for j in run.job_ids if str(j).isdigit())
+        script = (
+            f"cd {q(run.run_dir + '/logs')} 2>/dev/null || exit 0; for f in {globs}; do "
+            "[ -f \"$f\" ] || continue; off=0; " + (f"case \"$f\" in {cases}esac; " if cases else "")
+            + "size=$(stat -c %s -- \"$f\") || continue; "
+            + (f"[ $size -gt {int(tail)} ] && off=$((size-{int(tail)})); " if tail else "")
+            + "[ $size -gt $off ] || continue; n=$((size-off)); printf '@@bridge-launch %d %s\\n' $n \"$f\"; "
+            "tail -c +$((off+1)) -- \"$f\" | head -c $n; done"
+        )
+        try:
+            proc = subprocess.run([*self._ssh(s), f"sh -c {q(script)}"], capture_output=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            raise LaunchError(f"reading the logs on {s['login_host']} took over 120 s") from None
+        if proc.returncode:
+            err = subprocess.CompletedProcess(proc.args, proc.returncode, "", proc.stderr.decode("utf-8", "replace"))
+            raise LaunchError(f"reading the logs on {s['login_host']} failed: {self._first_error(err)}")
+        return _frames(proc.stdout)
 
     def cancel(self, run) -> None:
         if not run.job_ids:
@@ -460,6 +504,27 @@ class Backend:
         proc = self._run(job.scheduler, ["scancel", *ids])
         if proc.returncode and "Invalid job id" not in (proc.stderr or ""):
             raise LaunchError(f"scancel failed: {self._first_error(proc)}")
+
+
+_LOG_NAME = re.compile(r"^(sbatch-\d+\.out|\d+-[\w.-]+\.log)$")
+
+
+def _frames(out: bytes) -> dict[str, bytes]:
+    """Parse `@@bridge-launch N NAME\\n` + N bytes, repeated. A frame cut short (a log truncated
+    between stat and read) ends the parse: what came before it is kept, the rest is read next time."""
+    got, pos = {}, 0
+    while pos < len(out):
+        nl = out.find(b"\n", pos)
+        head = out[pos:nl].split(b" ", 2) if nl >= 0 else []
+        if len(head) != 3 or head[0] != b"@@bridge-launch" or not head[1].isdigit():
+            break
+        n, name = int(head[1]), head[2].decode("utf-8", "replace")
+        body = out[nl + 1:nl + 1 + n]
+        if len(body) != n or not _LOG_NAME.match(name):
+            break
+        got[name] = body
+        pos = nl + 1 + n
+    return got
 
 
 def _job_of(run):
