@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import run_cli, write
 
-from bridge_launch import launch
+from bridge_launch import launch, paths
 from bridge_launch.runs import Registry
 
 FAST = ["smoke.busbw_sizes=[1024]", "smoke.busbw_iters=1", "train.train_iters=2"]
@@ -38,8 +38,16 @@ def test_status_filters_and_prune(home):
     reg.db.execute("UPDATE runs SET updated = updated - 86400 * 40 WHERE run_id = ?", (a.run_id,))
     assert [r["run_id"] for r in run_cli("status", "--state", "failed", "-o", "json").json()] == [b.run_id]
     assert [r["run_id"] for r in run_cli("status", "--recipe", "smoke", "-o", "json").json()] == [a.run_id]
+    kept = [paths.state_dir() / d / a.run_id for d in ("cloud-logs", "slurm-logs")]
+    for d in kept:
+        d.mkdir(parents=True)
+        (d / "sbatch-1.out").write_text("log\n")
+    (reg.jobs_dir() / f"{a.run_id}.json").write_text("{}")
+    (reg.jobs_dir() / f"{b.run_id}.json").write_text("{}")
     r = run_cli("prune", "--older-than", "30d")
     assert r.code == 0 and "forgot 1 finished run" in r.out
+    assert not any(d.exists() for d in kept) and not (reg.jobs_dir() / f"{a.run_id}.json").exists()
+    assert (reg.jobs_dir() / f"{b.run_id}.json").exists()
     assert [x["run_id"] for x in run_cli("status", "--all", "-o", "json").json()] == [b.run_id]
     assert run_cli("prune", "--older-than", "soon").code == 2
 

@@ -176,7 +176,7 @@ def plan(
 
 @app.command()
 def prune(older_than: str = typer.Option("30d", "--older-than", help="Age of finished runs to forget, e.g. 30d, 12h.")):
-    """Forget the records of finished runs older than the given age (run dirs are kept)."""
+    """Forget finished runs older than the given age: their records and local log copies (run dirs are kept)."""
     from . import commands
 
     raise typer.Exit(commands.prune(older_than))

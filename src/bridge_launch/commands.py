@@ -375,14 +375,23 @@ def diff(argv, *, all_keys, output) -> int:
 
 
 def prune(older_than: str) -> int:
+    import shutil
+
+    from . import paths
     from .runs import Registry
 
     m = re.fullmatch(r"(\d+)([dhm])", older_than.strip())
     if not m:
         raise UsageError(f"--older-than {older_than!r}: expected a number with d, h or m (e.g. 30d)")
     seconds = int(m.group(1)) * {"d": 86400, "h": 3600, "m": 60}[m.group(2)]
-    n = Registry().prune(seconds)
-    print(f"forgot {n} finished run{'s' if n != 1 else ''} older than {older_than}")
+    reg = Registry()
+    gone = reg.prune(seconds)
+    for run_id in gone:  # what this machine kept of them: the resolved job, local copies of remote logs
+        (reg.jobs_dir() / f"{run_id}.json").unlink(missing_ok=True)
+        for copies in ("cloud-logs", "slurm-logs"):
+            shutil.rmtree(paths.state_dir() / copies / run_id, ignore_errors=True)
+    n = len(gone)
+    print(f"forgot {n} finished run{'s' if n != 1 else ''} older than {older_than} (run dirs are kept)")
     return 0
 
 

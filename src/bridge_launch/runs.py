@@ -139,11 +139,15 @@ class Registry:
     def delete(self, run_id: str) -> None:
         self.db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
 
-    def prune(self, older_than_s: float) -> int:
+    def prune(self, older_than_s: float) -> list[str]:
+        """Forget finished runs not updated for older_than_s; returns their ids."""
         cutoff = time.time() - older_than_s
         marks = ",".join("?" * len(TERMINAL))
-        cur = self.db.execute(f"DELETE FROM runs WHERE updated < ? AND state IN ({marks})", (cutoff, *TERMINAL))
-        return cur.rowcount
+        where = f"updated < ? AND state IN ({marks})"
+        ids = [row[0] for row in self.db.execute(f"SELECT run_id FROM runs WHERE {where}", (cutoff, *TERMINAL))]
+        for run_id in ids:
+            self.db.execute(f"DELETE FROM runs WHERE run_id = ? AND {where}", (run_id, cutoff, *TERMINAL))
+        return ids
 
     # -- reads --------------------------------------------------------------------------
     def chain(self, chain: str) -> list[Run]:
