@@ -51,7 +51,9 @@ _STATES = {
 
 def _secret_env(job) -> list:
     """Secrets by reference: a Kubernetes secret (name, key) per variable. A profile ref is
-    'secret-name' or 'secret-name:key' (key defaults to the variable's name)."""
+    'secret-name' or 'secret-name:key' (key defaults to the variable's name). The entry is Run:ai's
+    EnvironmentVariable schema, {"name", "value" | "secret": {"name", "key"}, "exclude"}, as its REST
+    reference (api-docs.run.ai, 2.18 and latest, environment assets) shows it."""
     out = []
     for var, ref in cloud.secret_refs(job).items():
         name, _, key = ref.partition(":")
