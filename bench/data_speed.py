@@ -43,7 +43,10 @@ def bench_prepare(work: Path, n: int, rounds: int, large: bool) -> dict:
     for ln in jl.read_text().splitlines():
         sid, msg_json, refs = source.parse_record(ln, "x")
         for j, r in enumerate(refs):
-            (loose / f"{sid}.{j}.img").write_bytes(source.read_media(mi.locate(r, "x")))
+            _, tar, off, size = mi.locate(r, "x")
+            with open(tar, "rb") as f:
+                f.seek(off)
+                (loose / f"{sid}.{j}.img").write_bytes(f.read(size))
         (loose / f"{sid}.json").write_bytes(msg_json)
     subprocess.run(["sync"])
     # warm-up: import Energon (seconds, once per process) outside the timed runs; the cold CLI run

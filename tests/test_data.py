@@ -262,7 +262,7 @@ def test_parallel_parse_bom_and_invalid_utf8(src, tmp_path, monkeypatch):
             _prep(src, tmp_path / f"c{w}", num_workers=w)
 
 
-def test_byte_ranges_start_at_lines_and_count_them(tmp_path):
+def test_byte_ranges_start_at_lines(tmp_path):
     jl = tmp_path / "x.jsonl"
     lines = [b"{}" * (i % 7) for i in range(50)]
     jl.write_bytes(b"\n".join(lines) + b"\n")
@@ -270,9 +270,63 @@ def test_byte_ranges_start_at_lines_and_count_them(tmp_path):
     for n in (1, 2, 3, 7, 50, 200):
         ch = prepare._chunks(jl, n)
         assert ch[0][0] == 0 and ch[-1][1] == len(data) and all(a[1] == b[0] for a, b in zip(ch, ch[1:]))
-        for a, b, ln in ch:
-            assert a == 0 or data[a - 1:a] == b"\n"
-            assert ln == data[:a].count(b"\n") + 1
+        assert all(a == 0 or data[a - 1:a] == b"\n" for a, _ in ch)
+        assert len(ch) == min(n, 50) or n > 1
+
+
+def _odd_jsonl(src):
+    """A later line with a UTF-8 BOM (concatenated files), a line of only a no-break space, a line
+    of only ASCII whitespace, a record with Unicode text."""
+    jl = src / "clevr_2" / "clevr_2.jsonl"
+    lines = jl.read_bytes().split(b"\n")
+    lines[5] = b"\xef\xbb\xbf" + lines[5]
+    lines.insert(9, "\u00a0".encode())
+    lines.insert(12, b" \t\x0b ")
+    jl.write_bytes(b"\n".join(lines))
+    return jl
+
+
+def test_every_path_reads_a_line_the_same_way(src, tmp_path, monkeypatch):
+    """Whether a JSONL is accepted, and the error, do not depend on --num-workers or --max-samples."""
+    monkeypatch.setattr(prepare, "CHUNK_BYTES", 64)
+    jl = _odd_jsonl(src)
+    outcomes = []
+    for kw in ({"num_workers": 1}, {"num_workers": 3}, {"num_workers": 3, "max_samples": 1000}):
+        with pytest.raises(UsageError) as e:
+            _prep(src, tmp_path / f"o{len(outcomes)}", **kw)
+        outcomes.append(str(e.value))
+    assert outcomes[0] == outcomes[1] == outcomes[2]
+    assert outcomes[0] == f"{jl}:10: malformed JSON (Expecting value: line 1 column 1 (char 0))"  # NBSP is not JSON
+    lines = jl.read_bytes().split(b"\n")
+    del lines[9]  # without it, the BOM line and the whitespace line are fine on every path
+    jl.write_bytes(b"\n".join(lines))
+    counts = [_prep(src, tmp_path / f"p{w}{m}", num_workers=w, max_samples=m)["counts"] for w in (1, 3) for m in (None, 1000)]
+    assert all(c == counts[0] for c in counts) and sum(counts[0].values()) == 24
+
+
+def test_deep_nesting_compressed_media_and_negative_sizes_are_one_line(src, tmp_path, monkeypatch):
+    import gzip
+
+    jl = src / "clevr_2" / "clevr_2.jsonl"
+    good = jl.read_bytes()
+    jl.write_bytes(good + b'{"id": "deep", "messages": ' + b"[" * 100000 + b"]" * 100000 + b"}\n")
+    for w in (1, 2):
+        with pytest.raises(UsageError, match=rf"^{jl}:25: JSON nested too deeply$"):
+            _prep(src, tmp_path / f"deep{w}", num_workers=w)
+    jl.write_bytes(good)
+    tar = src / "clevr_2" / "media" / "shard_000000.tar"
+    plain = tar.read_bytes()
+    tar.write_bytes(gzip.compress(plain))
+    with pytest.raises(UsageError, match=r"shard_000000.tar is gzip-compressed; valid: an uncompressed tar"):
+        _prep(src, tmp_path / "gz")
+    bad = bytearray(plain)
+    bad[124:136] = b"-0000000001\0"  # the first member's size, with its checksum made right again
+    bad[148:156] = b" " * 8
+    bad[148:156] = b"%06o\0 " % sum(bad[:512])
+    tar.write_bytes(bytes(bad))
+    with pytest.raises(UsageError, match=r"shard_000000.tar: member 'images/000000_0.(png|jpg)' has a negative size"):
+        _prep(src, tmp_path / "neg")
+    assert not list(tmp_path.glob("deep*")) + list(tmp_path.glob("gz")) + list(tmp_path.glob("neg"))
 
 
 @pytest.mark.parametrize("ref", ["a/b.jpg", "./a/b.jpg", "a//b.jpg", "a/./b.jpg", "a\\b.jpg", "a/b/", "/abs/x.png",
@@ -424,6 +478,39 @@ def test_convert_load_back_and_determinism(src, tmp_path):
             refs = [p["image"] for p in rec["messages"][0]["content"] if p["type"] == "image"]
             assert len(imgs) == len(refs) and imgs[0][:4] in (b"\x89PNG", b"\xff\xd8\xff\xe0")
             assert conv[0]["content"][0] == {"type": "image"}
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_parallel_prepare_leaves_nothing(tmp_path):
+    """Ctrl-C (SIGINT to the whole foreground process group, workers included) at three moments of
+    the write phase: exit 130, no traceback from any process, no output and no partial directory."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    srcdir = synthetic.make_source(tmp_path / "src", n=400, seed=3, distinct_images=8, noisy_every=3)
+    for i, wait_shards in enumerate((1, 20, 120)):
+        out = tmp_path / f"out{i}"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bridge_launch.cli", "data", "prepare", DS, "--source-dir", str(srcdir),
+             "--output-dir", str(out), "--subsets", "clevr_2", "--skip-source-integrity-check",
+             "--max-samples-per-tar", "1", "--num-workers", "2"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        deadline = time.time() + 60
+        while time.time() < deadline and proc.poll() is None:
+            parts = list(tmp_path.glob(f".out{i}.partial-*"))
+            if parts and len(list(parts[0].glob("*.tar"))) >= wait_shards:
+                break
+            time.sleep(0.01)
+        if proc.poll() is not None:
+            pytest.fail(f"prepare ended before the interrupt: {proc.returncode} {proc.stderr.read()}")
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        assert "Traceback" not in err and "Error" not in err, err
+        assert not out.exists() and not list(tmp_path.glob(f".out{i}.partial-*")), wait_shards
 
 
 @pytest.mark.slow

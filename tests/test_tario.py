@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import shutil
 import subprocess
 import tarfile
@@ -47,7 +48,7 @@ def test_scan_matches_tarfile(tmp_path, fmt):
         _add(tf, "hard", kind=tarfile.LNKTYPE, linkname="a.jpg")
         _add(tf, "fifo", kind=tarfile.FIFOTYPE)
         _add(tf, "empty.jpg", b"")
-        _add(tf, "after.jpg", b"tail" * 1000, mtime=2**40 if fmt != tarfile.USTAR_FORMAT else 5)
+        _add(tf, "after.jpg", b"tail" * 1000, mtime=5)
     got = tario._scan_fast(p)  # the fast path itself, not its fallback
     assert got == _members(p)
     assert len(got) >= 8
@@ -121,3 +122,70 @@ def test_written_archive_is_byte_identical_to_tarfiles(tmp_path):
         out += tario.header(n, len(d)) + d + tario.padding(len(d))
     out += tario.trailer(len(out))
     assert bytes(out) == ref.getvalue()
+
+
+# ---------------------------------------------------------------- damaged or unusual archives: scan() is tarfile
+
+def _h(name=b"a.jpg", size=5, kind=b"0", mtime=b"00000000000\0", prefix=b"", chk_delta=0, devmajor=b"\0" * 8,
+       size_field=None):
+    h = bytearray(512)
+    h[0:len(name)] = name
+    h[100:124] = b"0000644\0" b"0000000\0" b"0000000\0"
+    h[124:136] = size_field or b"%011o\0" % size
+    h[136:148] = mtime
+    h[156:157] = kind
+    h[257:265] = b"ustar\x0000"
+    h[329:337] = devmajor
+    h[345:345 + len(prefix)] = prefix
+    h[148:156] = b" " * 8
+    h[148:156] = b"%06o\0 " % (sum(h) + chk_delta)
+    return bytes(h)
+
+
+def _pad(b: bytes) -> bytes:
+    return b + b"\0" * (-len(b) % 512)
+
+
+def _pax(*records: bytes) -> bytes:
+    body = b"".join(records)
+    return _h(b"././@PaxHeader", len(body), b"x") + _pad(body)
+
+
+END = b"\0" * 1024
+A = _h() + _pad(b"hello")
+DAMAGED = {
+    "no padding after the last member": _h() + b"hello",
+    "GNU long name, then the end": A + _h(b"././@LongLink", 6, b"L") + _pad(b"b.jpg\0") + END,
+    "pax header, then the end": A + _pax(b"14 path=c.jpg\n") + END,
+    "pax length with an underscore": _pax(b"1_5 path=c.jpg\n") + _h(b"short.jpg") + _pad(b"hello") + END,
+    "pax length with a plus sign": _pax(b"+15 path=c.jpg\n") + _h(b"short.jpg") + _pad(b"hello") + END,
+    "pax path with a trailing slash": _pax(b"15 path=c.jpg/\n") + _h(b"short.jpg") + _pad(b"hello") + END,
+    "second member with a non-octal mtime": A + _h(b"b.jpg", mtime=b"zzzzzzzzzzz\0") + _pad(b"world") + END,
+    "second member with a bad devmajor": A + _h(b"b.jpg", devmajor=b"9\0\0\0\0\0\0\0") + _pad(b"world") + END,
+    "old-style file with only a prefix": _h(b"", kind=b"\0", prefix=b"dir") + _pad(b"hello") + END,
+    "checksum off by 65521": A + _h(b"\xff" * 100, prefix=b"\xff" * 155, chk_delta=-65521) + _pad(b"world") + END,
+    "negative size": _h(b"neg.jpg", size_field=b"-0000000001\0") + _h(b"b.jpg") + _pad(b"world") + END,
+    "base-256 mtime": _h(b"big.jpg", mtime=b"\x80" + b"\0" * 6 + b"\x01" + b"\0" * 4) + _pad(b"hello") + END,
+}
+
+
+@pytest.mark.parametrize("case", DAMAGED, ids=list(DAMAGED))
+def test_damaged_archives_get_tarfiles_answer(tmp_path, case):
+    p = tmp_path / "t.tar"
+    p.write_bytes(DAMAGED[case])
+    try:
+        want = _members(p)
+    except tarfile.TarError as e:
+        with pytest.raises(type(e), match=re.escape(str(e))):
+            tario.scan(p)
+        return
+    assert tario.scan(p) == want
+
+
+def test_compressed_archives_are_not_read_through(tmp_path):
+    import gzip
+
+    p = tmp_path / "media.tar"
+    p.write_bytes(gzip.compress(_h() + _pad(b"hello") + END))
+    with pytest.raises(tarfile.TarError):  # tarfile itself would decompress and give offsets into that
+        tario.scan(p)

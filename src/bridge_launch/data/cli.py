@@ -36,7 +36,7 @@ def prepare_cmd(
     subsets: List[str] = typer.Option(..., "--subsets", help="Subset names (repeat or comma-separate), e.g. clevr_2."),
     validation_fraction: float = typer.Option(0.05, "--validation-fraction"),
     max_samples_per_tar: int = typer.Option(1000, "--max-samples-per-tar"),
-    num_workers: int = typer.Option(2, "--num-workers", help="Processes writing shards (and Energon indexing)."),
+    num_workers: int = typer.Option(2, "--num-workers", help="Processes parsing the JSONL and writing shards."),
     max_samples: Optional[int] = typer.Option(None, "--max-samples", help="Global cap on records read."),
     skip_integrity: bool = typer.Option(False, "--skip-source-integrity-check",
                                         help="Convert a subset without a checksum manifest (verify its provenance first)."),

@@ -1,12 +1,13 @@
 """pickle.dumps(list of bytes, protocol=4), byte for byte, without holding the large payloads.
 
 A shard's `<key>.jpgs` member is the pickled list of a sample's image bytes. Python's pickler writes
-a payload of 64 KiB or more outside its frames, straight after its opcode, so those bytes can go from
-the media tar to the shard inside the kernel (copy_file_range) instead of through three user-space
-copies. This module reproduces the C pickler's layout (PROTO 4; FRAME around everything else, a frame
-under 4 bytes left bare, a frame closed when a save() starts with it at 64 KiB or more; EMPTY_LIST, MEMOIZE, the items, APPEND or MARK ... APPENDS in batches of
-1000, STOP) and returns it as segments: bytes, or the caller's reference for a payload to copy.
-A test compares the joined segments with pickle.dumps for many size mixes."""
+a payload of 64 KiB or more outside its frames, straight after its opcode, so those bytes can go
+from the media tar to the shard inside the kernel (copy_file_range) instead of through three
+user-space copies. This module reproduces the C pickler's layout and returns it as segments: bytes,
+or the caller's reference for a payload to copy. The layout: PROTO 4; FRAME around everything
+else, a frame under 4 bytes left bare, a frame closed when a save() starts with it at 64 KiB or
+more; EMPTY_LIST, MEMOIZE, the items, then APPEND (one item) or MARK ... APPENDS in batches of
+1000; STOP. A test compares the joined segments with pickle.dumps for many size mixes."""
 
 from __future__ import annotations
 

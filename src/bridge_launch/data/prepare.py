@@ -11,7 +11,6 @@ Then the Energon index (`.nv-meta/`) is written from those offsets, and `dataset
 
 from __future__ import annotations
 
-import codecs
 import errno
 import gc
 import importlib
@@ -21,6 +20,7 @@ import os
 import pickle
 import re
 import shutil
+import signal
 import struct
 import sys
 import threading
@@ -97,8 +97,9 @@ def _copy_range(out: int, src_fd: int, path: str, off: int, size: int) -> None:
                 _write_all(out, [chunk])
                 n = len(chunk)
         except OSError as e:
-            if _COPY != "pread" and e.errno in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP,
-                                                errno.EPERM, errno.ETXTBSY, errno.EBADF):
+            # what these calls return where they cannot work here (another filesystem, an old kernel,
+            # a filesystem without them): the next way, for the rest of this prepare in this process
+            if _COPY != "pread" and e.errno in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
                 _COPY = "sendfile" if _COPY == "copy_file_range" else "pread"
                 continue  # nothing was copied by the call that failed
             raise
@@ -107,7 +108,8 @@ def _copy_range(out: int, src_fd: int, path: str, off: int, size: int) -> None:
         done += n
 
 
-_COPY = "copy_file_range" if hasattr(os, "copy_file_range") else "sendfile" if hasattr(os, "sendfile") else "pread"
+_BEST_COPY = "copy_file_range" if hasattr(os, "copy_file_range") else "sendfile" if hasattr(os, "sendfile") else "pread"
+_COPY = _BEST_COPY
 
 
 def write_shard(task: tuple) -> tuple:
@@ -115,8 +117,9 @@ def write_shard(task: tuple) -> tuple:
 
     Members as webdataset's TarWriter orders them (extensions sorted: .jpgs, the pickled list of the
     sample's images, then .json), each with the header tarfile writes for mode 0644, owner 0:0,
-    mtime 0 (tario.header); the .jpgs bytes are pickle.dumps(images, protocol=4) exactly, with images
-    of 64 KiB or more copied by the kernel (pickled.list_of_bytes). Also writes Energon's
+    mtime 0 (tario.header); the .jpgs bytes are pickle.dumps(images, protocol=4), images of 64 KiB or
+    more copied by the kernel (pickled.list_of_bytes; byte-equal for images of 2 bytes or more, which
+    every real image is, and pickle.loads-equal always). Also writes Energon's
     `<shard>.tar.idx` (the byte offset of every sample, then of the end), and returns what the
     Energon index needs: (path, count, keys, sample offsets + end, [jpgs off, size, json off, size] * count)."""
     path, samples = task
@@ -215,43 +218,58 @@ def _check_output(out: Path) -> None:
             raise UsageError(f"--output-dir {out} is not empty ({shown}); give an empty or absent directory")
 
 
-def _parse_lines(subset: str, jl: str, lines, lineno: int, fraction: float, budget: int | None = None) -> tuple:
-    """Validate records: ([(line number, key, split, messages json, image refs)], error or None).
+_ASCII_WS = " \t\n\r\x0b\x0c"  # what bytes.strip() strips: a line of only these is blank
 
-    An error stops the list at the record before it, so callers can report the first one in file order."""
+
+def _parse_lines(subset: str, jl: str, lines, fraction: float, budget: int | None = None) -> tuple:
+    """Validate consecutive JSONL lines, numbered from 1 here: ([(line, key, split, messages json,
+    image refs)], error), error = None or (line, the message after "file:line: ").
+
+    Every line is read the same way whichever path reads it (a worker's byte range or the serial
+    reader): as UTF-8 text, one leading BOM dropped (as json.loads(bytes) drops it), blank if it holds
+    only ASCII whitespace; a line that is not UTF-8 goes to json.loads as bytes, for its error. An
+    error ends the list, so the caller can report the first one in file order."""
     out = []
-    try:
-        for line in lines:
-            if budget is not None and len(out) >= budget:
-                break
-            if line.strip():
-                where = f"{jl}:{lineno}"
-                sid, msg_json, refs = src.parse_record(line, where)
-                key = src.sample_key(subset, sid, where)
-                out.append((lineno, key, src.sample_split(key, fraction), msg_json, refs))
-            lineno += 1
-    except UsageError as e:
-        return out, str(e)
+    for n, line in enumerate(lines, start=1):
+        if budget is not None and len(out) >= budget:
+            break
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+        if isinstance(line, str):
+            if line.startswith("\ufeff"):
+                line = line[1:]
+            if not line.strip(_ASCII_WS):
+                continue
+        elif not line.strip():
+            continue
+        where = f"{jl}:{n}"
+        try:
+            sid, msg_json, refs = src.parse_record(line, where)
+            key = src.sample_key(subset, sid, where)
+        except UsageError as e:
+            msg = str(e)
+            return out, (n, msg[len(where) + 2:] if msg.startswith(where + ": ") else msg)
+        except Exception as e:  # noqa: BLE001 - whatever a record does, it is one line naming the record
+            return out, (n, f"cannot read this record ({type(e).__name__}: {e})")
+        out.append((n, key, src.sample_split(key, fraction), msg_json, refs))
     return out, None
 
 
 def _parse_chunk(task: tuple) -> tuple:
-    """One byte range of a JSONL file (it starts at a line start), in a worker process."""
-    subset, jl, start, end, lineno, fraction = task
+    """One byte range of a JSONL file, starting at a line start, in a worker: _parse_lines' result
+    and the number of line ends in the range (the caller numbers the lines of the next range)."""
+    subset, jl, start, end, fraction = task
     with open(jl, "rb") as f:
         f.seek(start)
-        data = f.read(end - start)
-    if start == 0 and data.startswith(codecs.BOM_UTF8):
-        data = data[3:]  # json.loads(bytes) skips it; json.loads(str) would not
-    try:
-        lines = data.decode("utf-8").split("\n")  # str lines: json.loads skips its encoding detection
-    except UnicodeDecodeError:
-        lines = data.split(b"\n")  # and the bad line gets json.loads' own error, with its number
-    return _parse_lines(subset, jl, lines, lineno, fraction)
+        lines = f.read(end - start).split(b"\n")
+    return (*_parse_lines(subset, jl, lines, fraction), len(lines) - 1)
 
 
-def _chunks(jl: Path, n: int) -> list[tuple[int, int, int]]:
-    """(start, end, first line number) of up to n byte ranges that begin at line starts."""
+def _chunks(jl: Path, n: int) -> list[tuple[int, int]]:
+    """(start, end) of up to n byte ranges of the file, each beginning at a line start."""
     size = jl.stat().st_size
     bounds = [0]
     with open(jl, "rb") as f:
@@ -260,13 +278,8 @@ def _chunks(jl: Path, n: int) -> list[tuple[int, int, int]]:
             f.readline()
             if bounds[-1] < f.tell() < size:
                 bounds.append(f.tell())
-        bounds.append(size)
-        out, lineno = [], 1
-        for a, b in zip(bounds, bounds[1:]):
-            out.append((a, b, lineno))
-            f.seek(a)
-            lineno += f.read(b - a).count(b"\n")
-    return out
+    bounds.append(size)
+    return list(zip(bounds, bounds[1:]))
 
 
 def _start_parse(subsets, source_dir, fraction, max_samples, pool, workers) -> list[tuple]:
@@ -281,7 +294,7 @@ def _start_parse(subsets, source_dir, fraction, max_samples, pool, workers) -> l
             jobs.append((subset, jl, None))
             continue
         n = max(1, min(workers * 4, jl.stat().st_size // CHUNK_BYTES))
-        futs = [pool.submit(_parse_chunk, (subset, str(jl), a, b, ln, fraction)) for a, b, ln in _chunks(jl, n)]
+        futs = [pool.submit(_parse_chunk, (subset, str(jl), a, b, fraction)) for a, b in _chunks(jl, n)]
         jobs.append((subset, jl, futs))
     return jobs
 
@@ -295,20 +308,22 @@ def _plan(jobs, indexes, fraction, max_samples) -> tuple[dict, int]:
         if futs is None:
             with open(jl, "rb") as f:
                 budget = None if max_samples is None else max_samples - total
-                results = [_parse_lines(subset, str(jl), f, 1, fraction, budget)]
+                results = [(*_parse_lines(subset, str(jl), f, fraction, budget), 0)]
         else:
             results = (f.result() for f in futs)
         media = indexes[subset]
-        for records, error in results:
+        before = 0  # lines in the ranges before this one
+        for records, error, lines in results:
             for lineno, key, split, msg_json, refs in records:
-                where = f"{jl}:{lineno}"
+                where = f"{jl}:{lineno + before}"
                 if key in seen:
                     raise UsageError(f"{where}: duplicate sample key {key!r} (first at {seen[key]})")
                 seen[key] = where
                 plan[split].append((key, msg_json, [media.locate(r, where) for r in refs]))
             total += len(records)
             if error:
-                raise UsageError(error)
+                raise UsageError(f"{jl}:{error[0] + before}: {error[1]}")
+            before += lines
         if max_samples is not None and total >= max_samples:
             break
     return plan, total
@@ -420,19 +435,25 @@ def _prepare(dataset, source_dir, output_dir, *, subsets, validation_fraction, m
                              f"provenance pass --write-manifest to pin it, or --skip-source-integrity-check")
         media[subset] = (sdir, archives, allow_loose)
 
+    global _COPY
+    _COPY = _BEST_COPY  # a fallback found by an earlier call (another filesystem) need not hold now
     pool = None
     if num_workers > 1 and not cluster:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
 
-        # fork: the workers see this process's modules; they start (all at once, with the first task)
-        # before any thread below exists, so no lock is copied held into them.
-        pool = ProcessPoolExecutor(max_workers=num_workers, mp_context=mp.get_context("fork"))
+        # fork: the workers see this process's modules (and GC off, as here). They start all at once
+        # with the first task, before any thread below exists (verify_pins' threads have been joined),
+        # so no lock is copied into them held. Ctrl-C is for this process alone: it stops the pool,
+        # whose workers finish the shard in hand, and only then deletes the partial directory.
+        pool = ProcessPoolExecutor(max_workers=num_workers, mp_context=mp.get_context("fork"),
+                                   initializer=signal.signal, initargs=(signal.SIGINT, signal.SIG_IGN))
         pool.submit(int).result()
     tmp = output_dir.parent / f".{output_dir.name}.partial-{os.getpid()}"
+    stop = threading.Event()
     try:
         # Hashing (hashlib drops the GIL) and Energon's import (seconds, first time) overlap the work.
-        hashing = _background(lambda: [(p, src.sha256_file(p)) for p in to_hash])
+        hashing = _background(lambda: [(p, src.sha256_file(p, stop)) for p in to_hash])
         importing = _background(_import_energon) if "megatron.energon" not in sys.modules else None
         jobs = _start_parse(subsets, source_dir, validation_fraction, max_samples, pool, num_workers)
         indexes = {subset: src.MediaIndex.build(*args) for subset, args in media.items()}  # while they parse
@@ -493,7 +514,14 @@ def _prepare(dataset, source_dir, output_dir, *, subsets, validation_fraction, m
             output_dir.rmdir()
         os.rename(tmp, output_dir)
     except BaseException as e:
-        shutil.rmtree(tmp, ignore_errors=True)
+        stop.set()
+        if pool is not None:  # no worker may still be writing into tmp when it is deleted
+            pool.shutdown(wait=True, cancel_futures=True)
+            pool = None
+        for _ in range(3):
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not tmp.exists():
+                break
         if isinstance(e, (OSError, BrokenExecutor)):  # a full disk, a killed worker: one line, not a traceback
             raise LaunchError(f"data prepare stopped, nothing was written to {output_dir}: "
                               f"{type(e).__name__}: {e}") from e

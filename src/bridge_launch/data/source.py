@@ -78,12 +78,15 @@ def write_user_manifest(dataset: str, subset: str, files: list[dict]) -> Path:
     return path
 
 
-def sha256_file(path: Path) -> str:
+def sha256_file(path: Path, stop=None) -> str:
+    """The file's sha256; `stop` (a threading.Event) set by another thread ends it early with ""."""
     h = hashlib.sha256()
     buf = bytearray(4 << 20)  # one buffer, refilled: no new 4 MiB object per read
     view = memoryview(buf)
     with open(path, "rb", buffering=0) as f:
         while n := f.readinto(buf):
+            if stop is not None and stop.is_set():
+                return ""
             h.update(view[:n])
     return h.hexdigest()
 
@@ -134,8 +137,14 @@ class MediaIndex:
             try:
                 found = tario.scan(a)
             except (tarfile.TarError, OSError) as e:
+                kind = _compressed(a)
+                if kind:  # members are read in place, at their offsets: the archive must be a plain tar
+                    raise UsageError(f"media archive {a} is {kind}-compressed; valid: an uncompressed tar "
+                                     f"(decompress it in place, keeping the name)")
                 raise UsageError(f"media archive {a} is not a readable tar ({e})")
             for name, off, size in found:
+                if size < 0:
+                    raise UsageError(f"media archive {a}: member {name!r} has a negative size ({size}); the archive is damaged")
                 name = _normalize(name)
                 loc = (ai, off, size)
                 members[name] = loc if name not in members else None
@@ -167,6 +176,18 @@ class MediaIndex:
         raise UsageError(f"{where}: image {ref!r} not found in {self.subset_dir} ({searched})")
 
 
+_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd"}
+
+
+def _compressed(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+    except OSError:
+        return None
+    return next((kind for magic, kind in _MAGIC.items() if head.startswith(magic)), None)
+
+
 def _normalize(ref: str) -> str:
     """PurePosixPath(ref with / for \\).as_posix() without its per-call cost: most references are
     already normal and return as they are."""
@@ -177,15 +198,8 @@ def _normalize(ref: str) -> str:
 
 
 def read_media(loc) -> bytes:
-    if loc[0] == "file":
-        return Path(loc[1]).read_bytes()
-    _, path, off, size = loc
-    with open(path, "rb") as f:
-        f.seek(off)
-        data = f.read(size)
-    if len(data) != size:
-        raise UsageError(f"media archive {path} is truncated (member at byte {off} needs {size} bytes)")
-    return data
+    """The bytes of a loose image file (a ("file", path) location); prepare reads tar members itself."""
+    return Path(loc[1]).read_bytes()
 
 
 # ---------------------------------------------------------------- records
@@ -211,6 +225,8 @@ def parse_record(line: bytes | str, where: str) -> tuple[str, bytes, list[str]]:
     same C string escaping, no dicts to build and walk again): a test holds the two equal."""
     try:
         row = json.loads(line)
+    except RecursionError:
+        raise UsageError(f"{where}: JSON nested too deeply") from None
     except UnicodeDecodeError as e:
         raise UsageError(f"{where}: not UTF-8 (byte 0x{e.object[e.start]:02x} at column {e.start + 1}); valid: UTF-8 JSON")
     except ValueError as e:

@@ -10,6 +10,7 @@ Tests compare both against tarfile member by member and byte by byte."""
 from __future__ import annotations
 
 import os
+import re
 import tarfile
 import zlib
 
@@ -19,6 +20,10 @@ END = b"\0" * (2 * BLOCK)
 _ZERO = b"\0" * BLOCK
 _SPACES = b" " * 8
 _TERM = (0, 32)  # NUL, space: what ends a numeric field
+# a numeric field as tarfile reads it: up to its first NUL, spaces and octal digits (int() takes more:
+# anything else goes to tarfile); mode, uid, gid, mtime, devmajor, devminor
+_FIELD = re.compile(rb" *[0-7]* *(?:\0|\Z)")
+_NUMBERS = ((100, 108), (108, 116), (116, 124), (136, 148), (329, 337), (337, 345))
 _REGULAR = (b"0", b"\0", b"7")  # REGTYPE, AREGTYPE, CONTTYPE: tarfile's isfile()
 _NO_DATA = (b"1", b"2", b"3", b"4", b"5", b"6")  # links, devices, directories, fifos
 
@@ -32,7 +37,7 @@ def scan(path) -> list[tuple[str, int, int]]:
     try:
         return _scan_fast(path)
     except (_Fallback, ValueError):  # ValueError: a numeric field int() does not take
-        with tarfile.open(path) as tf:
+        with tarfile.open(path, "r:") as tf:  # uncompressed only: the offsets are read in place
             return [(m.name, m.offset_data, m.size) for m in tf if m.isfile()]
 
 
@@ -50,12 +55,9 @@ def _pax_records(data: bytes) -> dict[str, str]:
     out, pos = {}, 0
     while pos < len(data):
         sp = data.find(b" ", pos)
-        if sp < 0:
+        if sp < 0 or not data[pos:sp].isdigit():  # tarfile's pattern is ASCII digits (int() takes more)
             raise _Fallback
-        try:
-            length = int(data[pos:sp])
-        except ValueError:
-            raise _Fallback from None
+        length = int(data[pos:sp])
         if length <= 0 or pos + length > len(data) or data[pos + length - 1:pos + length] != b"\n":
             raise _Fallback
         kv = data[sp + 1:pos + length - 1]
@@ -75,22 +77,35 @@ def _scan_fast(path) -> list[tuple[str, int, int]]:
         pos = 0
         long_name = pax_size = None  # from a GNU 'L' or a pax 'x' header: they apply to the next member
         while True:
+            if pos > total:
+                raise _Fallback  # the last member's blocks run past the end: tarfile says "unexpected end"
             hdr = os.pread(fd, BLOCK, pos)
+            pending = long_name is not None or pax_size is not None
             if len(hdr) < BLOCK:
-                if hdr or long_name is not None or pax_size is not None or pos == 0:
+                if hdr or pending or pos == 0:
                     raise _Fallback  # truncated, or empty: tarfile says which
                 break  # EOF without end blocks: tarfile accepts that
             if hdr == _ZERO:
+                if pending:
+                    raise _Fallback  # an extended header with no member after it
                 break  # end of archive: tarfile stops at the first zero block too
-            # The checksum is the byte sum with its own field read as spaces; adler32's low half is
-            # (1 + that sum) mod 65521, computed in C (a Python sum() of 512 bytes costs more than the
-            # rest of the header). A mismatch, or a signed checksum, goes to tarfile.
+            # The checksum is the byte sum with its own field read as spaces. adler32's low half is
+            # 1 + the sum mod 65521; a 256-byte half sums to at most 65280, so two halves give the
+            # exact sum, in C (a Python sum() of 512 bytes costs more than the rest of the header).
             chk = int(hdr[148:154], 8) if hdr[154] in _TERM else _octal(hdr[148:156])
-            if (zlib.adler32(hdr[:148] + _SPACES + hdr[156:]) & 0xFFFF) != (1 + chk) % 65521:
-                raise _Fallback
+            h = hdr[:148] + _SPACES + hdr[156:]
+            if (zlib.adler32(h[:256]) & 0xFFFF) + (zlib.adler32(h[256:]) & 0xFFFF) - 2 != chk:
+                raise _Fallback  # a bad checksum, or a signed one: tarfile decides
+            # mode, uid, gid, mtime, devmajor, devminor: tarfile parses them all; plain octal here,
+            # anything else (base-256, junk) goes to tarfile
+            for a, b in _NUMBERS:
+                if not _FIELD.match(hdr, a, b):
+                    raise _Fallback
             kind = hdr[156:157]
             # the usual field: 11 octal digits and a NUL (or space); anything else -> _octal or tarfile
             size = int(hdr[124:135], 8) if hdr[135] in _TERM else _octal(hdr[124:136])
+            if size < 0:
+                raise _Fallback
             data = pos + BLOCK
             if kind in (b"x", b"L"):
                 body = os.pread(fd, size, data)
@@ -109,19 +124,20 @@ def _scan_fast(path) -> list[tuple[str, int, int]]:
                 continue
             if pax_size is not None:
                 size = pax_size
-            if long_name is not None:
-                name = long_name
-            else:
-                raw = hdr[:100].split(b"\0", 1)[0]
-                prefix = hdr[345:500].split(b"\0", 1)[0]
-                name = (prefix + b"/" + raw if prefix else raw).decode("utf-8", "surrogateescape")
+            raw = hdr[:100].split(b"\0", 1)[0]
+            prefix = hdr[345:500].split(b"\0", 1)[0]
+            short = (prefix + b"/" + raw if prefix else raw).decode("utf-8", "surrogateescape")
+            name = short if long_name is None else long_name
             long_name = pax_size = None
-            if kind in _REGULAR and not (kind == b"\0" and name.endswith("/")):
+            is_dir = kind == b"\0" and raw.endswith(b"/")  # tarfile: AREGTYPE named "x/" is a directory
+            if kind in _REGULAR and not is_dir:
+                if name.endswith("/"):
+                    raise _Fallback  # a file named like a directory: tarfile's rules differ by header kind
                 if data + size > total:
                     raise _Fallback  # truncated member
                 out.append((name, data, size))
                 pos = data + ((size + 511) & ~511)
-            elif kind in _NO_DATA or (kind == b"\0" and name.endswith("/")):
+            elif kind in _NO_DATA or is_dir:
                 pos = data  # tarfile skips no data blocks after links, devices, directories, fifos
             else:
                 raise _Fallback  # sparse, multi-volume, global pax, GNU long link, vendor types
