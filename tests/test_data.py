@@ -633,3 +633,29 @@ def test_slurm_job_array_writes_the_same_shards(src, tmp_path, monkeypatch):
     assert _tree_bytes(tmp_path / "local") == _tree_bytes(tmp_path / "slurm")
     assert m1["counts"] == m2["counts"]
     assert not list(tmp_path.glob(".*submitit"))  # submitit's folder is removed on success
+
+
+@pytest.mark.slow
+def test_slurm_job_array_interrupted_leaves_nothing_running_or_written(src, tmp_path, monkeypatch):
+    """Ctrl-C while the array runs: the elements still queued or running are cancelled and waited
+    for before the partial directory is deleted, so nothing writes into it afterwards."""
+    import os
+    import subprocess
+    import time
+
+    pytest.importorskip("submitit")
+    pytest.importorskip("megatron.energon")
+    if not _local_slurm_up():
+        pytest.skip("local Slurm cluster is not running (scripts/local-slurm start)")
+    monkeypatch.setenv("SLURM_CONF", "/var/lib/bridge-launch-slurm/etc/slurm.conf")
+
+    def interrupt(n):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _prep(src, tmp_path / "out", num_workers=2, max_samples_per_tar=1, cluster="local-slurm", on_progress=interrupt)
+    left = subprocess.run(["squeue", "-h", "-n", "bridge-launch-data-prepare", "-o", "%i %T"], capture_output=True,
+                          text=True, env=dict(os.environ)).stdout.strip()
+    assert left == "", left
+    time.sleep(2)  # anything still writing would show up now
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.partial-*[0-9]"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -74,8 +75,21 @@ def run_array(cluster: str, tasks: list, tmp: Path, workers: int, *, on_progress
         for job in pending.values():
             try:
                 job.cancel(check=False)
-            except Exception:
+            except Exception:  # noqa: BLE001 - cancelling the rest is best effort; the first error is raised
                 pass
+        # The caller deletes the partial directory next: wait (a while) until squeue shows no element
+        # of the array, so none can write there. (submitit cannot say: elements cancelled while still
+        # pending never reach accounting, and it calls their state UNKNOWN.)
+        array_id = jobs[0].job_id.split("_")[0]
+        deadline = time.monotonic() + 60
+        while pending and time.monotonic() < deadline:
+            try:
+                q = subprocess.run(["squeue", "-h", "-j", array_id, "-o", "%i"], capture_output=True, text=True, timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                break
+            if q.returncode or not q.stdout.strip():  # gone (squeue says "Invalid job id" once it is purged)
+                break
+            time.sleep(0.5)
         raise
     shutil.rmtree(folder, ignore_errors=True)
     return written
