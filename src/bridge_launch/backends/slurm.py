@@ -431,14 +431,17 @@ class Backend:
     def _progress(self, s, run) -> dict:
         if s.get("login_host"):  # the last 64 KiB of each log, all in one SSH call
             return progress(b.decode("utf-8", "replace") for b in self._remote_logs(s, run, tail=65536).values())
-        return progress(log_tail(p) for p in self.log_files(run))
+        return progress(log_tail(p) for p in self._local_logs(run))
 
     # -- logs and cancel --------------------------------------------------------------------
     def log_files(self, run) -> list:
         """The run's logs, batch output first then the per-node logs, job by job. On a login host
         they are fetched (only the bytes not fetched before, in one SSH call) into a local copy."""
-        if run.job_ids and _job_of(run).scheduler.get("login_host"):
-            return self._sync_logs(run)
+        s = _job_of(run).scheduler if run.job_ids else {}
+        return self._sync_logs(s, run) if s.get("login_host") else self._local_logs(run)
+
+    @staticmethod
+    def _local_logs(run) -> list:
         logs = Path(run.run_dir) / "logs"
         files = []
         for jid in run.job_ids:
@@ -446,13 +449,13 @@ class Backend:
             files += sorted(logs.glob(f"{jid}-*.log")) if logs.is_dir() else []
         return files
 
-    def _sync_logs(self, run) -> list:
+    def _sync_logs(self, s, run) -> list:
         from .. import paths
 
         cache = paths.state_dir() / "slurm-logs" / run.run_id
         cache.mkdir(parents=True, exist_ok=True)
         have = {p.name: p.stat().st_size for p in cache.iterdir() if _LOG_NAME.match(p.name)}
-        for name, data in self._remote_logs(_job_of(run).scheduler, run, offsets=have).items():
+        for name, data in self._remote_logs(s, run, offsets=have).items():
             with open(cache / name, "ab") as fh:
                 fh.write(data)
         names = {p.name for p in cache.iterdir()}
