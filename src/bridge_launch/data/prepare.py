@@ -455,6 +455,7 @@ def _prepare(dataset, source_dir, output_dir, *, subsets, validation_fraction, m
         # Hashing (hashlib drops the GIL) and Energon's import (seconds, first time) overlap the work.
         hashing = _background(lambda: [(p, src.sha256_file(p, stop)) for p in to_hash])
         importing = _background(_import_energon) if "megatron.energon" not in sys.modules else None
+        log(f"reading the records of {', '.join(subsets)}" + (f" in {num_workers} processes" if pool else ""))
         jobs = _start_parse(subsets, source_dir, validation_fraction, max_samples, pool, num_workers)
         indexes = {subset: src.MediaIndex.build(*args) for subset, args in media.items()}  # while they parse
         plan, total = _plan(jobs, indexes, validation_fraction, max_samples)
