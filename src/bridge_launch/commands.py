@@ -388,8 +388,8 @@ def prune(older_than: str) -> int:
     gone = reg.prune(seconds)
     for run_id in gone:  # what this machine kept of them: the resolved job, local copies of remote logs
         (reg.jobs_dir() / f"{run_id}.json").unlink(missing_ok=True)
-        for copies in ("cloud-logs", "slurm-logs"):
-            shutil.rmtree(paths.state_dir() / copies / run_id, ignore_errors=True)
+        for kind in paths.LOG_COPIES:
+            shutil.rmtree(paths.state_dir() / kind / run_id, ignore_errors=True)
     n = len(gone)
     print(f"forgot {n} finished run{'s' if n != 1 else ''} older than {older_than} (run dirs are kept)")
     return 0

@@ -21,6 +21,17 @@ def config_dir() -> Path:
     return Path(base) / "bridge-launch"
 
 
+LOG_COPIES = ("cloud-logs", "slurm-logs")  # local copies of remote logs, one directory per run
+
+
+def log_copies(kind: str, run_id: str) -> Path:
+    """Where this machine keeps its copy of a run's remote logs (kind: one of LOG_COPIES); created."""
+    assert kind in LOG_COPIES, kind
+    path = state_dir() / kind / run_id
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def state_dir() -> Path:
     home = os.environ.get("BRIDGE_LAUNCH_HOME")
     if home:

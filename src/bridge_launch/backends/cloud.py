@@ -142,9 +142,7 @@ def retrying(what: str, fn, *, retries: int, wait: float, transient):
 
 
 def log_cache(run_id: str) -> Path:
-    path = paths.state_dir() / "cloud-logs" / run_id
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return paths.log_copies("cloud-logs", run_id)
 
 
 def write_private(path: Path, text: str) -> None:

@@ -452,8 +452,7 @@ class Backend:
     def _sync_logs(self, s, run) -> list:
         from .. import paths
 
-        cache = paths.state_dir() / "slurm-logs" / run.run_id
-        cache.mkdir(parents=True, exist_ok=True)
+        cache = paths.log_copies("slurm-logs", run.run_id)
         have = {p.name: p.stat().st_size for p in cache.iterdir() if _LOG_NAME.match(p.name)}
         for name, data in self._remote_logs(s, run, offsets=have).items():
             with open(cache / name, "ab") as fh:

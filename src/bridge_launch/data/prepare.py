@@ -25,7 +25,7 @@ import struct
 import sys
 import threading
 import time
-from concurrent.futures import BrokenExecutor
+from concurrent.futures import BrokenExecutor, ThreadPoolExecutor
 from itertools import chain, repeat
 from pathlib import Path
 
@@ -62,9 +62,9 @@ class _Sources:
         return fd
 
     def payload(self, ref) -> bytes:
-        """The bytes of an image reference: ("mem", bytes) or ("tar", path, offset, size)."""
-        if ref[0] == "mem":
-            return ref[1]
+        """The bytes of an image reference: the bytes themselves, or ("tar", path, offset, size)."""
+        if isinstance(ref, bytes):
+            return ref
         _, path, off, size = ref
         data = os.pread(self.fd(path), size, off)
         if len(data) != size:
@@ -75,6 +75,11 @@ class _Sources:
         for fd in self.fds.values():
             os.close(fd)
         self.fds.clear()
+
+
+def _size(ref) -> int:
+    """The length of a segment or image reference: bytes, or ("tar", path, offset, size)."""
+    return len(ref) if isinstance(ref, bytes) else ref[3]
 
 
 def _truncated(path, off, size) -> UsageError:
@@ -131,36 +136,30 @@ def write_shard(task: tuple) -> tuple:
         for key, msg_json, locs in samples:
             keys.append(key)
             offs.append(pos)
-            small = all(loc[0] == "tar" and loc[3] < pickled.FRAME_TARGET for loc in locs)
-            if small:  # every image inside the pickler's frames: C's pickle.dumps is the quicker way
-                imgs = pickle.dumps([media.payload(loc) for loc in locs], protocol=4)
-                size = len(imgs)
-            else:
-                refs = [loc if loc[0] == "tar" else ("mem", src.read_media(loc)) for loc in locs]
-                segs = pickled.list_of_bytes([(r[3] if r[0] == "tar" else len(r[1]), r) for r in refs], media.payload)
-                size = sum(len(x) if isinstance(x, bytes) else x[3] if x[0] == "tar" else len(x[1]) for x in segs)
+            if all(loc[0] == "tar" and loc[3] < pickled.FRAME_TARGET for loc in locs):
+                # every image inside the pickler's frames: C's pickle.dumps is the quicker way
+                segs = [pickle.dumps([media.payload(loc) for loc in locs], protocol=4)]
+            else:  # loose files are read here; tar members of 64 KiB or more stay references to copy
+                refs = [loc if loc[0] == "tar" else src.read_media(loc) for loc in locs]
+                segs = pickled.list_of_bytes([(_size(r), r) for r in refs], media.payload)
+            size = sum(map(_size, segs))
             h1, h2 = tario.header(f"{key}.jpgs", size), tario.header(f"{key}.json", len(msg_json))
             p1, p2 = tario.padding(size), tario.padding(len(msg_json))
-            start = pos
+            parts += (pos + len(h1), size)
             pos += len(h1) + size + len(p1)
-            parts += (start + len(h1), size, pos + len(h2), len(msg_json))
+            parts += (pos + len(h2), len(msg_json))
             pos += len(h2) + len(msg_json) + len(p2)
-            if small:
-                out.add(pos - start, h1, imgs, p1, h2, msg_json, p2)
-                continue
-            out.add(len(h1), h1)
+            out.add(h1)
             for x in segs:
                 if isinstance(x, bytes):
-                    out.add(len(x), x)
-                elif x[0] == "mem":
-                    out.add(len(x[1]), x[1])
+                    out.add(x)
                 else:
                     out.flush()
                     _copy_range(fd, media.fd(x[1]), x[1], x[2], x[3])
-            out.add(len(p1) + len(h2) + len(msg_json) + len(p2), p1, h2, msg_json, p2)
+            out.add(p1, h2, msg_json, p2)
         offs.append(pos)
         trailer = tario.trailer(pos)
-        out.add(len(trailer), trailer)
+        out.add(trailer)
         out.flush()
         written = os.lseek(fd, 0, os.SEEK_CUR)
         if written != pos + len(trailer):  # the offsets the index gets would be wrong: never ship that
@@ -180,9 +179,9 @@ class _Gather:
     def __init__(self, fd: int):
         self.fd, self.bufs, self.size = fd, [], 0
 
-    def add(self, size: int, *bufs: bytes) -> None:
+    def add(self, *bufs: bytes) -> None:
         self.bufs += bufs
-        self.size += size
+        self.size += sum(map(len, bufs))
         if self.size >= 1 << 20 or len(self.bufs) >= 512:
             self.flush()
 
@@ -344,30 +343,6 @@ def _validate_args(subsets, fraction, per_tar, workers, max_samples):
         raise UsageError(f"--max-samples {max_samples}: valid: an integer >= 1")
 
 
-def _background(fn, *args):
-    """Run fn in a daemon thread; .result() joins it and re-raises its exception."""
-    box = {}
-
-    def run():
-        try:
-            box["value"] = fn(*args)
-        except BaseException as e:  # handed to the caller of result()
-            box["error"] = e
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-
-    class _Result:
-        @staticmethod
-        def result():
-            t.join()
-            if "error" in box:
-                raise box["error"]
-            return box.get("value")
-
-    return _Result()
-
-
 def _import_energon():
     try:
         importlib.import_module("megatron.energon.flavors.webdataset.indexing")
@@ -450,11 +425,12 @@ def _prepare(dataset, source_dir, output_dir, *, subsets, validation_fraction, m
                                    initializer=signal.signal, initargs=(signal.SIGINT, signal.SIG_IGN))
         pool.submit(int).result()
     tmp = output_dir.parent / f".{output_dir.name}.partial-{os.getpid()}"
-    stop = threading.Event()
+    stop = threading.Event()  # set on failure: the hashing thread stops reading the source
+    threads = ThreadPoolExecutor(max_workers=2)
     try:
         # Hashing (hashlib drops the GIL) and Energon's import (seconds, first time) overlap the work.
-        hashing = _background(lambda: [(p, src.sha256_file(p, stop)) for p in to_hash])
-        importing = _background(_import_energon) if "megatron.energon" not in sys.modules else None
+        hashing = threads.submit(lambda: [(p, src.sha256_file(p, stop)) for p in to_hash])
+        importing = threads.submit(_import_energon) if "megatron.energon" not in sys.modules else None
         log(f"reading the records of {', '.join(subsets)}" + (f" in {num_workers} processes" if pool else ""))
         jobs = _start_parse(subsets, source_dir, validation_fraction, max_samples, pool, num_workers)
         indexes = {subset: src.MediaIndex.build(*args) for subset, args in media.items()}  # while they parse
@@ -519,15 +495,13 @@ def _prepare(dataset, source_dir, output_dir, *, subsets, validation_fraction, m
         if pool is not None:  # no worker may still be writing into tmp when it is deleted
             pool.shutdown(wait=True, cancel_futures=True)
             pool = None
-        for _ in range(3):
-            shutil.rmtree(tmp, ignore_errors=True)
-            if not tmp.exists():
-                break
+        shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(e, (OSError, BrokenExecutor)):  # a full disk, a killed worker: one line, not a traceback
             raise LaunchError(f"data prepare stopped, nothing was written to {output_dir}: "
                               f"{type(e).__name__}: {e}") from e
         raise
     finally:
+        threads.shutdown(wait=False)
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
     for subset, files in to_pin.items():
