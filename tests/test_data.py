@@ -262,6 +262,15 @@ def test_parallel_parse_bom_and_invalid_utf8(src, tmp_path, monkeypatch):
             _prep(src, tmp_path / f"c{w}", num_workers=w)
 
 
+def test_a_wrong_cluster_is_refused_before_any_record_is_read(src, tmp_path):
+    jl = src / "clevr_2" / "clevr_2.jsonl"
+    jl.write_text("{not json\n" + jl.read_text())  # would fail at line 1 if records were read first
+    with pytest.raises(UsageError, match=r"^--cluster local: backend 'local' cannot run job arrays"):
+        _prep(src, tmp_path / "out", cluster="local")
+    with pytest.raises(UsageError, match=r"^unknown cluster 'nope'"):
+        _prep(src, tmp_path / "out", cluster="nope")
+
+
 def test_byte_ranges_start_at_lines(tmp_path):
     jl = tmp_path / "x.jsonl"
     lines = [b"{}" * (i % 7) for i in range(50)]

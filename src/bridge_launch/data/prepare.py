@@ -379,6 +379,10 @@ def _prepare(dataset, source_dir, output_dir, *, subsets, validation_fraction, m
     if not source_dir.is_dir():
         raise UsageError(f"--source-dir {source_dir} is not a directory")
     _check_output(output_dir)
+    if cluster:
+        from .slurm import check_cluster
+
+        check_cluster(cluster)
     log = log or (lambda msg: None)
     t0 = time.perf_counter()
 

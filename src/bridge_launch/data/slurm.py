@@ -6,6 +6,7 @@ the shared filesystem and is deleted on success; on failure it is kept and named
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -15,8 +16,9 @@ from pathlib import Path
 from ..errors import LaunchError, UsageError
 
 
-def run_array(cluster: str, tasks: list, tmp: Path, workers: int, *, on_progress=None, log=None) -> list:
-    """Write the shard tasks as a job array; returns write_shard's result for every task."""
+def check_cluster(cluster: str) -> dict:
+    """The profile's [slurm] settings, if it can run prepare's job array; else one clear error.
+    Called before any record is read, so a wrong --cluster costs nothing."""
     from .. import clusters
 
     prof = clusters.load(cluster)
@@ -30,11 +32,18 @@ def run_array(cluster: str, tasks: list, tmp: Path, workers: int, *, on_progress
         os.environ["SLURM_CONF"] = slurm["slurm_conf"]
     if shutil.which("sbatch") is None:
         raise LaunchError("sbatch is not on PATH; --cluster needs a Slurm client on this machine")
-    try:
-        import submitit
-    except ImportError as e:
-        raise LaunchError(f"submitit is not installed ({e}); install the data extra: pip install 'bridge-launch[data]'")
+    if importlib.util.find_spec("submitit") is None:
+        raise LaunchError("submitit is not installed; install the data extra: pip install 'bridge-launch[data]'")
+    return slurm
+
+
+def run_array(cluster: str, tasks: list, tmp: Path, workers: int, *, on_progress=None, log=None) -> list:
+    """Write the shard tasks as a job array; returns write_shard's result for every task."""
+    import submitit
+
     from .prepare import write_shards
+
+    slurm = check_cluster(cluster)
 
     folder = tmp.parent / f"{tmp.name}.submitit"
     n = min(len(tasks), max(1, workers) * 4)
