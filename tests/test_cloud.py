@@ -71,7 +71,7 @@ def test_submit_running_completed_logs(env, cluster, kind, capfd):
     assert not env.errors
     # the run's files reached the run dir on the platform storage through the data mover
     staged = env.staged[run.run_dir]
-    assert {f"launch/{run.run_id}.json", "smoke.py"} <= set(staged)
+    assert {f"launch/{run.run_id}.json", "workload/smoke.py", "workload/trainer_protocol.py"} <= set(staged)
     # the training request is exactly the rendered one, lookups filled in
     if kind == "lepton":
         sent = env.calls("POST", r"^/lepton/jobs$")[-1][4]

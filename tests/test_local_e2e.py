@@ -34,7 +34,8 @@ def _losses(log: Path) -> dict:
 
 
 def test_interrupted_run_resumes_from_its_checkpoint(home):
-    r = run_cli("submit", "smoke", "-o", "json", "train.train_iters=30", "smoke.step_sleep=0.25", *FAST)
+    r = run_cli("submit", "smoke", "-o", "json", "train.train_iters=30", "smoke.step_sleep=0.25",
+                "train.exit_signal_handler=true", *FAST)
     assert r.code == 0, r.err
     first = r.json()
     assert first["state"] == "RUNNING" and first["run_id"].startswith("smoke-")
@@ -46,8 +47,11 @@ def test_interrupted_run_resumes_from_its_checkpoint(home):
     assert r.code == 0 and "CANCELLED" in r.out, r.err
     assert run_cli("cancel", first["run_id"]).code == 0  # idempotent
     saved = int((run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").read_text())
-    assert 12 <= saved < 30  # SIGTERM -> the workload saved the step it was on
-    assert (run_dir / "checkpoints" / f"iter_{saved:07d}" / "mp_rank_00" / "model_optim_rng.pt").exists()
+    assert 12 <= saved < 30  # SIGTERM to the trainer, with its exit handler on -> it saved the step it was on
+    assert (run_dir / "checkpoints" / f"iter_{saved:07d}" / "metadata.json").exists()
+    text = log.read_text()
+    assert "[exiting program after receiving SIGTERM.]" in text
+    assert "SignalException" not in text  # torchrun itself was not signalled
     before = _losses(log)
     assert max(before) == saved
 

@@ -29,6 +29,10 @@ CASES = {
     "nemotron-3-nano-pretrain.gb200-64.nemo-ci-convergence": (
         "nemotron-3-nano-pretrain", "gb200-64", ("nemo-ci-convergence",), ()),
     "smoke.gb200-8": ("smoke", "gb200-8", (), ()),
+    # --until-done: the segment logic, the per-node launcher that signals the trainer, the publication rule
+    "nemotron-3-nano-pretrain.gb200-64.until-done": (
+        "nemotron-3-nano-pretrain", "gb200-64", ("nemo-ci-convergence",), ("checkpoint.save_interval=100",),
+        {"until_done": True, "max_segments": 200}),
     "smoke.local": ("smoke", "local", (), ()),
     "qwen35-vl-sft.lepton-gb200": ("qwen35-vl-sft", "lepton-gb200", (), INPUTS),
     "qwen35-vl-sft.dgxc-gb200": ("qwen35-vl-sft", "dgxc-gb200", (), INPUTS),
@@ -36,8 +40,8 @@ CASES = {
 SCRIPTS = sorted(k for k, v in CASES.items() if v[1] not in ("lepton-gb200", "dgxc-gb200"))
 
 
-def _job(recipe, cluster, overlays, overrides, home):
-    return resolve.resolve(recipe, resolve.Options(cluster=cluster, overlays=overlays, overrides=overrides))
+def _job(recipe, cluster, overlays, overrides, home, opts=None):
+    return resolve.resolve(recipe, resolve.Options(cluster=cluster, overlays=overlays, overrides=overrides, **(opts or {})))
 
 
 def _normalized(text: str, home) -> str:
@@ -47,7 +51,8 @@ def _normalized(text: str, home) -> str:
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_golden(name, home):
-    job = _job(*CASES[name], home)
+    recipe, cluster, overlays, overrides, *opts = CASES[name]
+    job = _job(recipe, cluster, overlays, overrides, home, *opts)
     assert job.errors == [], job.errors
     text = _normalized(backends.render(job).text, home)
     ext = {"local": "sh", "slurm": "sbatch"}.get(job.backend, "json")
@@ -69,7 +74,8 @@ def _script_args(text: str) -> list[str]:
 
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_script_structure(name, home):
-    job = _job(*CASES[name], home)
+    recipe, cluster, overlays, overrides, *opts = CASES[name]
+    job = _job(recipe, cluster, overlays, overrides, home, *opts)
     art = backends.render(job)
     text = art.text
     # bash accepts it

@@ -1,9 +1,11 @@
-"""Tests for the stand-alone smoke workload (src/bridge_launch/workloads/smoke.py).
+"""Tests for the stand-alone smoke workload (src/bridge_launch/workloads/: smoke.py and its
+sibling modules).
 
-The fast tests import the file directly (it is a script, not part of the package API).
-The ``slow`` tests copy it into a temporary run directory and launch it the way
+The fast tests import the files directly (they are scripts, not part of the package API).
+The ``slow`` tests copy them into a temporary run directory and launch them the way
 bridge-launch does: ``python -m torch.distributed.run --standalone --nproc-per-node 2``
-on CPU/gloo with OMP_NUM_THREADS=1.
+on CPU/gloo with OMP_NUM_THREADS=1. Its Megatron-Bridge protocol is tested in
+tests/test_trainer_protocol.py.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-SMOKE_SRC = Path(__file__).resolve().parents[1] / "src" / "bridge_launch" / "workloads" / "smoke.py"
+WORKLOADS = Path(__file__).resolve().parents[1] / "src" / "bridge_launch" / "workloads"
+SMOKE_SRC = WORKLOADS / "smoke.py"
 
 # Small, quick model; identical for the reference run and the interrupted/resumed runs.
 TRAIN_ITERS = 30
@@ -39,6 +42,7 @@ COMMON = [
     "model.vocab_size=64",
     "smoke.busbw_sizes=[1024,65536]",
     "smoke.busbw_iters=2",
+    "validation.eval_iters=2",
 ]
 
 # Hydra-quoted / odd tokens: must be recorded verbatim and parsed leniently.
@@ -79,10 +83,21 @@ MEGATRON_LINE = re.compile(
 # ----------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def smoke_mod():
-    spec = importlib.util.spec_from_file_location("bridge_launch_smoke_under_test", SMOKE_SRC)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    sys.path.insert(0, str(WORKLOADS))  # its siblings import each other as top-level modules, as in the job
+    try:
+        spec = importlib.util.spec_from_file_location("bridge_launch_smoke_under_test", SMOKE_SRC)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        import hydra_args
+        import preflight
+        import tiny_lm
+        for part in (hydra_args, preflight, tiny_lm):
+            for name in dir(part):
+                if not name.startswith("__") and not hasattr(mod, name):
+                    setattr(mod, name, getattr(part, name))
+        yield mod
+    finally:
+        sys.path.remove(str(WORKLOADS))
 
 
 def _child_env(run_dir: Path) -> dict:
@@ -97,58 +112,76 @@ def _child_env(run_dir: Path) -> dict:
 
 def _prepare(run_dir: Path) -> Path:
     """Copy the workload into the run dir, as bridge-launch does at submit."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    dst = run_dir / "smoke.py"
-    shutil.copy2(SMOKE_SRC, dst)
-    return dst
+    dst = run_dir / "workload"
+    dst.mkdir(parents=True, exist_ok=True)
+    for src in WORKLOADS.glob("*.py"):
+        shutil.copy2(src, dst / src.name)
+    return dst / "smoke.py"
 
 
-def _torchrun_cmd(script: Path, args) -> list:
+def _torchrun_cmd(script: Path, args, tee: bool = False) -> list:
+    """tee: every line prefixed with its rank, as the Slurm backend runs it ([rankN]: )."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-            str(script), *args]
+            *(["--tee=3"] if tee else []), str(script), *args]
 
 
-def _run(run_dir: Path, args, timeout=120) -> subprocess.CompletedProcess:
+def _run(run_dir: Path, args, timeout=120, tee: bool = False) -> subprocess.CompletedProcess:
     script = _prepare(run_dir)
-    return subprocess.run(_torchrun_cmd(script, args), cwd=run_dir, env=_child_env(run_dir),
+    env = dict(_child_env(run_dir), TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[rank${rank}]: ")
+    return subprocess.run(_torchrun_cmd(script, args, tee), cwd=run_dir, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+
+
+def _by_rank(out: str):
+    """(rank, line) of torchrun --tee output."""
+    for ln in out.splitlines():
+        m = re.match(r"^\[rank(\d+)\]: (.*)$", ln)
+        if m:
+            yield int(m.group(1)), m.group(2)
 
 
 def _summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
-def _check_ckpt_layout(ckpt: Path, iterations, tracker: int):
+def _check_ckpt_layout(ckpt: Path, iterations, tracker: int, world: int = 2):
+    """Megatron-Bridge's torch_dist layout (trainer_protocol.SAVE_ORDER)."""
     import torch
 
-    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == str(tracker)
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == str(tracker)  # no newline, as Bridge writes it
+    assert int(torch.load(ckpt / "latest_train_state.pt", weights_only=True)["step"]) == tracker
     for it in iterations:
-        f = ckpt / f"iter_{it:07d}" / "mp_rank_00" / "model_optim_rng.pt"
-        assert f.is_file(), f
-    # no temp dirs / files left behind
-    assert not [p.name for p in ckpt.iterdir() if p.name.startswith(".")]
-    state = torch.load(ckpt / f"iter_{tracker:07d}" / "mp_rank_00" / "model_optim_rng.pt",
-                       map_location="cpu", weights_only=True)
-    assert state["iteration"] == tracker
-    for key in ("model", "optimizer", "rng_state", "consumed_train_samples", "args", "checkpoint_version"):
-        assert key in state
-    assert len(state["rng_state"]) == 2
-    assert state["consumed_train_samples"] == tracker * 8
+        d = ckpt / f"iter_{it:07d}"
+        names = {p.name for p in d.iterdir()}
+        assert names == {".metadata", "metadata.json", "train_state.pt", "run_config.yaml",
+                         *(f"__{r}_0.distcp" for r in range(world))}, names
+        assert json.loads((d / "metadata.json").read_text()) == {"sharded_backend": "torch_dist",
+                                                                 "sharded_backend_version": 1}
+        state = torch.load(d / "train_state.pt", weights_only=True)
+        assert int(state["step"]) == it and int(state["consumed_train_samples"]) == it * 8
+    shard = torch.load(ckpt / f"iter_{tracker:07d}" / "__0_0.distcp", map_location="cpu", weights_only=True)
+    assert shard["iteration"] == tracker
+    for key in ("model", "optimizer", "rng_state", "args", "checkpoint_version"):
+        assert key in shard
 
 
 # ----------------------------------------------------------------------------------------------
 # fast unit tests (no torchrun)
 # ----------------------------------------------------------------------------------------------
 def test_only_stdlib_and_torch_imports():
-    tree = ast.parse(SMOKE_SRC.read_text())
+    """In-job code needs only the standard library, torch and its siblings: never bridge_launch."""
+    siblings = {p.stem for p in WORKLOADS.glob("*.py")}
     roots = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            roots.update(a.name.split(".")[0] for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            roots.add(node.module.split(".")[0])
-    bad = {r for r in roots if r not in sys.stdlib_module_names and r != "torch"}
+    for path in WORKLOADS.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                roots.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                assert node.level == 0, f"{path.name}: relative import (the job runs these files as scripts)"
+                roots.add(node.module.split(".")[0])
+    bad = {r for r in roots if r not in sys.stdlib_module_names and r != "torch" and r not in siblings}
     assert not bad, bad
+    assert "trainer_protocol" in roots and "bridge_launch" not in roots
 
 
 @pytest.mark.parametrize(
@@ -181,7 +214,9 @@ def test_build_config(smoke_mod):
     cfg = smoke_mod.build_config({}, 4)
     assert cfg["train_iters"] == 20 and cfg["micro_batch_size"] == 4
     assert cfg["global_batch_size"] == 16 and cfg["grad_accum"] == 1
-    assert cfg["save"] is None and cfg["save_interval"] is None and cfg["exit_signal_handler"] is True
+    assert cfg["save"] is None and cfg["save_interval"] is None and cfg["exit_signal_handler"] is False
+    assert cfg["log_interval"] == 100 and cfg["eval_interval"] is None and cfg["eval_iters"] == 100  # Bridge's defaults
+    assert cfg["num_workers"] == 2 and cfg["exit_signal"] == signal.SIGTERM
     assert cfg["busbw_sizes"] == smoke_mod.DEFAULT_BUSBW_SIZES
     cfg = smoke_mod.build_config({"train.global_batch_size": 32, "tokenizer.vocab_size": 100,
                                   "checkpoint.load": "None", "smoke.busbw_sizes": ["1K", "2M"]}, 4)
@@ -189,7 +224,9 @@ def test_build_config(smoke_mod):
     assert cfg["busbw_sizes"] == [1024, 2 << 20]
     for bad in ({"train.global_batch_size": 6, "train.micro_batch_size": 4},
                 {"train.train_iters": "many"}, {"model.hidden_size": 30},
-                {"train.micro_batch_size": 0}, {"train.exit_signal_handler": "maybe"}):
+                {"train.micro_batch_size": 0}, {"train.exit_signal_handler": "maybe"},
+                {"checkpoint.ckpt_format": "torch"}, {"checkpoint.async_save": True},
+                {"checkpoint.non_persistent_ckpt_type": "local"}, {"train.exit_signal": "SIGNOPE"}):
         with pytest.raises(smoke_mod.SmokeError):
             smoke_mod.build_config(bad, 2)
 
@@ -246,7 +283,7 @@ def reference_run(tmp_path_factory):
     ckpt = run_dir / "ckpt dir"  # space in the path, passed Hydra-quoted
     args = [*COMMON, f"checkpoint.save='{ckpt}'", f"checkpoint.load='{ckpt}'", "checkpoint.save_interval=10",
             "logger.log_interval=5", *TRICKY]
-    proc = _run(run_dir, args)
+    proc = _run(run_dir, args, tee=True)
     assert proc.returncode == 0, proc.stdout[-4000:]
     return run_dir, ckpt, args, proc.stdout
 
@@ -270,14 +307,21 @@ def test_full_run_completes(reference_run):
     for b in s["busbw"]:
         assert b["time_us"] > 0 and b["busbw_gbps"] == pytest.approx(b["algbw_gbps"], rel=1e-3)  # n=2: factor 1
     _check_ckpt_layout(ckpt, [10, 20, 30], 30)
-    # Megatron-format log lines on rank 0 only, every log_interval=5 steps
-    matches = [MEGATRON_LINE.match(ln) for ln in out.splitlines()]
-    its = [int(m.group(1)) for m in matches if m]
+    # Megatron-format iteration lines from the LAST rank only (print_rank_last), every log_interval=5 steps;
+    # the Step Time line and the checkpoint lines from rank 0 (print_rank_0)
+    lines = list(_by_rank(out))
+    matches = [(r, MEGATRON_LINE.match(ln)) for r, ln in lines]
+    assert {r for r, m in matches if m} == {1}, out[-3000:]
+    its = [int(m.group(1)) for _, m in matches if m]
     assert its == [5, 10, 15, 20, 25, 30], out[-3000:]
-    last = [m for m in matches if m][-1]
+    last = [m for _, m in matches if m][-1]
     assert int(last.group(3)) == TRAIN_ITERS * 8 and int(last.group(4)) == 8
+    assert {r for r, ln in lines if ln.startswith("Step Time : ")} == {0}
+    assert [ln for r, ln in lines if "successfully saved checkpoint" in ln and r == 0] == [
+        f"  successfully saved checkpoint from iteration {i:7d} to {ckpt} [ t 1/1, p 1/1 ]" for i in (10, 20, 30)]
+    assert {r for r, ln in lines if "validation loss at iteration 30 on test set" in ln} == {1}
     assert "all-reduce bus bandwidth" in out
-    assert "no latest_checkpointed_iteration.txt found; starting from scratch" in out
+    assert (0, "Starting training loop at iteration 0") in lines  # no tracker: Bridge starts silently
 
 
 @pytest.mark.slow
@@ -293,42 +337,80 @@ def test_argv_recorded_verbatim(reference_run):
     assert s["unparsed_args"] == ["--not-an-override"]
 
 
+def trainer_pids(torchrun_pid: int) -> list:
+    """torchrun's children: the training processes (the launcher finds them the same way)."""
+    out = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (proc / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == torchrun_pid:
+            out.append(int(proc.name))
+    return out
+
+
+class Launched:
+    """torchrun in its own session, its output read line by line in a thread."""
+
+    def __init__(self, run_dir: Path, args, tee: bool = False, env: dict | None = None):
+        script = _prepare(run_dir)
+        env = dict(_child_env(run_dir), TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[rank${rank}]: ", **(env or {}))
+        self.proc = subprocess.Popen(_torchrun_cmd(script, args, tee), cwd=run_dir, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self.lines: queue.Queue = queue.Queue()
+        self.out: list = []
+        self.reader = threading.Thread(target=lambda: [self.lines.put(ln) for ln in self.proc.stdout], daemon=True)
+        self.reader.start()
+
+    def wait_for(self, pattern: str, timeout: float = 90):
+        """The first output line matching `pattern` (a regex), or fail."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                ln = self.lines.get(timeout=0.5)
+            except queue.Empty:
+                if self.proc.poll() is not None and not self.reader.is_alive():
+                    break
+                continue
+            self.out.append(ln)
+            m = re.search(pattern, ln)
+            if m:
+                return m
+        raise AssertionError(f"no line matching {pattern!r}: {''.join(self.out)[-3000:]}")
+
+    def finish(self, timeout: float = 90) -> tuple[int, str]:
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.reader.join(timeout=5)
+        while not self.lines.empty():
+            self.out.append(self.lines.get())
+        return rc, "".join(self.out)
+
+
 @pytest.mark.slow
 def test_sigterm_checkpoint_and_resume(reference_run, tmp_path):
-    """(b) SIGTERM mid-run -> agreed stop, checkpoint + tracker; resume continues bit-for-bit."""
+    """(b) SIGTERM to the training processes (as the launcher sends it, not to torchrun) with
+    Bridge's exit-signal handler on -> agreed stop at the end of the step, a checkpoint and its
+    tracker, exit 0 (torchrun too); the resumed run continues bit-for-bit."""
     ref = {st: loss for st, loss in _summary(reference_run[0])["losses"]}
     run1 = tmp_path / "run1"
     ckpt = tmp_path / "ckpt"
-    script = _prepare(run1)
-    args = [*COMMON, f"checkpoint.save={ckpt}", "logger.log_interval=1", "smoke.step_sleep=0.25"]
-    proc = subprocess.Popen(_torchrun_cmd(script, args), cwd=run1, env=_child_env(run1),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    lines: queue.Queue = queue.Queue()
-    reader = threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout], daemon=True)
-    reader.start()
-    out, deadline, signalled = [], time.monotonic() + 90, False
-    try:
-        while time.monotonic() < deadline:
-            try:
-                ln = lines.get(timeout=0.5)
-            except queue.Empty:
-                if proc.poll() is not None and not reader.is_alive():
-                    break
-                continue
-            out.append(ln)
-            m = MEGATRON_LINE.match(ln.rstrip("\n"))
-            if m and int(m.group(1)) >= 3 and not signalled:
-                os.killpg(proc.pid, signal.SIGTERM)  # torchrun and its workers
-                signalled = True
-        proc.wait(timeout=max(1, deadline - time.monotonic()))
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    reader.join(timeout=5)
-    text = "".join(out)
-    assert signalled, text[-3000:]
+    run = Launched(run1, [*COMMON, f"checkpoint.save={ckpt}", "logger.log_interval=1", "smoke.step_sleep=0.25",
+                          "train.exit_signal_handler=true"])
+    run.wait_for(r"iteration +[3-9]/")
+    pids = trainer_pids(run.proc.pid)
+    assert len(pids) == 2
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
+    rc, text = run.finish()
+    assert rc == 0, text[-3000:]  # torchrun was not signalled: its workers saved and exited 0, and so does it
+    assert "[exiting program after receiving SIGTERM.] datetime: " in text
+    assert "Received signal 15, initiating graceful stop" in text
     s1 = _summary(run1)
     assert s1["exit_reason"] == "signal", text[-3000:]
     saved = s1["steps_completed"]

@@ -1,6 +1,8 @@
-"""--until-done on the local Slurm cluster: segment chains across 1-minute time limits,
-retries of flaky failures, a stop on deterministic ones, cancel, and the checkpoint rule.
-Slurm checks time limits and signals only about every 30 s, so bounds here are wide."""
+"""--until-done on the local Slurm cluster: segment chains across time limits with the smoke
+workload speaking Megatron-Bridge's protocol (workloads/trainer_protocol.py), retries of flaky
+failures, a stop on deterministic ones and on segments that save nothing, cancel, and the
+checkpoint publication rule. Slurm checks time limits and signals only about every 30 s, so
+bounds here are wide."""
 
 import os
 import re
@@ -134,13 +136,81 @@ def test_cancel_cancels_pending_segments(cluster, home):
     assert (Path(sub["run_dir"]) / "chain" / sub["run_id"] / "stopped").read_text().strip() == "cancelled by user"
 
 
+def _segment_text(sub, job_id):
+    logs = Path(sub["run_dir"]) / "logs"
+    return "".join(p.read_text(errors="replace") for p in [logs / f"sbatch-{job_id}.out", *logs.glob(f"{job_id}-*.log")]
+                   if p.exists())
+
+
+def test_steps_and_saves_longer_than_torchruns_timeout(cluster, home):
+    """Steps and saves of 32 s each (longer than torchrun's 30 s shutdown timeout): every segment
+    gets the whole lead to finish its step and save, and the next one resumes exactly there."""
+    sub = _chain("--time", "00:03:00", "--signal-lead", "110", "train.train_iters=4", "smoke.step_sleep=32",
+                 "smoke.save_sleep=32", "~checkpoint.save_interval", "validation.eval_iters=1")
+    st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=1200)
+    assert st["state"] == "COMPLETED", st
+    ran = [s for s in _segments(sub) if "end" in s]
+    assert len(ran) >= 2, ran
+    texts = [_segment_text(sub, s["job_id"]) for s in ran]
+    for before, after in zip(texts, texts[1:]):
+        saved = [int(x) for x in re.findall(r"successfully saved checkpoint from iteration +(\d+)", before)]
+        loaded = [int(x) for x in re.findall(r"successfully loaded checkpoint from \S+ .*?at iteration (\d+)", after)]
+        first = min(int(x) for x in re.findall(r"iteration +(\d+)/ +4 \|", after))
+        assert saved and loaded == [saved[-1]] and first == saved[-1] + 1, (saved, loaded, first)
+        assert "[exiting program after receiving SIGTERM.]" in before
+        assert "to the training processes" in before  # the launcher signalled them, not torchrun
+    for text in texts:
+        assert not re.search(r"Unable to shutdown process|SignalException", text)
+    outcomes = [s.get("outcome") for s in st["info"]["segments"]]
+    assert outcomes[:len(ran) - 1] == ["continued"] * (len(ran) - 1) and outcomes[len(ran) - 1] == "done", outcomes
+    assert st["info"]["checkpoint"] == 4
+
+
+def test_a_save_that_cannot_finish_in_the_lead_stops_the_chain(cluster, home):
+    """Each segment is told to save 60 s before its limit, but the save takes 300 s: no segment
+    publishes a checkpoint, and the chain stops after two of them, saying why."""
+    sub = _chain("--time", "00:02:00", "--signal-lead", "60", "train.train_iters=1000", "smoke.step_sleep=1",
+                 "smoke.save_sleep=300", "~checkpoint.save_interval")
+    st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=900)
+    assert st["state"] == "FAILED", st
+    assert st["reason"] == "no progress in 2 segments in a row: the save did not finish within the signal lead of 60 s", st
+    segs = st["info"]["segments"]
+    assert [s.get("outcome") for s in segs[:2]] == ["no-progress", "no-progress"], segs
+    assert all(s["state"] != "COMPLETED" for s in segs), segs
+    assert len([s for s in _segments(sub) if "start" in s]) == 3  # the third only judged the second, and stopped
+    shown = run_cli("status", sub["run_id"]).out
+    assert "no progress: the save did not finish within the signal lead of 60 s" in shown
+
+
+def test_a_half_written_checkpoint_is_refused(cluster, home, tmp_path):
+    """The tracker names iter_6, which holds shards but no .metadata: the segment loads the newest
+    complete earlier checkpoint (iter_4) with checkpoint.ckpt_step, instead of failing on iter_6."""
+    ckpt = tmp_path / "ckpt"
+    first = _chain("--time", "00:05:00", "train.train_iters=4", "checkpoint.save_interval=2", f"checkpoint.save={ckpt}")
+    assert _wait(first["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=300)["state"] == "COMPLETED"
+    half = ckpt / "iter_0000006"
+    half.mkdir()
+    for shard in (ckpt / "iter_0000004").glob("__*_0.distcp"):
+        (half / shard.name).write_bytes(shard.read_bytes())
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("6")
+    sub = _chain("--time", "00:05:00", "train.train_iters=8", "checkpoint.save_interval=2", f"checkpoint.save={ckpt}")
+    st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=300)
+    assert st["state"] == "COMPLETED", st
+    text = _segment_text(sub, st["job_ids"][0])
+    assert re.search(r"iteration 6 is incomplete \(\S+/iter_0000006 is missing: \.metadata metadata\.json "
+                     r"train_state\.pt\); loading iteration 4", text), text[-3000:]
+    assert "Loading checkpoint from iteration 4 (specified via ckpt_step)" in text
+    assert min(int(x) for x in re.findall(r"iteration +(\d+)/ +8 \|", text)) == 5
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == "8"
+
+
 def test_a_tracker_without_its_checkpoint_is_never_loaded(cluster, home, tmp_path):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     (ckpt / "latest_checkpointed_iteration.txt").write_text("10\n")  # published, but iter_0000010 is missing
     sub = _chain("--time", "00:05:00", "train.train_iters=20", f"checkpoint.save={ckpt}", f"checkpoint.load={ckpt}")
     st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=180)
-    assert st["state"] == "FAILED" and "names iteration 10" in st["reason"], st
+    assert st["state"] == "FAILED" and "names iteration 10" in st["reason"] and "no earlier complete" in st["reason"], st
     assert not list((Path(sub["run_dir"]) / "logs").glob("*-node*.log"))  # training never started
 
 

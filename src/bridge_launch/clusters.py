@@ -26,6 +26,7 @@ _TOP = {
     "abstract": (bool, False), "backend": (str, None), "gpu_type": (str, "cpu"),
     "gpus_per_node": (int, 1), "gpu_memory_gib": ((int, float), 0), "nodes": (int, None),
     "max_nodes": (int, None), "nvlink_domain_nodes": (int, 0), "job_root": (str, ""),
+    "checkpoint_write_gbps_per_node": ((int, float), 0),
     "python": (str, ""), "container_image": (str, ""), "container_mounts": (list, []),
     "numa_bind": (bool, False), "containers": (bool, True), "hf_home": (str, ""), "env": (dict, {}), "secrets": (list, []),
     "required_secrets": (list, []), "config": (dict, {}),

@@ -15,13 +15,15 @@ def _err(msg: str) -> None:
 
 
 def submit(recipe, overrides, *, cluster, overlays, nodes, time, partition, account, container, env, secrets,
-           bridge_src, until_done=False, max_restarts=3, signal_lead=120, dry_run, follow, output) -> int:
+           bridge_src, until_done=False, max_restarts=3, signal_lead=120, max_segments=None, step_time=None, dry_run,
+           follow, output) -> int:
     from . import backends, resolve
 
     opts = resolve.Options(cluster=cluster, overlays=tuple(overlays), overrides=tuple(overrides), nodes=nodes,
                            time=time, partition=partition, account=account, container=container,
                            env=tuple(env), secrets=tuple(secrets), bridge_src=bridge_src, until_done=until_done,
-                           max_restarts=max_restarts, signal_lead=signal_lead)
+                           max_restarts=max_restarts, signal_lead=signal_lead, max_segments=max_segments,
+                           step_time=step_time)
     job = resolve.resolve(recipe, opts, for_submit=not dry_run)
     if dry_run:
         artifact = backends.render(job)
@@ -65,6 +67,19 @@ def _submitted(run, job, follow, output) -> int:
     if not follow:
         return 0
     return _follow(run, job)
+
+
+def _segment_text(seg: dict) -> str:
+    """One segment of a chain: Slurm's state, and the chain's own outcome where it differs."""
+    text = f"{seg['job_id']} {seg['state']}"
+    outcome = seg.get("outcome")
+    if outcome == "no-progress":
+        text += f" (no progress: {seg.get('detail') or 'no new checkpoint'})"
+    elif outcome == "continued":
+        text += f" (saved iteration {seg.get('checkpoint')})"
+    elif outcome in ("failed", "stopped") and seg.get("detail"):
+        text += f" ({seg['detail']})"
+    return text
 
 
 def _follow(run, job) -> int:
@@ -141,7 +156,9 @@ def status(run_ref, *, all_runs, state, recipe, output) -> int:
         if r.info.get("segments"):
             job = launch.load_job(reg, r)
             limit = job.chain["max_restarts"] if job.chain else "?"
-            print("segments    " + ", ".join(f"{x['job_id']} {x['state']}" for x in r.info["segments"]))
+            print("segments    " + ", ".join(_segment_text(x) for x in r.info["segments"]))
+            if r.info.get("checkpoint") is not None:
+                print(f"checkpoint  iteration {r.info['checkpoint']} (the newest complete one)")
             print(f"restarts    {r.info.get('restarts', 0)} of {limit}")
     return 0
 

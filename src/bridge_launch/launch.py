@@ -9,11 +9,16 @@ from pathlib import Path
 
 from . import backends
 from .errors import LaunchError, UsageError
-from .backends.base import SMOKE_FILE
+from .backends.base import WORKLOAD_DIR
 from .resolve import BRIDGE_IN_CONTAINER, ResolvedJob, amend
 from .runs import TERMINAL, Registry, Run
 
-_SMOKE_SRC = Path(__file__).resolve().parent / "workloads" / "smoke.py"
+_WORKLOADS = Path(__file__).resolve().parent / "workloads"
+
+
+def workload_files() -> dict:
+    """The in-job workload (smoke.py and its sibling modules), as staged into the run dir."""
+    return {f"{WORKLOAD_DIR}/{p.name}": p.read_text() for p in sorted(_WORKLOADS.glob("*.py")) if p.name != "__init__.py"}
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -32,6 +37,7 @@ def stage_locally(run_dir: str, files: dict, *, new_dir: bool) -> None:
     for sub in ("logs", "launch", "exit"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
         _write_private(root / rel, text)
 
 
@@ -53,7 +59,7 @@ def _launch(reg: Registry, job: ResolvedJob, run: Run, *, new_dir: bool) -> Run:
             artifact.filename: artifact.text,
         }
         if job.workload == "smoke":
-            files[SMOKE_FILE] = _SMOKE_SRC.read_text()
+            files.update(workload_files())
         _write_private(reg.jobs_dir() / f"{run.run_id}.json", job_json(job))
         be.stage(job, files, new_dir=new_dir)
         created = new_dir

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from . import clusters, paths, recipes, schema, validate
 from .errors import UsageError
 from .overrides import OverrideError, format_override, parse_override
+from .workloads import trainer_protocol as P
 
 RUN_ID_PLACEHOLDER = "@RUN_ID@"
 BRIDGE_IN_CONTAINER = "/opt/Megatron-Bridge"
@@ -42,6 +43,8 @@ class Options:
     until_done: bool = False  # keep going across time limits and flaky failures until train_iters
     max_restarts: int = 3  # flaky failures retried per run (time-limit continuations do not count)
     signal_lead: int = 120  # seconds before the time limit that the trainer is told to save
+    max_segments: int | None = None  # --until-done: an optional cap on the number of segments
+    step_time: float | None = None  # seconds per training step, for sizing a chain (else plan's estimate)
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ class ResolvedJob:
     python: str
     scheduler: dict  # backend settings after CLI flags (slurm / lepton / dgxcloud section)
     profile: dict  # the resolved cluster profile
-    chain: dict | None  # --until-done: {"max_restarts", "signal_lead", "max_segments", "train_iters", "tracker"}
+    chain: dict | None  # --until-done: see _chain
     provenance: dict  # {"config": {key: source}, "env": {...}, "job": {...}}
     missing_inputs: list
     warnings: list
@@ -220,7 +223,6 @@ def _mounts(prof: dict, job_root: str) -> list:
     return mounts
 
 
-MAX_SEGMENTS = 100  # a runaway guard: no run needs more segments than this
 _SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
 
@@ -243,29 +245,68 @@ def slurm_time_seconds(text: str) -> int | None:
     return int(a) * 60  # M
 
 
+MAX_NO_PROGRESS = 2  # segments in a row that end without a new complete checkpoint stop the chain
+
+
 def _chain(opts: Options, prof: dict, recipe: dict, layers: _Layers, scheduler: dict, jobsrc: dict) -> dict:
-    """--until-done: segments that continue across time limits, told to save before the limit."""
+    """--until-done: segments that continue across time limits, told to save before the limit,
+    each resuming from the newest complete checkpoint (trainer_protocol's publication rule)."""
     if prof["backend"] != "slurm":
         raise UsageError(f"--until-done runs a chain of Slurm jobs; cluster '{prof['name']}' uses the {prof['backend']} backend")
     if opts.max_restarts < 0:
         raise UsageError(f"--max-restarts must be >= 0, got {opts.max_restarts}")
+    if opts.max_segments is not None and opts.max_segments < 1:
+        raise UsageError(f"--max-segments must be >= 1, got {opts.max_segments}")
+    if opts.step_time is not None and not (opts.step_time > 0 and math.isfinite(opts.step_time)):
+        raise UsageError(f"--step-time must be a positive number of seconds, got {opts.step_time}")
     if opts.signal_lead < 10:
         raise UsageError(f"--signal-lead must be at least 10 seconds, got {opts.signal_lead}")
-    iters = layers.values.get("train.train_iters")
-    save = layers.values.get("checkpoint.save")
+    values = layers.values
+    iters, save = values.get("train.train_iters"), values.get("checkpoint.save")
     if not isinstance(iters, int) or not isinstance(save, str) or not save:
         raise UsageError("--until-done needs train.train_iters (an integer) and checkpoint.save (a directory)")
-    if recipe["workload"] != "smoke":
-        # Megatron-Bridge saves and exits on the signal only with its handler on.
-        layers.set("train.exit_signal_handler", True, "until-done")
+    load = values.get("checkpoint.load") if layers.source.get("checkpoint.load") != "derived (run dir)" else None
+    if load not in (None, "") and str(load).rstrip("/") != save.rstrip("/"):
+        raise UsageError(f"--until-done resumes every segment from checkpoint.save ({save}), but checkpoint.load is "
+                         f"{load}; drop checkpoint.load or set it to the same directory (start from other weights "
+                         "with checkpoint.pretrained_checkpoint)")
+    if values.get(P.CKPT_STEP_KEY) is not None:
+        raise UsageError(f"--until-done: {P.CKPT_STEP_KEY}={values[P.CKPT_STEP_KEY]} would load that iteration in every "
+                         f"segment; remove it (the chain sets it itself when the newest checkpoint is incomplete)")
+    if values.get("checkpoint.async_save") is True:
+        raise UsageError("--until-done with checkpoint.async_save=true: an async save finishes iterations later, "
+                         "after the time limit; the signal save must be synchronous (set checkpoint.async_save=false)")
+    layers.set("checkpoint.load", save, "until-done")
+    # Megatron-Bridge saves and exits on the signal only with its handler on (trainer_protocol).
+    layers.set("train.exit_signal_handler", True, "until-done")
     limit = slurm_time_seconds(scheduler["time"]) if scheduler.get("time") else None
     if limit is not None and opts.signal_lead >= limit:
         raise UsageError(f"--signal-lead {opts.signal_lead}s is not shorter than the time limit {scheduler['time']} "
                          f"({limit}s); the trainer would be told to save before it starts")
     scheduler["signal"] = f"B:USR1@{opts.signal_lead}"
     jobsrc["signal"] = "until-done"
-    return {"max_restarts": opts.max_restarts, "signal_lead": opts.signal_lead, "max_segments": MAX_SEGMENTS,
-            "train_iters": iters, "tracker": f"{save.rstrip('/')}/latest_checkpointed_iteration.txt"}
+    np_dir = None
+    if values.get("checkpoint.non_persistent_ckpt_type") == "global":
+        np_dir = values.get("checkpoint.non_persistent_global_ckpt_dir") or f"{save.rstrip('/')}/{P.NON_PERSISTENT_SUBDIR}"
+    exit_signal = values.get("train.exit_signal")
+    return {"max_restarts": opts.max_restarts, "signal_lead": opts.signal_lead, "max_segments": opts.max_segments,
+            "max_no_progress": MAX_NO_PROGRESS, "train_iters": iters, "save": save, "non_persistent_dir": np_dir,
+            "tracker": f"{save.rstrip('/')}/{P.TRACKER}",
+            "complete_files": list(P.complete_files(values.get("checkpoint.ckpt_format"))),
+            "exit_signal": _signal_name(exit_signal) if exit_signal is not None else P.DEFAULT_EXIT_SIGNAL[3:],
+            "time_limit_s": limit, "step_time": opts.step_time}
+
+
+def _signal_name(value) -> str:
+    """train.exit_signal as kill(1) takes it (TERM, USR1, ...)."""
+    import signal
+
+    text = str(value).strip().rsplit(".", 1)[-1].upper()
+    try:
+        sig = signal.Signals(int(text)) if text.isdigit() else signal.Signals[text if text.startswith("SIG") else "SIG" + text]
+    except (KeyError, ValueError):
+        raise UsageError(f"train.exit_signal={value!r} is not a signal name or number (e.g. SIGTERM, 15)") from None
+    return sig.name[3:]
 
 
 def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = False) -> ResolvedJob:
@@ -372,6 +413,10 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         mounts.append(f"{src}:{BRIDGE_IN_CONTAINER}")
         jobsrc["bridge_src"] = "cli"
 
+    if not opts.until_done:
+        for flag, value in (("--max-segments", opts.max_segments), ("--step-time", opts.step_time)):
+            if value is not None:
+                raise UsageError(f"{flag} sizes an --until-done chain; add --until-done or drop {flag}")
     chain = _chain(opts, prof, recipe, layers, scheduler, jobsrc) if opts.until_done else None
 
     missing = [k for k in recipe["required"] if layers.values.get(k) in (None, "")]
@@ -396,6 +441,13 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         missing_inputs=missing, warnings=warnings, errors=errors,
     )
     job.errors.extend(validate.check(job, gpu_count_ok=gpu_count_ok))
+    if chain is not None:
+        from . import sizing
+
+        chain["estimate"] = sizing.estimate(job)
+        more_warnings, more_errors = sizing.check(job)
+        job.warnings.extend(more_warnings)
+        job.errors.extend(more_errors)
     return job
 
 

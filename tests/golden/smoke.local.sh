@@ -7,14 +7,14 @@ mkdir -p exit
 export OMP_NUM_THREADS=1
 export BRIDGE_LAUNCH_RUN_DIR=<STATE>/runs/@RUN_ID@
 export BRIDGE_LAUNCH_RUN_ID=@RUN_ID@
-trap 'echo "bridge-launch: SIGTERM received; waiting for the workers to save and exit" >&2' TERM
+trap 'echo "bridge-launch: SIGTERM received; waiting for the workers to exit" >&2' TERM
 <PYTHON> \
     -m \
     torch.distributed.run \
     --standalone \
     --nnodes=1 \
     --nproc-per-node=2 \
-    <STATE>/runs/@RUN_ID@/smoke.py \
+    <STATE>/runs/@RUN_ID@/workload/smoke.py \
     model.num_layers=2 \
     model.hidden_size=64 \
     model.num_attention_heads=4 \

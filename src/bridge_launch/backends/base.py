@@ -10,21 +10,38 @@ from typing import Protocol
 
 from .. import __version__
 
-SMOKE_FILE = "smoke.py"
-# Megatron's iteration log line (the smoke workload writes the same), e.g.
-# " [..] iteration       10/     100 | ... | lm loss: 4.1E+00 | ..."
-ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+)\s*\|(?:.*?lm loss: ([0-9.eE+-]+))?")
+WORKLOAD_DIR = "workload"  # the smoke workload and its modules, staged into the run dir
+SMOKE_FILE = f"{WORKLOAD_DIR}/smoke.py"
+_LOSS = re.compile(r"lm loss: ([0-9.eE+-]+|nan|inf)")
 
 
 def last_step(text: str):
-    """(step, total, loss) of the last Megatron-style iteration line, or None."""
+    """(step, total, loss) of the last iteration line (trainer_protocol.ITERATION_RE), or None."""
+    from ..workloads.trainer_protocol import ITERATION_RE
+
     hit = None
-    for hit in ITERATION.finditer(text):
+    for hit in ITERATION_RE.finditer(text):
         pass
     if hit is None:
         return None
-    loss = float(hit.group(3)) if hit.group(3) else None
-    return int(hit.group(1)), int(hit.group(2)), loss
+    loss = _LOSS.search(hit.group(3))
+    return int(hit.group(1)), int(hit.group(2)), float(loss.group(1)) if loss else None
+
+
+def children(pid: int) -> list[int]:
+    """The live processes whose parent is `pid` (from /proc; this machine has no task/children file)."""
+    out = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid and fields[0] not in ("Z", "X"):
+            out.append(int(entry.name))
+    return out
 
 
 def log_tail(path, size: int = 65536) -> str | None:

@@ -7,6 +7,7 @@ how status knows the job ended and how it ended.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -15,7 +16,7 @@ import time
 from pathlib import Path
 
 from ..errors import LaunchError
-from .base import Artifact, entry_command, export_lines, header, log_tail, numa_wrapper, progress, q, runtime_env
+from .base import Artifact, children, entry_command, export_lines, header, log_tail, numa_wrapper, progress, q, runtime_env
 
 def log_path(run_id: str) -> str:
     return f"logs/{run_id}.log"
@@ -41,9 +42,8 @@ def render(job) -> Artifact:
         f"cd {q(run_dir)}",
         "mkdir -p exit",
         *export_lines(runtime_env(job)),
-        # A trap (rather than the default action) makes bash wait for torchrun, which forwards
-        # SIGTERM to the workers so they can save, and then record the exit code.
-        "trap 'echo \"bridge-launch: SIGTERM received; waiting for the workers to save and exit\" >&2' TERM",
+        # A trap (rather than the default action) makes bash wait for torchrun and record its exit code.
+        "trap 'echo \"bridge-launch: SIGTERM received; waiting for the workers to exit\" >&2' TERM",
         " \\\n    ".join(q(a) for a in cmd),
         "rc=$?",
         f"printf '%s\\n' \"$rc\" > {q(exit_path(job.run_id))}.tmp && mv -f {q(exit_path(job.run_id))}.tmp {q(exit_path(job.run_id))}",
@@ -108,20 +108,35 @@ class Backend:
         return [Path(run.run_dir) / log_path(run.run_id)]
 
     def cancel(self, run) -> None:
+        """SIGTERM to the training processes themselves (torchrun's children), as an --until-done
+        segment sends it: with train.exit_signal_handler on, the trainer saves and exits 0 at the end
+        of its step; without it, the signal kills it. torchrun is left alone: signalled, it would
+        forward the signal to each worker's process group (DataLoader workers included) and print a
+        SignalException traceback (trainer_protocol). Whatever is still running after 60 s is
+        terminated, then killed."""
         if not run.job_ids:
             return
         pid = int(run.job_ids[-1])
         if not _alive(pid):
             return
+        workers = [w for launcher in children(pid) for w in children(launcher)]
         try:
-            os.killpg(pid, signal.SIGTERM)
+            if workers:
+                for w in workers:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(w, signal.SIGTERM)
+            else:
+                os.killpg(pid, signal.SIGTERM)
         except ProcessLookupError:
             return
-        deadline = time.time() + 60
-        while time.time() < deadline and _alive(pid):
-            time.sleep(0.2)
-        if _alive(pid):
-            os.killpg(pid, signal.SIGKILL)
+        for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, 10)):
+            deadline = time.time() + wait
+            while time.time() < deadline and _alive(pid):
+                time.sleep(0.2)
+            if not _alive(pid):
+                return
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, sig)
 
 
 def _read_exit(path: Path) -> int | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import LaunchError, UsageError
 from ..failures import DETERMINISTIC, grep_pattern
+from ..workloads import trainer_protocol as P
 from .base import Artifact, entry_command, export_lines, header, log_tail, numa_wrapper, progress, q, runtime_env
 
 _DIRECTIVE_SAFE = re.compile(r"^[^\s'\"\\]+$")
@@ -69,12 +70,36 @@ def directives(job) -> list[tuple[str, str | None]]:
     return out
 
 
+# The per-node launcher of an --until-done segment. torchrun runs as its child, not exec'ed, so
+# that when the batch shell asks for a save (the stop file appears) the signal goes to the
+# training processes themselves (torchrun's children) and never to torchrun: a signalled
+# torchrun forwards it to each worker's whole process group, DataLoader workers included, waits
+# only its shutdown timeout (30 s) before SIGKILL, and exits non-zero even when every worker saved,
+# which sets off srun --kill-on-bad-exit on the other nodes (trainer_protocol.py, torchrun). Finding
+# children through /proc works for every torch version and needs neither procps nor torchrun flags;
+# a pyxis container shares the host's PID namespace, so the same holds inside it.
+_NODE_CHAIN = (
+    'stop=$1 sig=$2; shift 2; {launcher} --node-rank="$SLURM_NODEID" "$@" & tr=$!; '
+    'while kill -0 "$tr" 2>/dev/null; do '
+    'if [ -e "$stop" ]; then pids=""; '
+    'for p in /proc/[0-9]*; do s=$(cat "$p/stat" 2>/dev/null) || continue; s=${{s##*) }}; set -- $s; '
+    '[ "$2" = "$tr" ] && pids="$pids ${{p#/proc/}}"; done; '
+    'echo "bridge-launch: $(hostname): SIG$sig to the training processes$pids (torchrun $tr is left alone)" >&2; '
+    '[ -n "$pids" ] && kill -s "$sig" $pids; break; fi; sleep 1; done; wait "$tr"'
+)
+
+
 def torchrun_command(job) -> list:
     """One torchrun per node; its node rank comes from the Slurm task's own environment,
     so it is read inside the task (bash -c) rather than in the batch shell."""
     launcher = "torchrun" if job.container else f"{q(job.python)} -m torch.distributed.run"
+    if job.chain:
+        head = ["bash", "-c", _NODE_CHAIN.format(launcher=launcher), "node-launch", Raw('"$stop_file"'),
+                job.chain["exit_signal"]]
+    else:
+        head = ["bash", "-c", f'exec {launcher} --node-rank="$SLURM_NODEID" "$@"', "node-launch"]
     cmd = [
-        "bash", "-c", f'exec {launcher} --node-rank="$SLURM_NODEID" "$@"', "node-launch",
+        *head,
         f"--nnodes={job.nodes}", f"--nproc-per-node={job.gpus_per_node}",
         "--rdzv-backend=c10d", Raw('--rdzv-endpoint="$head_node:$rdzv_port"'), Raw('--rdzv-id="$SLURM_JOB_ID"'),
         "--tee=3",
@@ -82,7 +107,10 @@ def torchrun_command(job) -> list:
     wrapper = numa_wrapper(job)
     if wrapper:
         cmd += ["--no-python", *wrapper]
-    return cmd + entry_command(job)
+    cmd += entry_command(job)
+    if job.chain:  # checkpoint.ckpt_step=M when the newest checkpoint is incomplete (decided at run time)
+        cmd.append(Raw('"${resume_args[@]}"'))
+    return cmd
 
 
 def _single_block(job, srun) -> list[str]:
@@ -94,61 +122,145 @@ def _single_block(job, srun) -> list[str]:
     ]
 
 
+def _checkpoint_functions(c: dict) -> list[str]:
+    """Bash functions that apply the publication rule (trainer_protocol): the iteration the
+    trainer will load is the one its trackers name (the non-persistent one when at least as new),
+    if that iteration holds every file a complete checkpoint always has; else the newest complete
+    persistent iteration, loaded with checkpoint.ckpt_step. Sets resume_it (0: none),
+    resume_args and resume_note; returns 1 when a tracker exists but nothing complete does."""
+    files = " ".join(q(f) for f in c["complete_files"])
+    tracker = q(P.TRACKER)
+    return [
+        f"save_dir={q(c['save'])}",
+        f"np_dir={q(c.get('non_persistent_dir') or '')}",
+        f'missing() {{ local f out=""; for f in {files}; do [ -e "$1/$f" ] || out="$out $f"; done; echo "${{out# }}"; }}',
+        'complete() { [ -d "$1" ] && [ -z "$(missing "$1")" ]; }',
+        f'tracked() {{ local t; t=$(cat "$1/"{tracker} 2>/dev/null) || return 1; t=${{t//[[:space:]]/}}; '
+        'case $t in ""|*[!0-9]*) return 1;; esac; echo $((10#$t)); }',
+        'iter_of() { printf "%s/iter_%07d" "$1" "$2"; }',
+        'newest_complete() { local d it best=""; for d in "$1"/iter_*; do it=${d##*/iter_}; '
+        'case $it in ""|*[!0-9]*) continue;; esac; it=$((10#$it)); [ "$it" -le "$2" ] || continue; '
+        'complete "$d" || continue; if [ -z "$best" ] || [ "$it" -gt "$best" ]; then best=$it; fi; done; echo "$best"; }',
+        "resume_point() {",
+        '    resume_it=0; resume_args=(); resume_note=""',
+        '    local p np choice dir m',
+        '    p=$(tracked "$save_dir") || p=""; np=""',
+        '    if [ -n "$np_dir" ]; then np=$(tracked "$np_dir") || np=""; fi',
+        '    [ -n "$p$np" ] || return 0',
+        '    if [ -n "$np" ] && { [ -z "$p" ] || [ "$np" -ge "$p" ]; }; then choice=$np; dir=$(iter_of "$np_dir" "$np");'
+        ' else choice=$p; dir=$(iter_of "$save_dir" "$p"); fi',
+        '    if complete "$dir"; then resume_it=$choice; return 0; fi',
+        '    m=$(newest_complete "$save_dir" "${p:-0}")',
+        '    if [ -z "$m" ]; then',
+        '        resume_note="the checkpoint tracker names iteration $choice, but $dir is incomplete (missing: $(missing "$dir"));'
+        ' no earlier complete checkpoint"; return 1',
+        "    fi",
+        f'    resume_it=$m; resume_args=("{P.CKPT_STEP_KEY}=$m")',
+        '    resume_note="iteration $choice is incomplete ($dir is missing: $(missing "$dir")); loading iteration $m"',
+        "}",
+    ]
+
+
 def _chain_block(job, srun) -> list[str]:
-    """--until-done: this segment submits its successor (afterany, so two never overlap),
-    runs training, and decides: done -> cancel the successor; time limit -> let it
-    continue; deterministic failure or no restarts left -> stop the chain."""
+    """--until-done: this segment settles the previous one if Slurm ended it before it could
+    (a save that outlasts the time limit is SIGKILLed with its batch shell), submits its successor
+    (afterany, so two never overlap), resumes from the newest complete checkpoint, runs training,
+    and decides: done -> cancel the successor; a new checkpoint -> let it continue; no new
+    checkpoint in two segments in a row, a deterministic failure or no restarts left -> stop."""
     c = job.chain
-    tracker, iters = q(c["tracker"]), c["train_iters"]
-    save = q(c["tracker"].rsplit("/", 1)[0])
+    iters, lead, restarts_max = c["train_iters"], c["signal_lead"], c["max_restarts"]
     logs = q(job.run_dir + "/logs")
     script = q(f"{job.run_dir}/launch/{job.run_id}.sbatch")
     det = q(grep_pattern(DETERMINISTIC))
     step_cmd = " \\\n    ".join(_arg(a) for a in [*srun, *torchrun_command(job)])
+    successor = [
+        f'    next=$(BRIDGE_LAUNCH_SEGMENT=$((segment + 1)) sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID" {script}) || next=""',
+        '    next=${next%%;*}',
+        '    if [ -n "$next" ]; then echo "$next" >> "$chain/jobs"; fi',
+    ]
+    if c.get("max_segments"):
+        successor = [f'if [ "$segment" -lt {c["max_segments"]} ]; then', *successor, "fi"]
+    else:
+        successor = ["if :; then", *successor, "fi"]
     return [
         f"chain={q(job.run_dir + '/chain/' + job.run_id)}",
+        f"logs={logs}",
         'mkdir -p "$chain"',
         "segment=${BRIDGE_LAUNCH_SEGMENT:-1}",
+        'stop_file="$chain/stop-$SLURM_JOB_ID"',
         'echo "$SLURM_JOB_ID $segment start $(date +%s)" >> "$chain/segments"',
         'end() { echo "$SLURM_JOB_ID $segment end $(date +%s)" >> "$chain/segments"; exit "$1"; }',
         'finish() { if [ -n "${next:-}" ]; then scancel "$next" 2>/dev/null; fi; end "$1"; }',
         'stop() { printf \'%s\\n\' "$1" > "$chain/stopped"; echo "bridge-launch: chain stopped: $1" >&2; }',
-        f'reached() {{ local it; it=$(cat {tracker} 2>/dev/null || echo 0); [ "$it" -ge {iters} ] 2>/dev/null; }}',
+        "# outcome JOB WHAT FROM TO DETAIL: the chain's account of a segment (status reads it)",
+        'outcome() { echo "$1 $2 $3 $4 ${*:5}" >> "$chain/outcomes"; rm -f "$chain/open"; }',
+        "# judge JOB FROM TO SIGNALLED RC: why a segment saved nothing new (why is empty when it did)",
+        "judge() {",
+        '    why=""; [ "$3" -gt "$2" ] && return 0',
+        '    local started finished',
+        f'    started=$(cat "$logs/sbatch-$1.out" "$logs/$1"-*.log 2>/dev/null | grep -cE {q(P.SAVING_GREP)})',
+        f'    finished=$(cat "$logs/sbatch-$1.out" "$logs/$1"-*.log 2>/dev/null | grep -cE {q(P.SAVED_GREP)})',
+        f'    if [ "$4" = 1 ] && [ "$started" -gt "$finished" ]; then why="the save did not finish within the signal lead of {lead} s"',
+        '    elif [ "$4" = 1 ] && [ "$5" != 0 ] && [ "$5" != "?" ]; then why="the trainer exited with code $5 after the signal without saving"',
+        f'    elif [ "$4" = 1 ]; then why="the trainer did not finish its step and save within the signal lead of {lead} s"',
+        '    elif [ "$5" = "?" ]; then why="Slurm ended the segment (time limit or a lost node) before a new checkpoint"',
+        '    else why="the trainer exited (code $5) below train_iters without a new checkpoint"; fi',
+        "}",
+        "# no_progress JOB FROM WHY: count it; two in a row stop the chain (returns 1)",
+        "no_progress() {",
+        '    local n=$(( $(cat "$chain/no_progress" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$chain/no_progress"',
+        '    outcome "$1" no-progress "$2" "$2" "$3"',
+        f'    if [ "$n" -ge {c["max_no_progress"]} ]; then stop "no progress in $n segments in a row: $3"; return 1; fi',
+        "}",
+        *_checkpoint_functions(c),
         'if [ -e "$chain/done" ] || [ -e "$chain/stopped" ]; then end 0; fi',
-        'if reached; then touch "$chain/done"; end 0; fi',
-        "# Resume only from a checkpoint whose tracker was published after its data.",
-        f"if [ -f {tracker} ]; then",
-        f"    it=$(cat {tracker}); ckpt={save}/iter_$(printf %07d \"$it\")",
-        f'    if [ ! -d "$ckpt" ] || [ -n "$(find "$ckpt" -newer {tracker} -print -quit)" ]; then',
-        '        stop "the checkpoint tracker names iteration $it, but $ckpt is missing or newer than the tracker"; end 1',
+        'if ! resume_point; then stop "$resume_note"; outcome "$SLURM_JOB_ID" stopped 0 0 "$resume_note"; end 1; fi',
+        "before=$resume_it",
+        "# A segment Slurm ended before it could judge itself (its 'open' record is still here): judge it now.",
+        'if [ -f "$chain/open" ]; then',
+        '    read -r pjob pfrom < "$chain/open"',
+        '    if [ "$pjob" != "$SLURM_JOB_ID" ]; then',
+        '        psig=0; [ -e "$chain/stop-$pjob" ] && psig=1',
+        '        judge "$pjob" "$pfrom" "$before" "$psig" "?"',
+        '        if [ -z "$why" ]; then echo 0 > "$chain/no_progress"; outcome "$pjob" continued "$pfrom" "$before"',
+        '        elif ! no_progress "$pjob" "$pfrom" "$why"; then end 1; fi',
         "    fi",
         "fi",
+        f'if [ "$before" -ge {iters} ]; then touch "$chain/done"; end 0; fi',
+        'if [ -n "$resume_note" ]; then echo "bridge-launch: $resume_note" >&2; fi',
         'next=""',
-        f'if [ "$segment" -lt {c["max_segments"]} ]; then',
-        f'    next=$(BRIDGE_LAUNCH_SEGMENT=$((segment + 1)) sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID" {script}) || next=""',
-        '    next=${next%%;*}',
-        '    if [ -n "$next" ]; then echo "$next" >> "$chain/jobs"; fi',
-        "fi",
+        *successor,
+        'echo "$SLURM_JOB_ID $before" > "$chain/open"',
         "got_signal=0",
-        f"trap 'got_signal=1; echo \"bridge-launch: time limit in {c['signal_lead']}s: the trainer saves and exits\" >&2; "
-        "scancel --signal=TERM \"$SLURM_JOB_ID\"' USR1",
+        f"trap 'got_signal=1; echo \"bridge-launch: time limit in {lead}s: the training processes are told to save "
+        "and exit\" >&2; touch \"$stop_file\"' USR1",
         "trap 'got_signal=1' TERM",
         step_cmd + " &",
         "step=$!",
         'while :; do wait "$step"; rc=$?; kill -0 "$step" 2>/dev/null || break; done',
         f"printf '%s\\n' \"$rc\" > {q(job.run_dir + '/exit')}/\"$SLURM_JOB_ID\"",
-        'if reached; then touch "$chain/done"; finish 0; fi',
-        'if [ "$got_signal" = 1 ]; then echo "bridge-launch: segment $segment ended at the time limit; ${next:-nothing} continues" >&2; end 0; fi',
-        'if [ "$rc" -ne 0 ]; then',
-        f'    why=$(grep -hE {det} {logs}/sbatch-"$SLURM_JOB_ID".out {logs}/"$SLURM_JOB_ID"-*.log 2>/dev/null '
-        '| head -n 1 | cut -c 1-240)',
-        '    if [ -n "$why" ]; then stop "deterministic failure in segment $segment: $why"; finish "$rc"; fi',
+        'resume_point || true',
+        "after=$resume_it",
+        f'if [ "$after" -ge {iters} ]; then touch "$chain/done"; outcome "$SLURM_JOB_ID" done "$before" "$after"; finish 0; fi',
+        'if [ "$after" -gt "$before" ]; then echo 0 > "$chain/no_progress"; fi',
+        'if [ "$rc" -ne 0 ] && [ "$got_signal" = 0 ]; then',
+        f'    why=$(grep -hE {det} "$logs/sbatch-$SLURM_JOB_ID.out" "$logs/$SLURM_JOB_ID"-*.log 2>/dev/null | head -n 1 | cut -c 1-240)',
+        '    if [ -n "$why" ]; then stop "deterministic failure in segment $segment: $why"; outcome "$SLURM_JOB_ID" failed "$before" "$after" "$why"; finish "$rc"; fi',
         '    restarts=$(( $(cat "$chain/restarts" 2>/dev/null || echo 0) + 1 )); echo "$restarts" > "$chain/restarts"',
-        f'    if [ "$restarts" -gt {c["max_restarts"]} ]; then stop "failed $restarts times; --max-restarts {c["max_restarts"]} used up"; finish "$rc"; fi',
-        f'    echo "bridge-launch: segment $segment failed (exit $rc); retry $restarts of {c["max_restarts"]} in ${{next:-nothing}}" >&2; end "$rc"',
+        f'    outcome "$SLURM_JOB_ID" failed "$before" "$after" "exit $rc, restart $restarts of {restarts_max}"',
+        f'    if [ "$restarts" -gt {restarts_max} ]; then stop "failed $restarts times; --max-restarts {restarts_max} used up"; finish "$rc"; fi',
+        f'    echo "bridge-launch: segment $segment failed (exit $rc); retry $restarts of {restarts_max} in ${{next:-nothing}}" >&2; end "$rc"',
         "fi",
-        'if [ -z "$next" ]; then stop "segment $segment ended below train_iters with no successor"; fi',
-        "end 0",
+        'judge "$SLURM_JOB_ID" "$before" "$after" "$got_signal" "$rc"',
+        'if [ -z "$why" ]; then',
+        '    outcome "$SLURM_JOB_ID" continued "$before" "$after"',
+        '    if [ -z "$next" ]; then stop "segment $segment ended at iteration $after, below train_iters, with no successor"; finish 1; fi',
+        '    echo "bridge-launch: segment $segment saved iteration $after (from $before); $next continues" >&2; end 0',
+        "fi",
+        'no_progress "$SLURM_JOB_ID" "$before" "$why" || finish 1',
+        'echo "bridge-launch: segment $segment made no progress: $why; ${next:-nothing} tries again" >&2',
+        'if [ -z "$next" ]; then stop "segment $segment made no progress ($why) and has no successor"; fi',
+        "end 1",
     ]
 
 
@@ -356,9 +468,13 @@ class Backend:
         if missing:
             states.update({k: v for k, v in self._sacct(s, missing).items() if k not in states or
                            states[k]["state"] not in ("PENDING", "RUNNING")})
-        segments = [{"job_id": i, "state": states.get(i, {}).get("state", "UNKNOWN")} for i in ids]
+        outcomes = _outcomes(self._read(s, f"{chain_dir}/outcomes") or "")
+        segments = [{"job_id": i, "state": states.get(i, {}).get("state", "UNKNOWN"), **outcomes.get(i, {})} for i in ids]
         restarts = (self._read(s, f"{chain_dir}/restarts") or "0").strip()
         out = dict(st, job_ids=ids, segments=segments, restarts=int(restarts) if restarts.isdigit() else 0)
+        saved = [x["checkpoint"] for x in segments if x.get("checkpoint")]
+        if saved:
+            out["checkpoint"] = saved[-1]
         stopped = self._read(s, f"{chain_dir}/stopped")
         active = [x for x in segments if x["state"] in ("PENDING", "RUNNING")]
         if self._read(s, f"{chain_dir}/done") is not None:
@@ -506,6 +622,19 @@ class Backend:
         proc = self._run(job.scheduler, ["scancel", *ids])
         if proc.returncode and "Invalid job id" not in (proc.stderr or ""):
             raise LaunchError(f"scancel failed: {self._first_error(proc)}")
+
+
+def _outcomes(text: str) -> dict:
+    """The chain's own account of each segment (`<job> <outcome> <from> <to> <detail>` lines the
+    batch script appends): {job id: {"outcome", "checkpoint", "detail"}}. A segment that ended
+    without a new checkpoint is "no-progress", whatever Slurm's state for it says."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split(" ", 4)
+        if len(parts) >= 4 and parts[0].isdigit() and parts[3].isdigit():
+            out[parts[0]] = {"outcome": parts[1], "checkpoint": int(parts[3]),
+                             "detail": parts[4].strip() if len(parts) > 4 else ""}
+    return out
 
 
 _LOG_NAME = re.compile(r"^(sbatch-\d+\.out|\d+-[\w.-]+\.log)$")

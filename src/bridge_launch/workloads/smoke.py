@@ -1,100 +1,94 @@
 #!/usr/bin/env python3
-"""bridge-launch smoke workload: preflight checks plus a tiny, resumable training run.
+"""bridge-launch smoke workload: preflight checks plus a tiny, resumable training run that
+behaves, where the launcher can see it, like Megatron-Bridge's trainer.
 
-bridge-launch copies this file into the run directory and starts it under torchrun
-(one torchrun per node, ``--nproc-per-node`` workers) on every backend::
+bridge-launch copies this directory into the run directory and starts ``smoke.py`` under
+torchrun (one torchrun per node, ``--nproc-per-node`` workers) on every backend::
 
-    torchrun ... smoke.py train.train_iters=100 +smoke.step_sleep=0.1 checkpoint.save=ckpt
+    torchrun ... workload/smoke.py train.train_iters=100 +smoke.step_sleep=0.1 checkpoint.save=ckpt
 
-It depends ONLY on the Python standard library and torch (it never imports bridge_launch),
-so it runs unchanged inside any container that has torch.
+It depends only on the Python standard library, torch and its sibling files (never on
+bridge_launch), so it runs unchanged inside any container that has torch.
 
-What it does
-------------
-1. Parses Hydra-style ``KEY=VALUE`` / ``+KEY=VALUE`` / ``++KEY=VALUE`` overrides, the same tokens
-   Megatron-Bridge's ``run_recipe.py`` receives.  Unknown keys are recorded, never errors.
-2. Preflight: host / rank / local rank / backend (NCCL on CUDA, else gloo on CPU), GPU model,
-   NCCL version, multi-node NVLink (MNNVL) status (best effort, "unknown" when it cannot tell),
-   and an all-reduce bus-bandwidth sweep (nccl-tests formula: busbw = algbw * 2(n-1)/n).
-3. Trains a small decoder-only transformer LM (DDP) on synthetic tokens that are a deterministic
-   function of (seed, step, rank, micro-batch), drawn from a fixed noisy bigram chain so the loss
-   visibly drops.  A resumed run sees exactly the data an uninterrupted run would have seen.
-4. Logs Megatron-format iteration lines on rank 0 (same parser as real Megatron-Bridge logs).
-5. Saves Megatron-layout checkpoints: ``{save}/iter_{N:07d}/mp_rank_00/model_optim_rng.pt`` and
-   ``{save}/latest_checkpointed_iteration.txt``; the iteration dir is written under a temporary
-   name and renamed, and the tracker is replaced atomically afterwards, so a crash never leaves a
-   tracker pointing at a partial checkpoint.  ``checkpoint.load`` resumes from the tracker.
-6. SIGTERM (always) and SIGUSR1/SIGUSR2 (when ``train.exit_signal_handler`` is true, the default)
-   request a graceful stop: all ranks agree at the end of the current step (all-reduce of the
-   flag), save a checkpoint, write the summary with ``"exit_reason": "signal"`` and exit 0.
-7. Rank 0 writes a JSON summary to ``$BRIDGE_LAUNCH_RUN_DIR/summary.json`` (or
-   ``./smoke_summary.json``).  ``exit_reason`` is ``completed``, ``signal`` or ``failed``.
-8. Bad arguments exit with status 2 and a one-line ``smoke.py: error: ...`` message.
+The stand-in's protocol is Megatron-Bridge's (trainer_protocol.py holds each fact with its
+source line at the pinned commit):
 
-Summary notes: ``steps_completed`` is the last completed global iteration (so a resumed run that
-finishes reports ``train_iters``); ``steps_this_run`` counts the steps executed by this process;
-``start_step`` is the first iteration executed by this run (saved iteration + 1 after a resume);
-``losses`` holds ``[step, loss]`` for the steps executed by this run.
-``gpu.mnnvl`` is one of ``likely`` / ``no`` / ``disabled`` / ``unknown`` with ``gpu.mnnvl_reason``.
+- checkpoints: ``iter_%07d/`` with one ``__R_0.distcp`` shard per rank, then ``.metadata``
+  (atomic), ``metadata.json``, ``train_state.pt``, ``latest_train_state.pt``,
+  ``latest_checkpointed_iteration.txt`` and ``run_config.yaml`` after the tracker, written by the
+  ranks Bridge writes them with (megatron_ckpt.py). Non-persistent "global" saves go to
+  ``checkpoint.non_persistent_global_ckpt_dir`` (default ``<save>/non_persistent``) with their own
+  trackers. Loading picks the iteration as Bridge does (``checkpoint.ckpt_step``, the newer of
+  persistent and non-persistent) and fails where Bridge fails (an incomplete ``iter_N``);
+- logs: the iteration line from the last rank, the ``Step Time`` line from rank 0, validation and
+  test lines, checkpoint save/load lines and the exit lines, in Bridge's formats;
+- signals: with ``train.exit_signal_handler=true`` (default false, as in Bridge) a handler on
+  ``train.exit_signal`` (default SIGTERM) is installed before setup; the signal is noted, acted on at
+  the end of the step (after its evaluation), agreed across ranks, then a persistent save, the exit
+  line and exit status 0. Without the handler SIGTERM kills. Training batches come through a torch
+  DataLoader with ``dataset.num_workers`` worker processes (Bridge's default: 2), which a signal to
+  the trainer's process group kills unless ``train.exit_signal_handler_for_dataloader`` is set.
 
-Run without torchrun (``python smoke.py ...``) it behaves as a single-process world.
+Knobs of its own: ``smoke.step_sleep`` (seconds added to every step), ``smoke.save_sleep``
+(seconds every rank spends writing its shard), ``smoke.fail_at_step`` / ``fail_rank`` /
+``fail_message`` (an injected failure), ``smoke.busbw_sizes`` / ``busbw_iters`` (the preflight).
+
+Preflight: host / rank / backend (NCCL on CUDA, else gloo on CPU), GPU model, NCCL version,
+multi-node NVLink status, and an all-reduce bus-bandwidth sweep (preflight.py). Rank 0 writes a
+JSON summary to ``$BRIDGE_LAUNCH_RUN_DIR/summary.json`` (or ``./smoke_summary.json``).
+Bad arguments exit with status 2 and a one-line ``smoke.py: error: ...`` message.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
-import hashlib
 import json
 import math
 import os
 import pickle
 import random
 import re
-import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
 
+import trainer_protocol as P
+from hydra_args import parse_overrides
+
 # --------------------------------------------------------------------------------------------
-# Exit-signal flag.  The SIGTERM handler is installed before ``import torch`` (which takes
-# seconds) so that a preemption arriving during start-up is still handled gracefully.
+# The exit-signal handler: Bridge's DistributedSignalHandler (MB training/utils/sig_utils.py:91-155).
+# It only notes the signal (and rank 0 says so); a second signal does the same again. It is
+# installed before setup, here before ``import torch``, which takes seconds.
 # --------------------------------------------------------------------------------------------
-_EXIT_SIGNAL: dict = {"signum": None}
+_SIGNAL: dict = {"received": False}
 
 
 def _on_exit_signal(signum, frame):  # noqa: ARG001 - signal handler signature
-    if _EXIT_SIGNAL["signum"] is None:
-        _EXIT_SIGNAL["signum"] = signum
-        try:
-            name = signal.Signals(signum).name
-        except ValueError:
-            name = str(signum)
-        rank = os.environ.get("RANK", "0")
-        msg = (
-            f"[smoke] rank {rank}: received {name}; will save a checkpoint and exit "
-            "at the end of the current step\n"
-        )
-        try:  # os.write is safe inside a signal handler; print() is not (reentrancy)
-            os.write(2, msg.encode())
-        except OSError:
-            pass
+    _SIGNAL["received"] = True
+    if os.environ.get("RANK", "0") == "0":  # print_rank_0
+        with contextlib.suppress(OSError):  # os.write is safe in a handler; print() is not
+            os.write(1, (P.received_signal_line(signum) + "\n").encode())
 
 
-def _install_signal_handler(sig) -> None:
-    signal.signal(sig, _on_exit_signal)
+def install_exit_handler(signum: int) -> None:
+    signal.signal(signum, _on_exit_signal)
     with contextlib.suppress(AttributeError, OSError, ValueError):
-        # Restart interrupted system calls (SA_RESTART) so collectives are not hit by EINTR.
-        signal.siginterrupt(sig, False)
+        signal.siginterrupt(signum, False)  # restart interrupted system calls (collectives)
+
+
+def signal_number(value) -> int:
+    """train.exit_signal as a number: 15, "15", "SIGTERM", "signal.SIGTERM", "Signals.SIGTERM"."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int(signal.Signals(value))
+    text = str(value).strip().rsplit(".", 1)[-1].upper()
+    if text.isdigit():
+        return int(signal.Signals(int(text)))
+    return int(signal.Signals[text if text.startswith("SIG") else "SIG" + text])
 
 
 PROG = "smoke.py"
-TRACKER = "latest_checkpointed_iteration.txt"
-CKPT_FILE = os.path.join("mp_rank_00", "model_optim_rng.pt")
-DATA_NOISE = 0.1  # probability that a synthetic token ignores the bigram chain
 
 
 class SmokeError(Exception):
@@ -105,136 +99,6 @@ class InjectedFailure(RuntimeError):
     """Raised by smoke.fail_at_step (failure-path tests)."""
 
 
-# --------------------------------------------------------------------------------------------
-# Hydra-style override parsing (lenient)
-# --------------------------------------------------------------------------------------------
-_INT_RE = re.compile(r"^[+-]?\d[\d_]*$")
-_FLOAT_RE = re.compile(r"^[+-]?(?:(?:\d[\d_]*)?\.\d[\d_]*|\d[\d_]*\.?)(?:[eE][+-]?\d+)?$")
-_KEY_RE = re.compile(r"^[A-Za-z_][\w\-]*(?:[.@/][\w\-]+)*$")
-
-
-def _parse_quoted(s: str, i: int):
-    """Parse a quoted string starting at s[i]; return (value, index after closing quote)
-    or (None, len(s)) when unterminated.  Backslash escapes quotes and backslashes; a backslash
-    before any other character is kept literally (Windows-ish paths survive)."""
-    quote = s[i]
-    out = []
-    j = i + 1
-    while j < len(s):
-        c = s[j]
-        if c == "\\" and j + 1 < len(s):
-            nxt = s[j + 1]
-            if nxt in ("\\", "'", '"'):
-                out.append(nxt)
-                j += 2
-                continue
-            out.append(c)
-            j += 1
-            continue
-        if c == quote:
-            return "".join(out), j + 1
-        out.append(c)
-        j += 1
-    return None, len(s)
-
-
-def _split_top_level(s: str):
-    """Split the inside of a [...] list on top-level commas; None if unbalanced."""
-    items, cur, depth, j = [], [], 0, 0
-    while j < len(s):
-        c = s[j]
-        if c in "'\"":
-            val, end = _parse_quoted(s, j)
-            if val is None:
-                return None
-            cur.append(s[j:end])
-            j = end
-            continue
-        if c in "[{(":
-            depth += 1
-        elif c in "]})":
-            depth -= 1
-            if depth < 0:
-                return None
-        if c == "," and depth == 0:
-            items.append("".join(cur))
-            cur = []
-        else:
-            cur.append(c)
-        j += 1
-    if depth != 0:
-        return None
-    items.append("".join(cur))
-    if len(items) == 1 and not items[0].strip():
-        return []
-    return items
-
-
-def parse_value(text: str):
-    """Convert one Hydra override value: int, float, bool, null, quoted string, [list]."""
-    s = text.strip()
-    if s == "":
-        return ""
-    if s[0] in "'\"":
-        val, end = _parse_quoted(s, 0)
-        if val is not None and end == len(s):
-            return val
-        return s
-    if s[0] == "[" and s[-1] == "]":
-        items = _split_top_level(s[1:-1])
-        if items is not None:
-            return [parse_value(x) for x in items]
-        return s
-    low = s.lower()
-    if low == "true":
-        return True
-    if low == "false":
-        return False
-    if low == "null":
-        return None
-    if _INT_RE.match(s):
-        return int(s.replace("_", ""))
-    if _FLOAT_RE.match(s) and any(ch.isdigit() for ch in s):
-        return float(s.replace("_", ""))
-    if low in ("inf", "+inf", "-inf", "nan", "+nan", "-nan"):
-        return float(low)
-    return s
-
-
-def parse_overrides(tokens):
-    """Parse argv tokens.  Returns (overrides: dict key->value, unparsed: list of tokens).
-    Leading '+'/'++' are stripped from keys; the last occurrence of a key wins."""
-    overrides: dict = {}
-    unparsed: list = []
-    skip_next = False
-    for tok in tokens:
-        if skip_next:
-            skip_next = False
-            continue
-        if tok in ("--local-rank", "--local_rank"):  # legacy torch.distributed.launch
-            skip_next = True
-            continue
-        if tok.startswith(("--local-rank=", "--local_rank=")):
-            continue
-        if "=" not in tok or tok.startswith(("-", "~")):
-            unparsed.append(tok)
-            continue
-        key, _, value = tok.partition("=")
-        key = key.strip()
-        if key.startswith("++"):
-            key = key[2:]
-        elif key.startswith("+"):
-            key = key[1:]
-        if not _KEY_RE.match(key):
-            unparsed.append(tok)
-            continue
-        overrides[key] = parse_value(value)
-    return overrides, unparsed
-
-
-# --------------------------------------------------------------------------------------------
-# Config
-# --------------------------------------------------------------------------------------------
 DEFAULT_BUSBW_SIZES = [1024, 65536, 1048576, 8388608]
 
 KNOWN_KEYS = frozenset(
@@ -243,6 +107,15 @@ KNOWN_KEYS = frozenset(
         "train.micro_batch_size",
         "train.global_batch_size",
         "train.exit_signal_handler",
+        "train.exit_signal",
+        "train.exit_signal_handler_for_dataloader",
+        "train.exit_interval",
+        "train.exit_duration_in_mins",
+        "train.eval_interval",
+        "train.eval_iters",
+        "validation.eval_interval",
+        "validation.eval_iters",
+        "dataset.num_workers",
         "dataset.seq_length",
         "model.seq_length",
         "model.num_layers",
@@ -259,10 +132,17 @@ KNOWN_KEYS = frozenset(
         "checkpoint.save",
         "checkpoint.load",
         "checkpoint.save_interval",
+        "checkpoint.ckpt_step",
+        "checkpoint.ckpt_format",
+        "checkpoint.async_save",
+        "checkpoint.non_persistent_save_interval",
+        "checkpoint.non_persistent_ckpt_type",
+        "checkpoint.non_persistent_global_ckpt_dir",
         "logger.log_interval",
         "smoke.busbw_sizes",
         "smoke.busbw_iters",
         "smoke.step_sleep",
+        "smoke.save_sleep",
         "smoke.fail_at_step",
         "smoke.fail_rank",
         "smoke.fail_message",
@@ -402,15 +282,49 @@ def build_config(overrides: dict, world_size: int) -> dict:
     cfg["save"] = _as_path("checkpoint.save", get("checkpoint.save"))
     cfg["load"] = _as_path("checkpoint.load", get("checkpoint.load"))
     cfg["save_interval"] = _as_int("checkpoint.save_interval", get("checkpoint.save_interval"), minimum=1, optional=True)
-    cfg["log_interval"] = _as_int("logger.log_interval", get("logger.log_interval", default=1), minimum=1)
+    # Defaults are Megatron-Bridge's where the launcher can see the difference (MC
+    # training/config/training_config.py, trainer_protocol.py): log every 100 steps, no periodic
+    # save, no in-loop evaluation, 100 evaluation iterations, no exit-signal handler.
+    cfg["log_interval"] = _as_int("logger.log_interval", get("logger.log_interval", default=100), minimum=1)
+    cfg["ckpt_step"] = _as_int("checkpoint.ckpt_step", get("checkpoint.ckpt_step"), minimum=0, optional=True)
+    fmt = get("checkpoint.ckpt_format", default="torch_dist")
+    if fmt != "torch_dist":
+        raise SmokeError(f"checkpoint.ckpt_format={fmt!r}: the smoke workload writes torch_dist checkpoints only")
+    if _as_bool("checkpoint.async_save", get("checkpoint.async_save", default=False)):
+        raise SmokeError("checkpoint.async_save=true: the smoke workload saves synchronously only")
+    cfg["np_interval"] = _as_int("checkpoint.non_persistent_save_interval",
+                                 get("checkpoint.non_persistent_save_interval"), minimum=1, optional=True)
+    np_type = get("checkpoint.non_persistent_ckpt_type")
+    cfg["np_type"] = None if _is_null(np_type) else str(np_type)
+    if cfg["np_type"] not in (None, "global"):
+        raise SmokeError(f"checkpoint.non_persistent_ckpt_type={cfg['np_type']!r}: the smoke workload emulates "
+                         "'global' non-persistent checkpoints only ('local' needs nvidia_resiliency_ext)")
+    np_dir = _as_path("checkpoint.non_persistent_global_ckpt_dir", get("checkpoint.non_persistent_global_ckpt_dir"))
+    base = cfg["save"] or cfg["load"]
+    cfg["np_dir"] = np_dir or (os.path.join(base, P.NON_PERSISTENT_SUBDIR) if base else None)
+    cfg["eval_interval"] = _as_int("validation.eval_interval",
+                                   get("validation.eval_interval", "train.eval_interval"), minimum=1, optional=True)
+    cfg["eval_iters"] = _as_int("validation.eval_iters", get("validation.eval_iters", "train.eval_iters", default=100),
+                                minimum=0)
+    cfg["exit_interval"] = _as_int("train.exit_interval", get("train.exit_interval"), minimum=1, optional=True)
+    cfg["exit_duration"] = _as_float("train.exit_duration_in_mins", get("train.exit_duration_in_mins", default=0),
+                                     minimum=0.0) or None
+    cfg["num_workers"] = _as_int("dataset.num_workers", get("dataset.num_workers", default=2), minimum=0)
     cfg["busbw_sizes"] = _as_sizes("smoke.busbw_sizes", get("smoke.busbw_sizes", default=list(DEFAULT_BUSBW_SIZES)))
     cfg["busbw_iters"] = _as_int("smoke.busbw_iters", get("smoke.busbw_iters", default=5), minimum=1)
     cfg["step_sleep"] = _as_float("smoke.step_sleep", get("smoke.step_sleep", default=0.0), minimum=0.0)
+    cfg["save_sleep"] = _as_float("smoke.save_sleep", get("smoke.save_sleep", default=0.0), minimum=0.0)
     cfg["fail_at_step"] = _as_int("smoke.fail_at_step", get("smoke.fail_at_step"), minimum=0, optional=True)
     cfg["fail_rank"] = _as_int("smoke.fail_rank", get("smoke.fail_rank"), minimum=0, optional=True)
     # Lets failure tests choose what the failure looks like in the log (e.g. an OOM or an NCCL timeout).
     cfg["fail_message"] = str(get("smoke.fail_message", default="") or "")
-    cfg["exit_signal_handler"] = _as_bool("train.exit_signal_handler", get("train.exit_signal_handler", default=True))
+    cfg["exit_signal_handler"] = _as_bool("train.exit_signal_handler", get("train.exit_signal_handler", default=False))
+    cfg["handler_for_dataloader"] = _as_bool("train.exit_signal_handler_for_dataloader",
+                                             get("train.exit_signal_handler_for_dataloader", default=False))
+    try:
+        cfg["exit_signal"] = signal_number(get("train.exit_signal", default=P.DEFAULT_EXIT_SIGNAL))
+    except (KeyError, ValueError):
+        raise SmokeError(f"train.exit_signal={get('train.exit_signal')!r} is not a signal") from None
     return cfg
 
 
@@ -428,95 +342,31 @@ def _world_size_from_env() -> int:
 
 
 if __name__ == "__main__":
-    # Before the (slow) torch import: handle SIGTERM gracefully and reject bad arguments fast.
-    _install_signal_handler(signal.SIGTERM)
+    # Before the (slow) torch import: reject bad arguments fast, and install the exit-signal
+    # handler as Bridge does, before setup (MB training/state.py:154-168).
     try:
-        build_config(parse_overrides(sys.argv[1:])[0], _world_size_from_env())
+        _early = build_config(parse_overrides(sys.argv[1:])[0], _world_size_from_env())
     except SmokeError as _e:
         _fail(str(_e))
+    if _early["exit_signal_handler"]:
+        install_exit_handler(_early["exit_signal"])
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
-
-# --------------------------------------------------------------------------------------------
-# Model and data
-# --------------------------------------------------------------------------------------------
-class Block(nn.Module):
-    def __init__(self, hidden: int, heads: int, ffn: int):
-        super().__init__()
-        self.heads = heads
-        self.ln1 = nn.LayerNorm(hidden)
-        self.qkv = nn.Linear(hidden, 3 * hidden)
-        self.proj = nn.Linear(hidden, hidden)
-        self.ln2 = nn.LayerNorm(hidden)
-        self.fc1 = nn.Linear(hidden, ffn)
-        self.fc2 = nn.Linear(ffn, hidden)
-
-    def forward(self, x):
-        b, t, h = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(h, dim=-1)
-        q, k, v = (z.view(b, t, self.heads, h // self.heads).transpose(1, 2) for z in (q, k, v))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, t, h))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+import megatron_ckpt  # noqa: E402
+import preflight  # noqa: E402
+from tiny_lm import StepBatches, TinyGPT, bigram_table, synthetic_batch  # noqa: E402
 
 
-class TinyGPT(nn.Module):
-    """Decoder-only transformer LM (pre-LN, causal self-attention, learned positions)."""
-
-    def __init__(self, vocab: int, seq: int, hidden: int, layers: int, heads: int, ffn: int):
-        super().__init__()
-        self.tok_emb = nn.Embedding(vocab, hidden)
-        self.pos_emb = nn.Embedding(seq, hidden)
-        self.blocks = nn.ModuleList(Block(hidden, heads, ffn) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(hidden)
-        self.head = nn.Linear(hidden, vocab, bias=False)
-        for m in self.modules():
-            if isinstance(m, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(m.weight, mean=0.0, std=0.02)
-                if getattr(m, "bias", None) is not None:
-                    nn.init.zeros_(m.bias)
-
-    def forward(self, tokens):
-        pos = torch.arange(tokens.shape[1], device=tokens.device)
-        x = self.tok_emb(tokens) + self.pos_emb(pos)
-        for blk in self.blocks:
-            x = blk(x)
-        return self.head(self.ln_f(x))
-
-
-def _mix_seed(*parts) -> int:
-    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
-
-
-def bigram_table(seed: int, vocab: int):
-    g = torch.Generator().manual_seed(_mix_seed("bigram", seed, vocab))
-    return torch.randperm(vocab, generator=g)
-
-
-def synthetic_batch(seed, step, rank, micro, batch, seq, vocab, table):
-    """Tokens are a pure function of (seed, step, rank, micro): a noisy walk on a fixed bigram
-    permutation, so next-token prediction is learnable and resumed runs see identical data."""
-    g = torch.Generator().manual_seed(_mix_seed("data", seed, step, rank, micro))
-    n = seq + 1
-    toks = torch.empty(batch, n, dtype=torch.long)
-    toks[:, 0] = torch.randint(vocab, (batch,), generator=g)
-    noise = torch.rand(batch, n, generator=g) < DATA_NOISE
-    rnd = torch.randint(vocab, (batch, n), generator=g)
-    for i in range(1, n):
-        toks[:, i] = torch.where(noise[:, i], rnd[:, i], table[toks[:, i - 1]])
-    return toks[:, :-1], toks[:, 1:]
-
-
-# --------------------------------------------------------------------------------------------
-# Helpers
-# --------------------------------------------------------------------------------------------
 def _log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _note(msg: str) -> None:
+    """The stand-in's own lines (not Bridge's), marked as such."""
     print(f"[smoke] {msg}", flush=True)
 
 
@@ -560,91 +410,18 @@ def _json_safe(obj):
     return str(obj)
 
 
-def _nccl_version():
-    try:
-        v = torch.cuda.nccl.version()
-    except Exception:  # noqa: BLE001 - best effort
-        return None
-    if isinstance(v, tuple):
-        return ".".join(str(x) for x in v)
-    if isinstance(v, int):  # old encoding: 2.x.y -> 2xxyy / 2x0y
-        major, rest = divmod(v, 10000) if v >= 10000 else divmod(v, 1000)
-        minor, patch = divmod(rest, 100)
-        return f"{major}.{minor}.{patch}"
-    return str(v)
+def _dataloader_worker_init(_worker_id, signum=None):
+    """train.exit_signal_handler_for_dataloader: the trainer's handler in every DataLoader
+    worker (MB data/loaders.py:297-302), so a signal to the process group does not kill it."""
+    install_exit_handler(signum)
 
 
-def parse_fabric(text: str) -> list:
-    """Parse the 'Fabric' sections of `nvidia-smi -q` (one dict per GPU)."""
-    sections, cur, indent = [], None, 0
-    for line in text.splitlines():
-        stripped = line.strip()
-        ind = len(line) - len(line.lstrip())
-        if stripped == "Fabric":
-            cur, indent = {}, ind
-            sections.append(cur)
-            continue
-        if cur is None or not stripped:
-            continue
-        if ind <= indent:
-            cur = None
-            continue
-        if ":" in stripped:
-            k, _, v = stripped.partition(":")
-            k, v = k.strip(), v.strip()
-            if v and k not in cur:
-                cur[k] = v
-    return sections
+class _WorkerInit:
+    def __init__(self, signum):
+        self.signum = signum
 
-
-def _query_fabric():
-    """Best-effort GPU fabric state of this node via nvidia-smi; None when unavailable."""
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return None
-    try:
-        out = subprocess.run([exe, "-q"], capture_output=True, text=True, timeout=20, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if out.returncode != 0:
-        return None
-    sections = parse_fabric(out.stdout)
-    if not sections:
-        return {"state": "absent"}
-    first = sections[0]
-    return {
-        "state": first.get("State", "unknown"),
-        "status": first.get("Status", "unknown"),
-        "clique_id": first.get("CliqueId") or first.get("Clique ID"),
-        "cluster_uuid": first.get("ClusterUUID") or first.get("Cluster UUID"),
-        "uniform": all(s.get("State") == first.get("State") for s in sections),
-        "gpus": len(sections),
-    }
-
-
-def mnnvl_status(fabric_by_host: dict, nodes: int):
-    """Return (status, reason).  status: likely / no / disabled / unknown."""
-    env = os.environ.get("NCCL_MNNVL_ENABLE")
-    env_desc = f"NCCL_MNNVL_ENABLE={env}" if env is not None else "NCCL_MNNVL_ENABLE unset (NCCL auto)"
-    if env is not None and env.strip() == "0":
-        return "disabled", "NCCL_MNNVL_ENABLE=0"
-    if not fabric_by_host or any(f is None for f in fabric_by_host.values()):
-        return "unknown", f"nvidia-smi fabric state unavailable on some node; {env_desc}"
-    states = {h: (f.get("state"), f.get("status")) for h, f in fabric_by_host.items()}
-    for host, (state, _status) in states.items():
-        if state in ("absent", "N/A", "Not Supported", "Not supported"):
-            return "no", f"no NVLink fabric (state {state}) on {host}; {env_desc}"
-    if all(s == "Completed" and st == "Success" for s, st in states.values()):
-        if nodes <= 1:
-            return "no", f"single node: NVLink fabric registered but MNNVL needs >1 node; {env_desc}"
-        cliques = {(f.get("cluster_uuid"), f.get("clique_id")) for f in fabric_by_host.values()}
-        if len(cliques) == 1 and None not in next(iter(cliques)):
-            return "likely", (
-                f"all {nodes} nodes share NVLink clique {next(iter(cliques))[1]} "
-                f"(fabric registered); {env_desc}; confirm with NCCL_DEBUG=INFO (look for MNNVL)"
-            )
-        return "no", f"nodes are in different NVLink cliques {sorted(map(str, cliques))}; {env_desc}"
-    return "unknown", f"fabric states {sorted(set(states.values()))}; {env_desc}"
+    def __call__(self, worker_id):
+        _dataloader_worker_init(worker_id, self.signum)
 
 
 # --------------------------------------------------------------------------------------------
@@ -653,11 +430,9 @@ def mnnvl_status(fabric_by_host: dict, nodes: int):
 class Smoke:
     def __init__(self, cfg: dict, overrides: dict, unknown: list, unparsed: list):
         self.cfg = cfg
-        self.overrides = overrides
-        self.unknown = unknown
-        self.unparsed = unparsed
         self.rank = int(os.environ["RANK"])
         self.world = int(os.environ["WORLD_SIZE"])
+        self.last_rank = self.world - 1
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(self.world)))
         self.host = socket.gethostname()
@@ -673,6 +448,7 @@ class Smoke:
             "final_loss": None,
             "first_loss": None,
             "losses": [],
+            "validation": [],
             "tokens_per_s": None,
             "world_size": self.world,
             "nodes": None,
@@ -694,6 +470,7 @@ class Smoke:
             "error": None,
             "resumed_from": None,
             "checkpoints": [],
+            "non_persistent_checkpoints": [],
             "checkpoint_save": cfg["save"],
             "checkpoint_load": cfg["load"],
             "micro_batch_size": cfg["micro_batch_size"],
@@ -705,7 +482,7 @@ class Smoke:
         }
 
     # ---- collectives helpers ---------------------------------------------------------------
-    # torch's *_object collectives need numpy (tensor.numpy()) in torch 2.13; this file must
+    # torch's *_object collectives need numpy (tensor.numpy()) in torch 2.13; this workload must
     # need only torch, so objects travel as pickled bytes in uint8 tensors.
     def _bytes_tensor(self, data: bytes):
         return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(self.device) if data else \
@@ -723,19 +500,23 @@ class Smoke:
         dist.all_gather(chunks, padded)
         return [pickle.loads(bytes(c[: int(n.item())].cpu().tolist())) for c, n in zip(chunks, sizes)]
 
-    def broadcast_object(self, obj, src: int = 0):
-        data = self._bytes_tensor(pickle.dumps(obj) if self.rank == src else b"")
-        size = torch.tensor([data.numel()], dtype=torch.long, device=self.device)
-        dist.broadcast(size, src=src)
-        buf = data if self.rank == src else torch.zeros(int(size.item()), dtype=torch.uint8, device=self.device)
-        dist.broadcast(buf, src=src)
-        return obj if self.rank == src else pickle.loads(bytes(buf.cpu().tolist()))
-
     def barrier(self):
         if self.cuda:
             dist.barrier(device_ids=[self.local_rank])
         else:
             dist.barrier()
+
+    def print_rank_0(self, msg: str) -> None:
+        if self.rank == 0:
+            _log(msg)
+
+    def print_rank_last(self, msg: str) -> None:
+        if self.rank == self.last_rank:
+            _log(msg)
+
+    def barrier_and_log(self, text: str) -> None:
+        self.barrier()
+        self.print_rank_0(P.barrier_and_log(text))
 
     # ---- summary ---------------------------------------------------------------------------
     def summary_path(self) -> str:
@@ -751,7 +532,7 @@ class Smoke:
         path = self.summary_path()
         text = json.dumps(_json_safe(self.summary), indent=2, allow_nan=False) + "\n"
         atomic_write_text(path, text)
-        _log(f"summary written to {path} (exit_reason={self.summary['exit_reason']})")
+        _note(f"summary written to {path} (exit_reason={self.summary['exit_reason']})")
 
     # ---- preflight -------------------------------------------------------------------------
     def preflight(self):
@@ -764,11 +545,11 @@ class Smoke:
             torch.cuda.set_device(self.local_rank)
         dist.init_process_group(backend=self.backend)
         gpu_name = torch.cuda.get_device_name(self.local_rank) if self.cuda else None
-        _log(
+        _note(
             f"host={self.host} rank={self.rank}/{self.world} local_rank={self.local_rank}/{self.local_world} "
             f"backend={self.backend} device={self.device}" + (f" gpu={gpu_name!r}" if gpu_name else "")
         )
-        fabric = _query_fabric() if (self.cuda and self.local_rank == 0) else None
+        fabric = preflight.query_fabric() if (self.cuda and self.local_rank == 0) else None
         info = {"host": self.host, "rank": self.rank, "local_rank": self.local_rank,
                 "gpu": gpu_name, "fabric": fabric}
         infos = self.all_gather_objects(info)
@@ -777,7 +558,7 @@ class Smoke:
         self.summary["nodes"] = len(set(hosts))
         if self.cuda:
             fabric_by_host = {i["host"]: i["fabric"] for i in infos if i["local_rank"] == 0}
-            mnnvl, reason = mnnvl_status(fabric_by_host, self.summary["nodes"])
+            mnnvl, reason = preflight.mnnvl_status(fabric_by_host, self.summary["nodes"])
             props = torch.cuda.get_device_properties(self.local_rank)
             self.summary["gpu"] = {
                 "name": gpu_name,
@@ -786,60 +567,30 @@ class Smoke:
                 "memory_gib": round(props.total_memory / 2**30, 1),
                 "capability": f"{props.major}.{props.minor}",
                 "cuda": torch.version.cuda,
-                "nccl_version": _nccl_version(),
+                "nccl_version": preflight.nccl_version(),
                 "mnnvl": mnnvl,
                 "mnnvl_reason": reason,
                 "fabric": fabric_by_host,
             }
         if self.rank == 0:
-            _log(f"torch {torch.__version__} world_size={self.world} nodes={self.summary['nodes']} "
-                 f"backend={self.backend} hosts={sorted(set(hosts))}")
+            _note(f"torch {torch.__version__} world_size={self.world} nodes={self.summary['nodes']} "
+                  f"backend={self.backend} hosts={sorted(set(hosts))}")
             g = self.summary["gpu"]
             if g:
-                _log(f"gpu={g['name']!r} x{g['devices_per_node']}/node ({g['memory_gib']} GiB, cc {g['capability']}) "
-                     f"cuda={g['cuda']} nccl={g['nccl_version']}")
-                _log(f"mnnvl={g['mnnvl']} ({g['mnnvl_reason']})")
-        self.busbw_sweep()
-
-    def busbw_sweep(self):
+                _note(f"gpu={g['name']!r} x{g['devices_per_node']}/node ({g['memory_gib']} GiB, cc {g['capability']}) "
+                      f"cuda={g['cuda']} nccl={g['nccl_version']}")
+                _note(f"mnnvl={g['mnnvl']} ({g['mnnvl_reason']})")
         sizes, iters = self.cfg["busbw_sizes"], self.cfg["busbw_iters"]
-        if not sizes:
-            return
-        n = self.world
-        factor = 2.0 * (n - 1) / n
-        rows = []
-        for size in sizes:
-            numel = max(1, size // 4)
-            buf = torch.ones(numel, dtype=torch.float32, device=self.device)
-            for _ in range(2):  # warm-up (also creates the NCCL communicator)
-                dist.all_reduce(buf)
-            if self.cuda:
-                torch.cuda.synchronize()
-            self.barrier()
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                dist.all_reduce(buf)
-            if self.cuda:
-                torch.cuda.synchronize()
-            dt = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64, device=self.device)
-            dist.all_reduce(dt, op=dist.ReduceOp.MAX)  # slowest rank defines the time
-            t = float(dt.item())
-            nbytes = numel * 4
-            algbw = nbytes / t / 1e9 if t > 0 else 0.0
-            rows.append({
-                "size_bytes": nbytes,
-                "time_us": round(t * 1e6, 3),
-                "algbw_gbps": round(algbw, 6),
-                "busbw_gbps": round(algbw * factor, 6),
-            })
-            del buf
-        self.summary["busbw"] = rows
-        if self.rank == 0:
-            _log(f"all-reduce bus bandwidth: world={n} backend={self.backend} dtype=float32 iters={iters} "
-                 f"(busbw = algbw * 2(n-1)/n)")
-            _log(f"{'size(B)':>12} {'time(us)':>12} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}")
-            for r in rows:
-                _log(f"{r['size_bytes']:>12d} {r['time_us']:>12.1f} {r['algbw_gbps']:>12.3f} {r['busbw_gbps']:>12.3f}")
+        if sizes:
+            rows = preflight.busbw_sweep(sizes, iters, self.device, self.world, self.barrier)
+            self.summary["busbw"] = rows
+            if self.rank == 0:
+                _note(f"all-reduce bus bandwidth: world={self.world} backend={self.backend} dtype=float32 "
+                      f"iters={iters} (busbw = algbw * 2(n-1)/n)")
+                _note(f"{'size(B)':>12} {'time(us)':>12} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}")
+                for r in rows:
+                    _note(f"{r['size_bytes']:>12d} {r['time_us']:>12.1f} {r['algbw_gbps']:>12.3f} "
+                          f"{r['busbw_gbps']:>12.3f}")
 
     # ---- checkpointing ---------------------------------------------------------------------
     def _rng_state(self):
@@ -849,85 +600,77 @@ class Smoke:
             "cuda_rng_state": torch.cuda.get_rng_state(self.device) if self.cuda else None,
         }
 
-    def save_checkpoint(self, step: int):
-        save = self.cfg["save"]
-        rng_states = self.all_gather_objects(self._rng_state())
-        self.barrier()
+    def save(self, step: int, *, non_persistent: bool = False) -> None:
+        cfg = self.cfg
+        shard = {"rng_state": self._rng_state(), "rank": self.rank}
         if self.rank == 0:
-            t0 = time.perf_counter()
-            state = {
+            shard.update({
                 "checkpoint_version": 3.0,
                 "iteration": step,
                 "model": {k: v.detach().cpu() for k, v in self.model.module.state_dict().items()},
                 "optimizer": self.optimizer.state_dict(),
-                "opt_param_scheduler": {"max_lr": self.cfg["lr"], "warmup_steps": self.cfg["lr_warmup_iters"],
-                                        "num_steps": step},
-                "rng_state": rng_states,
-                "consumed_train_samples": self.consumed,
-                "args": dict(self.cfg),
+                "opt_param_scheduler": {"max_lr": cfg["lr"], "warmup_steps": cfg["lr_warmup_iters"], "num_steps": step},
+                "args": {k: v for k, v in cfg.items() if isinstance(v, (int, float, str, bool, type(None)))},
                 "smoke": {"world_size": self.world, "skipped_iters_total": self.skipped_total,
                           "nan_iters_total": self.nan_total},
-            }
-            os.makedirs(save, exist_ok=True)
-            final = os.path.join(save, f"iter_{step:07d}")
-            tmp = os.path.join(save, f".iter_{step:07d}.tmp.{os.getpid()}")
-            shutil.rmtree(tmp, ignore_errors=True)
-            os.makedirs(os.path.dirname(os.path.join(tmp, CKPT_FILE)))
-            with open(os.path.join(tmp, CKPT_FILE), "wb") as f:
-                torch.save(state, f)
-                f.flush()
-                os.fsync(f.fileno())
-            _fsync_dir(os.path.join(tmp, "mp_rank_00"))
-            _fsync_dir(tmp)
-            if os.path.exists(final):  # re-saving an iteration that exists (e.g. an earlier attempt)
-                old = os.path.join(save, f".iter_{step:07d}.old.{os.getpid()}")
-                os.rename(final, old)
-                os.rename(tmp, final)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.rename(tmp, final)
-            _fsync_dir(save)
-            atomic_write_text(os.path.join(save, TRACKER), str(step))  # tracker LAST
-            _log(f"saved checkpoint iteration {step} to {final} ({(time.perf_counter() - t0) * 1e3:.1f} ms)")
-        self.barrier()
-        self.summary["checkpoints"].append(step)
-        self.last_saved = step
-
-    def load_checkpoint(self):
-        """Rank 0 reads the tracker and checkpoint and broadcasts it (works without a shared FS)."""
-        load = self.cfg["load"]
-        payload = [None]
-        if self.rank == 0:
-            try:
-                payload[0] = ("ok", self._read_checkpoint(load))
-            except SmokeError as e:
-                payload[0] = ("error", str(e))
-            except Exception as e:  # noqa: BLE001 - reported on all ranks as one line
-                payload[0] = ("error", f"cannot load checkpoint from {load}: {type(e).__name__}: {e}")
-        kind, value = self.broadcast_object(payload[0])
-        if kind == "error":
-            raise SmokeError(value)
-        return value
-
-    @staticmethod
-    def _read_checkpoint(load: str):
-        tracker = os.path.join(load, TRACKER)
-        if not os.path.isfile(tracker):
-            return None
-        with open(tracker, encoding="utf-8") as f:
-            text = f.read().strip()
-        if text == "release":
-            ckpt_dir = os.path.join(load, "release")
+            })
+        train_state = {
+            "step": torch.tensor(step, dtype=torch.int64),
+            "consumed_train_samples": torch.tensor(self.consumed, dtype=torch.int64),
+            "skipped_train_samples": torch.tensor(0, dtype=torch.int64),
+            "consumed_valid_samples": torch.tensor(self.consumed_valid, dtype=torch.int64),
+            "floating_point_operations_so_far": torch.tensor(self.flops_so_far, dtype=torch.float32),
+            "do_train": torch.tensor(True),
+            "do_valid": torch.tensor(cfg["eval_iters"] > 0),
+            "do_test": torch.tensor(cfg["eval_iters"] > 0),
+        }
+        save_dir = cfg["np_dir"] if non_persistent else cfg["save"]
+        os.makedirs(save_dir, exist_ok=True)
+        run_config = json.dumps(_json_safe(self.summary["overrides"]), indent=2, sort_keys=True) + "\n"  # JSON is YAML
+        megatron_ckpt.save(save_dir=save_dir, save_root=cfg["save"], step=step, rank=self.rank, world=self.world,
+                           shard=shard, train_state=train_state, run_config=run_config,
+                           write_seconds=cfg["save_sleep"], log=self.print_rank_0)
+        if non_persistent:
+            if self.rank == 0:
+                megatron_ckpt.prune_non_persistent(save_dir)
+            self.summary["non_persistent_checkpoints"].append(step)
         else:
-            try:
-                it = int(text)
-            except ValueError:
-                raise SmokeError(f"bad tracker file {tracker}: {text!r}") from None
-            ckpt_dir = os.path.join(load, f"iter_{it:07d}")
-        path = os.path.join(ckpt_dir, CKPT_FILE)
-        if not os.path.isfile(path):
-            raise SmokeError(f"tracker {tracker} names {text!r} but {path} does not exist")
-        return torch.load(path, map_location="cpu", weights_only=True)
+            self.summary["checkpoints"].append(step)
+
+    def load(self, model):
+        """Bridge's load (trainer_protocol, "Load"): returns the start step (1 from scratch)."""
+        cfg = self.cfg
+        if not cfg["load"]:
+            return 1
+        chosen = megatron_ckpt.choose(cfg["load"], ckpt_step=cfg["ckpt_step"], non_persistent_dir=cfg["np_dir"])
+        if chosen is None:
+            return 1  # no tracker: Bridge starts from random weights without a word
+        path, iteration = chosen
+        if cfg["ckpt_step"] is not None:
+            self.print_rank_0(f"Loading checkpoint from iteration {cfg['ckpt_step']} (specified via ckpt_step)")
+        self.print_rank_0(P.loading_line(cfg["load"], iteration))
+        first, mine, state = megatron_ckpt.load(path, self.rank)
+        model.load_state_dict(first["model"])
+        self._pending_optimizer = first["optimizer"]
+        rng = mine.get("rng_state")
+        if rng:
+            random.setstate(rng["random_rng_state"])
+            torch.set_rng_state(rng["torch_rng_state"])
+            if self.cuda and rng.get("cuda_rng_state") is not None:
+                torch.cuda.set_rng_state(rng["cuda_rng_state"], self.device)
+        step = int(state["step"])
+        self.consumed = int(state["consumed_train_samples"])
+        self.consumed_valid = int(state["consumed_valid_samples"])
+        self.flops_so_far = float(state["floating_point_operations_so_far"])
+        meta = first.get("smoke") or {}
+        self.skipped_total = int(meta.get("skipped_iters_total", 0))
+        self.nan_total = int(meta.get("nan_iters_total", 0))
+        self.summary["resumed_from"] = step
+        self.print_rank_0(P.loaded_line(cfg["load"], step))
+        if meta.get("world_size") not in (None, self.world):
+            _note(f"warning: checkpoint was written with world_size={meta['world_size']}, now {self.world}: "
+                  "the data order differs from an uninterrupted run")
+        return step + 1
 
     # ---- training --------------------------------------------------------------------------
     def lr_at(self, step: int) -> float:
@@ -944,83 +687,99 @@ class Smoke:
             torch.cuda.manual_seed(cfg["seed"])
         model = TinyGPT(cfg["vocab_size"], cfg["seq_length"], cfg["hidden_size"], cfg["num_layers"],
                         cfg["num_attention_heads"], cfg["ffn_hidden_size"])
-        self.consumed = 0
-        self.skipped_total = 0
-        self.nan_total = 0
-        self.last_saved = None
-        start_step = 1
-        ckpt = None
-        if cfg["load"]:
-            ckpt = self.load_checkpoint()
-            if ckpt is None:
-                if self.rank == 0:
-                    _log(f"checkpoint.load={cfg['load']}: no {TRACKER} found; starting from scratch")
-            else:
-                model.load_state_dict(ckpt["model"])
-                start_step = int(ckpt["iteration"]) + 1
-                self.consumed = int(ckpt.get("consumed_train_samples", 0))
-                meta = ckpt.get("smoke") or {}
-                self.skipped_total = int(meta.get("skipped_iters_total", 0))
-                self.nan_total = int(meta.get("nan_iters_total", 0))
-                self.summary["resumed_from"] = int(ckpt["iteration"])
-                self.last_saved = int(ckpt["iteration"])
-                if self.rank == 0:
-                    _log(f"resumed from {cfg['load']} iteration {ckpt['iteration']}; continuing at step {start_step}")
-                    if meta.get("world_size") not in (None, self.world):
-                        _log(f"warning: checkpoint was written with world_size={meta['world_size']}, "
-                             f"now {self.world}: the data order differs from an uninterrupted run")
+        self.params = sum(p.numel() for p in model.parameters())
+        self.consumed = self.consumed_valid = 0
+        self.flops_so_far = 0.0
+        self.skipped_total = self.nan_total = 0
+        self._pending_optimizer = None
+        start_step = self.load(model)
         model.to(self.device)
         self.model = DDP(model, device_ids=[self.local_rank] if self.cuda else None)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg["lr"], betas=(0.9, 0.95),
                                            weight_decay=cfg["weight_decay"])
-        if ckpt is not None:
-            self.optimizer.load_state_dict(ckpt["optimizer"])
-            rng = ckpt.get("rng_state") or []
-            if len(rng) == self.world and rng[self.rank]:
-                mine = rng[self.rank]
-                random.setstate(mine["random_rng_state"])
-                torch.set_rng_state(mine["torch_rng_state"])
-                if self.cuda and mine.get("cuda_rng_state") is not None:
-                    torch.cuda.set_rng_state(mine["cuda_rng_state"], self.device)
-            del ckpt
+        if self._pending_optimizer is not None:
+            self.optimizer.load_state_dict(self._pending_optimizer)
+            self._pending_optimizer = None
         self.summary["start_step"] = start_step
         self.summary["steps_completed"] = start_step - 1
         self.summary["consumed_samples"] = self.consumed
-        self.run_loop(start_step)
+        self.print_rank_0(P.starting_line(start_step - 1))
+        should_exit = self.run_loop(start_step)
+        if should_exit:
+            # MB train.py:816 sys.exit(0); pretrain.py:201-214 logs it on every rank and re-raises: status 0.
+            print(P.PRETRAIN_FAILED.format(rank=self.rank, kind="SystemExit", error=0), file=sys.stderr, flush=True)
+            print("SystemExit: 0", file=sys.stderr, flush=True)
+            return
+        self.barrier_and_log(P.TRAINING_DONE)
+        if cfg["eval_iters"] > 0:  # post-training validation and test (MB pretrain.py:170-198)
+            n = self.summary["steps_completed"]
+            self.evaluate(f"iteration {n} on validation set", "valid")
+            self.evaluate(f"iteration {n} on test set", "test")
 
-    def _agree_stop(self) -> bool:
-        flag = torch.tensor([1.0 if _EXIT_SIGNAL["signum"] is not None else 0.0], device=self.device)
-        dist.all_reduce(flag)
-        return flag.item() > 0
+    def evaluate(self, prefix: str, stream: str) -> None:
+        cfg = self.cfg
+        table = bigram_table(cfg["seed"], cfg["vocab_size"])
+        self.model.eval()
+        total = torch.zeros((), device=self.device)
+        with torch.no_grad():
+            for i in range(cfg["eval_iters"]):
+                x, y = synthetic_batch(cfg["seed"], i, self.rank, 0, cfg["micro_batch_size"], cfg["seq_length"],
+                                       cfg["vocab_size"], table, stream=stream)
+                logits = self.model(x.to(self.device))
+                total += F.cross_entropy(logits.reshape(-1, cfg["vocab_size"]), y.to(self.device).reshape(-1))
+        self.model.train()
+        dist.all_reduce(total)
+        loss = float(total.item()) / (self.world * cfg["eval_iters"])
+        self.consumed_valid += cfg["eval_iters"] * cfg["micro_batch_size"] * self.world
+        self.summary["validation"].append([prefix, loss])
+        for line in P.validation_lines(prefix, {P.LOSS_KEY: loss}):
+            self.print_rank_last(line)
 
-    def run_loop(self, start_step: int):
+    def _signals_received(self) -> bool:
+        """DistributedSignalHandler.signals_received: an all_gather of every rank's flag."""
+        flag = torch.tensor([1 if _SIGNAL["received"] else 0], dtype=torch.int32, device=self.device)
+        flags = [torch.zeros_like(flag) for _ in range(self.world)]
+        dist.all_gather(flags, flag)
+        return any(int(f.item()) for f in flags)
+
+    def _loader(self, start_step: int):
+        cfg = self.cfg
+        ds = StepBatches(seed=cfg["seed"], rank=self.rank, start=start_step, iters=cfg["train_iters"],
+                         accum=cfg["grad_accum"], batch=cfg["micro_batch_size"], seq=cfg["seq_length"],
+                         vocab=cfg["vocab_size"], table=bigram_table(cfg["seed"], cfg["vocab_size"]))
+        workers = cfg["num_workers"]
+        init = _WorkerInit(cfg["exit_signal"]) if (workers and cfg["handler_for_dataloader"]) else None
+        return torch.utils.data.DataLoader(ds, batch_size=None, shuffle=False, num_workers=workers,
+                                           persistent_workers=workers > 0, worker_init_fn=init)
+
+    def run_loop(self, start_step: int) -> bool:
+        """MB train.py's loop; returns True when it exits early (signal, exit interval, duration)."""
         cfg = self.cfg
         iters = cfg["train_iters"]
-        table = bigram_table(cfg["seed"], cfg["vocab_size"])
         params = [p for p in self.model.parameters() if p.requires_grad]
-        accum, mbs, seq, vocab = cfg["grad_accum"], cfg["micro_batch_size"], cfg["seq_length"], cfg["vocab_size"]
-        gbs = cfg["global_batch_size"]
-        interval = {"loss": 0.0, "n": 0, "time": 0.0, "skipped": 0, "nan": 0}
-        train_time = 0.0
-        exit_reason = "completed"
-        if start_step <= iters and self._agree_stop():  # signal arrived during start-up
-            exit_reason = "signal"
-            start_step = iters + 1
-        if self.rank == 0 and start_step <= iters:
-            _log(f"training steps {start_step}..{iters}: global batch {gbs} = micro {mbs} x dp {self.world} "
-                 f"x grad-accum {accum}, seq {seq}, vocab {vocab}")
-        for step in range(start_step, iters + 1):
-            if cfg["fail_at_step"] == step and cfg["fail_rank"] in (None, self.rank):
+        accum, mbs, seq, vocab, gbs = (cfg["grad_accum"], cfg["micro_batch_size"], cfg["seq_length"],
+                                       cfg["vocab_size"], cfg["global_batch_size"])
+        interval = {"loss": 0.0, "n": 0, "time": 0.0, "steps": 0, "skipped": 0, "nan": 0}
+        flops_per_step = 6.0 * self.params * gbs * seq
+        train_time, exit_reason, should_exit = 0.0, "completed", False
+        step = start_step - 1  # completed steps (train_state.step)
+        loader = self._loader(start_step) if step < iters else None
+        batches = iter(loader) if loader is not None else None
+        if self.rank == 0 and step < iters:
+            _note(f"training steps {start_step}..{iters}: global batch {gbs} = micro {mbs} x dp {self.world} "
+                  f"x grad-accum {accum}, seq {seq}, vocab {vocab}")
+        while step < iters:
+            if cfg["fail_at_step"] == step + 1 and cfg["fail_rank"] in (None, self.rank):
                 raise InjectedFailure(cfg["fail_message"]
-                                      or f"smoke.fail_at_step={step}: injected failure on rank {self.rank}")
+                                      or f"smoke.fail_at_step={step + 1}: injected failure on rank {self.rank}")
             t0 = time.perf_counter()
-            lr = self.lr_at(step)
+            lr = self.lr_at(step + 1)
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
             self.optimizer.zero_grad(set_to_none=True)
             loss_sum = torch.zeros((), device=self.device)
             for micro in range(accum):
-                x, y = synthetic_batch(cfg["seed"], step, self.rank, micro, mbs, seq, vocab, table)
+                x, y = next(batches)
                 x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
                 ctx = self.model.no_sync() if micro < accum - 1 else contextlib.nullcontext()
                 with ctx:
@@ -1035,21 +794,19 @@ class Smoke:
                 self.optimizer.step()
             if cfg["step_sleep"] > 0:
                 time.sleep(cfg["step_sleep"])
-            flag = 1.0 if _EXIT_SIGNAL["signum"] is not None else 0.0
-            red = torch.stack([loss_sum / accum, torch.tensor(flag, device=self.device)])
-            dist.all_reduce(red)  # one collective: mean loss over ranks + stop agreement
-            step_loss = float(red[0].item()) / self.world
-            stop = float(red[1].item()) > 0
-            # smoke.step_sleep is artificial: keep it out of the timings and tokens/s
-            step_time = max(time.perf_counter() - t0 - cfg["step_sleep"], 1e-9)
+            red = loss_sum / accum
+            dist.all_reduce(red)
+            step_loss = float(red.item()) / self.world
+            step += 1
+            step_time = max(time.perf_counter() - t0, 1e-9)
             train_time += step_time
             self.consumed += gbs
+            self.flops_so_far += flops_per_step
             nan = not math.isfinite(step_loss)
             self.skipped_total += int(skipped)
             self.nan_total += int(nan)
-            interval["skipped"] += int(skipped)
-            interval["nan"] += int(nan)
-            interval["time"] += step_time
+            for k, v in (("skipped", int(skipped)), ("nan", int(nan)), ("time", step_time), ("steps", 1)):
+                interval[k] += v
             if not nan:
                 interval["loss"] += step_loss
                 interval["n"] += 1
@@ -1062,32 +819,51 @@ class Smoke:
             s["steps_this_run"] += 1
             s["consumed_samples"] = self.consumed
             if step % cfg["log_interval"] == 0:
-                if self.rank == 0:
-                    n_logged = max(interval["n"], 1)
-                    steps_in_interval = cfg["log_interval"]
-                    avg_loss = interval["loss"] / n_logged if interval["n"] else float("nan")
-                    line = f" [{datetime.datetime.now().strftime('%Y-%m-%d %H:%M:%S')}]"
-                    line += f" iteration {step:8d}/{iters:8d} |"
-                    line += f" consumed samples: {self.consumed:12d} |"
-                    line += f" elapsed time per iteration (ms): {interval['time'] * 1000.0 / steps_in_interval:.1f} |"
-                    line += f" learning rate: {lr:.6E} |"
-                    line += f" global batch size: {gbs:5d} |"
-                    line += f" lm loss: {avg_loss:.6E} |"
-                    line += " loss scale: 1.0 |"
-                    line += f" grad norm: {grad_norm:.3f} |"
-                    line += f" number of skipped iterations: {interval['skipped']:3d} |"
-                    line += f" number of nan iterations: {interval['nan']:3d} |"
-                    print(line, flush=True)
-                interval = {"loss": 0.0, "n": 0, "time": 0.0, "skipped": 0, "nan": 0}
-            periodic = cfg["save_interval"] is not None and step % cfg["save_interval"] == 0
-            if cfg["save"] and (periodic or stop or step == iters):
-                self.save_checkpoint(step)
-            if stop and step < iters:  # a signal during the last step still counts as completed
-                exit_reason = "signal"
-                if self.rank == 0:
-                    _log(f"exit signal received: stopped after iteration {step}"
-                         + (", checkpoint saved" if cfg["save"] else " (checkpoint.save not set: nothing saved)"))
+                per = interval["time"] / max(interval["steps"], 1)
+                tflops = flops_per_step / per / self.world / 1e12
+                self.print_rank_0(P.step_time_line(per, tflops))
+                avg = interval["loss"] / interval["n"] if interval["n"] else float("nan")
+                self.print_rank_last(P.iteration_line(
+                    iteration=step, train_iters=iters, consumed=self.consumed, elapsed_ms=per * 1000.0, lr=lr,
+                    global_batch=gbs, losses={P.LOSS_KEY: avg}, loss_scale=1.0,
+                    grad_norm=grad_norm,
+                    skipped=interval["skipped"], nan=interval["nan"]))
+                interval = {"loss": 0.0, "n": 0, "time": 0.0, "steps": 0, "skipped": 0, "nan": 0}
+            if cfg["eval_interval"] and step % cfg["eval_interval"] == 0 and cfg["eval_iters"] > 0:
+                self.evaluate(f"iteration {step}", "valid")
+            # checkpoint_and_decide_exit (MB train.py:1374-1531), in its order.
+            if cfg["exit_signal_handler"] and self._signals_received():
+                if cfg["save"]:
+                    self.save(step)
+                self.barrier_and_log(P.EXIT_SIGNAL)
+                exit_reason, should_exit = "signal", True
                 break
+            saved = False
+            if cfg["save"] and cfg["save_interval"] and step % cfg["save_interval"] == 0:
+                self.save(step)
+                saved = True
+            elif cfg["save"] and cfg["np_type"] == "global" and cfg["np_interval"] and step % cfg["np_interval"] == 0:
+                self.save(step, non_persistent=True)
+            if cfg["exit_duration"]:
+                minutes = torch.tensor([(time.time() - self.t_start) / 60.0], dtype=torch.float64, device=self.device)
+                dist.all_reduce(minutes, op=dist.ReduceOp.MAX)
+                if float(minutes.item()) > cfg["exit_duration"]:
+                    if cfg["save"] and not saved:
+                        self.save(step)
+                    self.barrier_and_log(P.EXIT_DURATION.format(minutes=float(minutes.item())))
+                    exit_reason, should_exit = "exit_duration", True
+                    break
+            if cfg["exit_interval"] and step % cfg["exit_interval"] == 0:
+                if cfg["save"] and not saved:
+                    self.save(step)
+                self.barrier_and_log(P.EXIT_INTERVAL.format(step=step))
+                exit_reason, should_exit = "exit_interval", True
+                break
+        # The end-of-training save, unless the last periodic save already has it (MB train.py:760-777).
+        if not should_exit and cfg["save"] and step == iters and self.summary["steps_this_run"] \
+                and (not cfg["save_interval"] or step % cfg["save_interval"] != 0):
+            self.save(step)
+        del batches, loader  # workers end here, not at interpreter exit
         if train_time > 0 and self.summary["steps_this_run"]:
             tokens = self.summary["steps_this_run"] * gbs * seq
             self.summary["tokens_per_s"] = round(tokens / train_time, 3)
@@ -1096,8 +872,9 @@ class Smoke:
             s = self.summary
             ran = (f"steps {s['start_step']}..{s['steps_completed']}" if s["steps_this_run"]
                    else f"no steps run (at iteration {s['steps_completed']})")
-            _log(f"done: exit_reason={exit_reason} {ran} first_loss={s['first_loss']} "
-                 f"final_loss={s['final_loss']} tokens/s={s['tokens_per_s']} checkpoints={s['checkpoints']}")
+            _note(f"done: exit_reason={exit_reason} {ran} first_loss={s['first_loss']} "
+                  f"final_loss={s['final_loss']} tokens/s={s['tokens_per_s']} checkpoints={s['checkpoints']}")
+        return should_exit
 
 
 def _ensure_dist_env():
@@ -1124,14 +901,12 @@ def main(argv=None) -> int:
         cfg = build_config(overrides, _world_size_from_env())
     except SmokeError as e:
         _fail(str(e))
-    if cfg["exit_signal_handler"]:
-        for sig in (signal.SIGUSR1, signal.SIGUSR2):
-            _install_signal_handler(sig)
-    _install_signal_handler(signal.SIGTERM)
+    if cfg["exit_signal_handler"] and signal.getsignal(cfg["exit_signal"]) is not _on_exit_signal:
+        install_exit_handler(cfg["exit_signal"])
 
     smoke = Smoke(cfg, overrides, unknown, unparsed)
     if smoke.rank == 0 and (unknown or unparsed):
-        _log(f"ignoring unknown overrides: {unknown + unparsed}")
+        _note(f"ignoring unknown overrides: {unknown + unparsed}")
     try:
         smoke.preflight()
         smoke.train()

@@ -1,0 +1,288 @@
+"""Megatron-Bridge's trainer protocol: the facts about the real trainer that bridge-launch relies on.
+
+One source of truth. The smoke workload (the trainer's stand-in) writes its checkpoints and logs
+by these definitions; the launcher's checkpoint rule (the --until-done chain), its log reader and
+its failure reasons read by them. Every fact names its source at the pinned commits:
+
+- MB: Megatron-Bridge 067f987df03b8355b03192d88d70f1709fedf51a (paths under src/megatron/bridge/)
+- MC: Megatron-LM / megatron-core 2a75ac12c54ba6a42b34024756820bf819a2e25f (the commit MB's
+  3rdparty/Megatron-LM submodule pins; paths under megatron/)
+- T:  torch 2.13.0 (paths under torch/)
+
+Standard library only: this file runs inside the job (copied next to the smoke workload) and is
+imported by the launcher on its fast paths.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+MB_COMMIT = "067f987df03b8355b03192d88d70f1709fedf51a"
+MC_COMMIT = "2a75ac12c54ba6a42b34024756820bf819a2e25f"
+TORCH_VERSION = "2.13.0"
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoint layout (persistent save, ckpt_format "torch_dist", the default: MC
+# training/config/training_config.py:486)
+# ---------------------------------------------------------------------------------------------
+# MB training/utils/checkpoint_utils.py:32-34, 113-128, 143-154
+TRAIN_STATE = "train_state.pt"
+TRACKER_STATE = "latest_train_state.pt"  # f"{TRACKER_PREFIX}_{TRAIN_STATE_FILE}", TRACKER_PREFIX = "latest"
+TRACKER = "latest_checkpointed_iteration.txt"  # "Megatron-LM tracker file for compatibility"
+RUN_CONFIG = "run_config.yaml"
+TOKENIZER_DIR = "tokenizer"  # MB training/checkpointing.py:1927-1932 (rank 0, only with save_tokenizer_assets)
+# MC core/dist_checkpointing/core.py:13 (CONFIG_FNAME) and :22-34 (CheckpointingConfig)
+MCORE_METADATA = "metadata.json"
+MCORE_METADATA_CONTENT = {"sharded_backend": "torch_dist", "sharded_backend_version": 1}
+# T distributed/checkpoint/filesystem.py:758-790 (_FileSystemWriter.finish: pickled into
+# ".metadata.tmp", fsync, rename): appears atomically, after every shard.
+DIST_METADATA = ".metadata"
+DIST_METADATA_TMP = ".metadata.tmp"
+# MB training/checkpointing.py:153, 1157-1163: non-persistent "global" saves go to
+# checkpoint.non_persistent_global_ckpt_dir, default <checkpoint.save>/non_persistent, with both
+# trackers inside that directory (:1459-1461).
+NON_PERSISTENT_SUBDIR = "non_persistent"
+
+
+def iter_dir(iteration: int) -> str:
+    """MB training/utils/checkpoint_utils.py:91-110: ``"iter_{:07d}".format(iteration)``. Rank 0
+    creates it directly, with no temporary name and no rename (MB training/checkpointing.py:1307-1310)."""
+    return f"iter_{iteration:07d}"
+
+
+ITER_DIR_RE = re.compile(r"^iter_(\d{7,})$")
+
+
+def shard_name(rank: int, k: int = 0) -> str:
+    """MC core/dist_checkpointing/strategies/filesystem_async.py:140-144 and :494-496:
+    ``f"__{rank}_{k}.distcp"`` for global rank `rank`, k < storage_writers_per_rank (MB default 1,
+    training/config.py:512). A rank holding nothing to write writes no file (:184-192), so the
+    number of shards is a trainer setting, never part of the completeness rule."""
+    return f"__{rank}_{k}.distcp"
+
+
+# The order of writes of one synchronous persistent save (async saves run the same chain later,
+# at finalisation: MC serialization.py:459-463, MB training/checkpointing.py:1518-1530):
+SAVE_ORDER = (
+    # 1. rank 0: mkdir iter_N (MB checkpointing.py:1307-1310)
+    "iter_N/",
+    # 2. every rank, in parallel, fsync'd: its shards (MC filesystem_async.py:404-424)
+    "iter_N/__R_k.distcp",
+    # 3. after a barrier, rank 0: .metadata via .metadata.tmp + rename (MC state_dict_saver.py:238-245)
+    "iter_N/.metadata",
+    # 4. rank 0: metadata.json, a plain write, then a barrier (MC serialization.py:439-457)
+    "iter_N/metadata.json",
+    # 5. after a barrier, rank 0 (MB checkpointing.py:1476-1500): the train state, its global copy,
+    #    the tracker (str(step), no newline, not atomic), then run_config.yaml and tokenizer/ AFTER the tracker
+    "iter_N/train_state.pt",
+    "latest_train_state.pt",
+    "latest_checkpointed_iteration.txt",
+    "iter_N/run_config.yaml",
+    "iter_N/tokenizer/",
+)
+
+# The files a complete checkpoint always has, whatever the parallel layout. common.pt is NOT one
+# of them at the pinned megatron-core: MC serialization.py:431-437 stores the common state as a
+# ShardedObject inside the shards, and save_common is deprecated (strategies/common.py:20-29);
+# megatron-core <= 0.18.x still wrote it. run_config.yaml and tokenizer/ come after the tracker,
+# so they cannot be required either.
+COMPLETE_FILES = {
+    "torch_dist": (DIST_METADATA, MCORE_METADATA, TRAIN_STATE),
+    # MB checkpointing.py:255-287 (_get_checkpoint_format): only .metadata -> fsdp_dtensor
+    "fsdp_dtensor": (DIST_METADATA, TRAIN_STATE),
+}
+# Formats whose payload markers we do not know: train_state.pt is written by rank 0 after the
+# barrier that follows the payload (MB checkpointing.py:1449-1457), so it alone still proves it.
+COMPLETE_FILES_OTHER = (TRAIN_STATE,)
+
+
+def complete_files(ckpt_format: str | None) -> tuple:
+    return COMPLETE_FILES.get(ckpt_format or "torch_dist", COMPLETE_FILES_OTHER)
+
+
+# Load (MB training/checkpointing.py:3384-3443, _resolve_checkpoint_iteration):
+#  - a load dir that is itself an iteration dir is loaded directly;
+#  - checkpoint.ckpt_step=N loads <load>/iter_{N:07d}; the only check is that it exists (not that it
+#    is complete); non-persistent checkpoints are then not considered (:3659); it applies on every
+#    start while set;
+#  - else the tracker: latest_train_state.pt first, else latest_checkpointed_iteration.txt;
+#  - a global non-persistent checkpoint at least as new as the persistent one wins (:3677-3697);
+#  - no tracker at all: the load is skipped silently and training starts at step 0 (MB
+#    training/setup.py:155-191, checkpoint_utils.py:260-291);
+#  - a tracker naming an incomplete iter_N fails (no metadata.json: NotImplementedError "Unknown
+#    checkpoint format", :255-287, or MC validation.py:203-213); Bridge never falls back by itself.
+CKPT_STEP_KEY = "checkpoint.ckpt_step"
+CKPT_STEP_MISSING = ("ckpt_step={step} specified but checkpoint directory does not exist: {path}\n"
+                     "Available checkpoints can be listed with: ls {load}/iter_*")  # MB :3384-3443
+UNKNOWN_FORMAT = "Unknown checkpoint format in {path}"  # MB checkpointing.py:255-287
+
+# ---------------------------------------------------------------------------------------------
+# Signals (MB training/utils/sig_utils.py:91-155, training/train.py:1374-1531)
+# ---------------------------------------------------------------------------------------------
+# train.exit_signal_handler (default False, MC training_config.py:79) installs
+# DistributedSignalHandler(train.exit_signal) (default SIGTERM, :82) before setup (MB state.py:154-168).
+# The handler only prints (rank 0) and sets a flag; a second signal does the same again. Without it,
+# SIGTERM's default action kills the trainer.
+DEFAULT_EXIT_SIGNAL = "SIGTERM"
+# At the end of each iteration (MB train.py:377-755): train_step; step += 1; the iteration log line
+# (last rank); evaluation if validation.eval_interval divides the step; then
+# checkpoint_and_decide_exit: the ranks agree (all_gather: one rank seeing the signal is enough);
+# a persistent save (not the periodic one, not non-persistent) if checkpoint.save is set; the exit
+# line; return -> break -> sys.exit(0) (train.py:816). Post-training validation/test do not run.
+SIGNAL_CHECK = "end of step, after the iteration log line and any evaluation, before the periodic save"
+# train.exit_signal_handler_for_dataloader (default False, :85) installs the same handler in each
+# DataLoader worker (MB data/loaders.py:297-302). Without it, a SIGTERM sent to the trainer's
+# process group (torchrun's killpg, or Slurm signalling every process of the step) kills the
+# DataLoader workers (MB defaults: dataset.num_workers=2, persistent_workers=True, data/base.py:34,46),
+# and the trainer raises "DataLoader worker (pid(s) ...) exited unexpectedly" (T
+# utils/data/dataloader.py:1278-1306) before it can save.
+DATALOADER_DIED = "DataLoader worker (pid(s) {pids}) exited unexpectedly"
+
+# torchrun (T distributed/elastic): workers are Popen(start_new_session=True), each its own process
+# group (multiprocessing/subprocess_handler/subprocess_handler.py:63-77). On SIGTERM/SIGINT/SIGHUP/
+# SIGQUIT (multiprocessing/api.py:534-547) torchrun forwards the same signal with os.killpg to each
+# worker's group (subprocess_handler.py:79-85), waits the shutdown timeout (default 30 s; the
+# --shutdown-timeout flag and TORCH_ELASTIC_SHUTDOWN_TIMEOUT exist only in recent torch,
+# launcher/api.py:123,145-153), then SIGKILLs ("Unable to shutdown process %s via %s, forcefully
+# exiting via %s", multiprocessing/api.py:1023-1060), and exits 1 even when every worker saved and
+# exited 0 (the SignalException is re-raised: agent/server/api.py:741-761). SIGUSR1/SIGUSR2 are not
+# handled: torchrun dies of them and its workers live on.
+TORCHRUN_SHUTDOWN_TIMEOUT = 30
+TORCHRUN_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+TORCHRUN_FORCED_KILL = re.compile(r"Unable to shutdown process \d+ via \S+, forcefully exiting via \S+")
+
+# ---------------------------------------------------------------------------------------------
+# Log lines. print_rank_0 prints on global rank 0, print_rank_last on rank world-1, both a plain
+# print(flush=True) (MB utils/common_utils.py:97-134).
+# ---------------------------------------------------------------------------------------------
+LOSS_KEY = "lm loss"  # the GPT forward step's loss key (an assumption for other forward steps)
+
+
+def _now() -> str:
+    return datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def iteration_line(*, iteration: int, train_iters: int, consumed: int, elapsed_ms: float, lr: float,
+                   global_batch: int, losses: dict, loss_scale: float, grad_norm: float | None,
+                   skipped: int, nan: int, skipped_samples: int = 0, tflops: float | None = None,
+                   num_zeros: int | None = None, params_norm: float | None = None, stamp: str | None = None) -> str:
+    """The per-iteration line, printed by the LAST rank every logger.log_interval iterations
+    (MB training/utils/train_utils.py:1018, 1088-1140). `losses` in print order; a loss below 0
+    is left out (:1120-1125); skipped/nan are counts over the log interval."""
+    s = f" [{stamp or _now()}]"
+    s += " iteration {:8d}/{:8d} |".format(iteration, train_iters)
+    s += " consumed samples: {:12d} |".format(consumed)
+    if skipped_samples > 0:
+        s += " skipped samples: {:12d} |".format(skipped_samples)
+    s += " elapsed time per iteration (ms): {:.1f} |".format(elapsed_ms)
+    if tflops is not None:  # only with logger.log_throughput (default False)
+        s += f" throughput per GPU (TFLOP/s/GPU): {tflops:.1f} |"
+    s += f" learning rate: {lr:.6E} |"
+    s += f" global batch size: {global_batch:5d} |"
+    for key, value in losses.items():
+        if value >= 0.0 or value != value:  # NaN losses are printed (as nan)
+            s += " {}: {:.6E} |".format(key, value)
+    s += f" loss scale: {loss_scale:.1f} |"
+    if grad_norm is not None:
+        s += f" grad norm: {grad_norm:.3f} |"
+    if num_zeros is not None:
+        s += f" num zeros: {num_zeros} |"
+    if params_norm is not None:
+        s += f" params norm: {params_norm:.3f} |"
+    s += " number of skipped iterations: {:3d} |".format(skipped)
+    s += " number of nan iterations: {:3d} |".format(nan)
+    return s
+
+
+# One iteration line: the step, its total and the rest of the fields (parsed by the log reader).
+ITERATION_RE = re.compile(r"iteration\s+(\d+)/\s*(\d+)\s*\|(.*)$", re.M)
+FIELD_RE = re.compile(r"\s*([^|:]+?):\s*([^|]*?)\s*\|")
+
+
+def step_time_line(seconds: float, tflops: float) -> str:
+    """Rank 0, just before the iteration line, when the model config has kv_channels and
+    num_attention_heads (MB train_utils.py:1036-1051)."""
+    return f"Step Time : {seconds:.2f}s GPU utilization: {tflops:.1f}MODEL_TFLOP/s/GPU"
+
+
+STEP_TIME_RE = re.compile(r"Step Time : ([\d.]+)s GPU utilization: ([\d.]+)MODEL_TFLOP/s/GPU")
+
+
+def validation_lines(prefix: str, losses: dict) -> list:
+    """Last rank (MB training/eval.py:462-466, 503-506). In the loop the prefix is
+    f"iteration {step}" (train.py:684); after training f"iteration {n} on validation set" and
+    f"iteration {n} on test set" (pretrain.py:173,186). PPL = exp(min(20, loss))."""
+    import math
+
+    s = f" validation loss at {prefix} | "
+    for key, value in losses.items():
+        s += "{} value: {:.6E} | ".format(key, value)
+        s += "{} PPL: {:.6E} | ".format(key, math.exp(min(20, value)))
+    dashes = "-" * (len(s) + 1)
+    return [dashes, s, dashes]
+
+
+VALIDATION_RE = re.compile(r"validation loss at (iteration (\d+)(?: on (validation|test) set)?) \|(.*)$", re.M)
+
+
+def saving_line(step: int, save_dir: str, ckpt_format: str = "torch_dist") -> str:
+    """Rank 0, MB training/checkpointing.py:1174."""
+    return f"saving checkpoint at iteration {step:7d} to {save_dir} in {ckpt_format} format"
+
+
+def saved_line(step: int, save: str, tp: tuple = (1, 1), pp: tuple = (1, 1)) -> str:
+    """Rank 0, after the tracker (MB checkpointing.py:1502-1509); t/p 1-based; prints
+    checkpoint.save even for a non-persistent save."""
+    return (f"  successfully saved checkpoint from iteration {step:7d} to {save} "
+            f"[ t {tp[0]}/{tp[1]}, p {pp[0]}/{pp[1]} ]")
+
+
+# The same two lines as POSIX extended regular expressions, for the chain's grep -E.
+SAVING_GREP = r"saving checkpoint at iteration +[0-9]+ to "
+SAVED_GREP = r"successfully saved checkpoint from iteration +[0-9]+ to "
+SAVED_RE = re.compile(r"successfully saved (?:local )?checkpoint (?:from|at) iteration\s+(\d+)(?: to (\S+))?")
+
+
+def loading_line(load_dir: str, iteration: int) -> str:
+    """Rank 0, MB checkpointing.py:3728-3733 (torch_dist: "distributed ")."""
+    return f" loading distributed checkpoint from {load_dir} at iteration {iteration}"
+
+
+def loaded_line(load_dir: str, step: int, tp: tuple = (0, 1), pp: tuple = (0, 1)) -> str:
+    """Rank 0, MB checkpointing.py:3263-3268 (t/p 0-based). Megatron-LM prints the same sentence
+    with 1-based ranks and a gtp_remat field (MC training/checkpointing.py:2900-2906)."""
+    return (f"  successfully loaded checkpoint from {load_dir} [ t {tp[0]}/{tp[1]}, p {pp[0]}/{pp[1]} ] "
+            f"at iteration {step}")
+
+
+LOADED_RE = re.compile(r"successfully loaded checkpoint from (\S+) .*?at iteration (\d+)")
+
+
+def starting_line(iteration: int) -> str:
+    return f"Starting training loop at iteration {iteration}"  # MB train.py:337
+
+
+def barrier_and_log(text: str, stamp: str | None = None) -> str:
+    """MC training/utils/log_utils.py:139-148 (rank 0, after a barrier; note the trailing space)."""
+    return f"[{text}] datetime: {stamp or _now()} "
+
+
+EXIT_SIGNAL = "exiting program after receiving SIGTERM."  # MB train.py:1426 (fixed text, whatever the signal)
+EXIT_DURATION = "exiting program after {minutes} minutes"  # MB train.py:1490
+EXIT_INTERVAL = "exiting program at iteration {step}"  # MB train.py:1509
+TRAINING_DONE = "after training is done"  # MB pretrain.py:164
+EXIT_RE = re.compile(r"\[(exiting program (?:after receiving SIGTERM\.|after [\d.]+ minutes|at iteration \d+)"
+                     r"|Exiting program due to straggler detection\.)\] datetime: ")
+
+
+def received_signal_line(signum: int) -> str:
+    return f"Received signal {signum}, initiating graceful stop"  # MB sig_utils.py:130 (print_rank_0)
+
+
+# MB pretrain.py:201-214: sys.exit(0) after the signal save is a SystemExit that _pretrain's
+# `except BaseException` logs (logger.exception, every rank, with a traceback ending
+# "SystemExit: 0") and re-raises, so the exit status stays 0. Not a failure.
+PRETRAIN_FAILED = ("Pretrain failed on rank={rank} with {kind}: {error}. Bridge is aborting framework-owned "
+                   "distributed resources because peer ranks may be blocked in collectives.")
+BENIGN_EXIT_RE = re.compile(r"Pretrain failed on rank=\d+ with SystemExit: 0\b|^SystemExit: 0$")
