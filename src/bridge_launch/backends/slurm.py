@@ -15,7 +15,9 @@ from pathlib import Path
 
 from ..errors import LaunchError, UsageError
 from ..failures import DETERMINISTIC, grep_pattern
-from .base import Artifact, entry_command, export_lines, header, log_tail, numa_wrapper, progress, q, runtime_env
+from ..images import pyxis_ref
+from ..resolve import BRIDGE_IN_CONTAINER
+from .base import Artifact, Tree, entry_command, export_lines, header, log_tail, numa_wrapper, progress, q, runtime_env
 
 _DIRECTIVE_SAFE = re.compile(r"^[^\s'\"\\]+$")
 
@@ -73,8 +75,12 @@ def torchrun_command(job) -> list:
     """One torchrun per node; its node rank comes from the Slurm task's own environment,
     so it is read inside the task (bash -c) rather than in the batch shell."""
     launcher = "torchrun" if job.container else f"{q(job.python)} -m torch.distributed.run"
+    # --bridge-src: the mounted checkout's src and Megatron-LM ahead of the image's install (as
+    # Megatron-Bridge's own NeMo-Run launchers set PYTHONPATH), expanded inside the container
+    prefix = (f"export PYTHONPATH={BRIDGE_IN_CONTAINER}/src:{BRIDGE_IN_CONTAINER}/3rdparty/Megatron-LM"
+              "${PYTHONPATH:+:$PYTHONPATH}; " if getattr(job, "bridge_src", None) else "")
     cmd = [
-        "bash", "-c", f'exec {launcher} --node-rank="$SLURM_NODEID" "$@"', "node-launch",
+        "bash", "-c", f'{prefix}exec {launcher} --node-rank="$SLURM_NODEID" "$@"', "node-launch",
         f"--nnodes={job.nodes}", f"--nproc-per-node={job.gpus_per_node}",
         "--rdzv-backend=c10d", Raw('--rdzv-endpoint="$head_node:$rdzv_port"'), Raw('--rdzv-id="$SLURM_JOB_ID"'),
         "--tee=3",
@@ -161,11 +167,11 @@ def render(job) -> Artifact:
     srun = ["srun", f"--nodes={job.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
             f"--output={run_dir}/logs/%j-%N.log"]
     if job.container:
-        srun += [f"--container-image={job.container}"]
+        srun += [f"--container-image={pyxis_ref(job.container)}"]
         if job.mounts:
             srun += [f"--container-mounts={','.join(job.mounts)}"]
-        srun += [f"--container-env={','.join([*env, *job.secrets])}"]
-    srun += list(s.get("srun_args", []))
+        srun += [f"--container-env={','.join([*env, *job.secrets])}", f"--container-workdir={run_dir}"]
+    srun += [f"--mpi={s.get('mpi') or 'none'}", *s.get("srun_args", [])]
     lines = ["#!/bin/bash", f"# {header(job)}"]
     lines += [f"#SBATCH --{k}" + (f"={v}" if v is not None else "") for k, v in directives(job)]
     if job.secrets:
@@ -266,9 +272,16 @@ class Backend:
             return
         # One tar stream over SSH: the run dir lives on the cluster's filesystem.
         buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for rel, text in files.items():
-                data = text.encode()
+                if isinstance(text, Tree):  # a packed tree: its members under rel/
+                    with tarfile.open(fileobj=io.BytesIO(text)) as inner:
+                        for member in inner:
+                            data = inner.extractfile(member) if member.isfile() else None
+                            member.name = f"{rel.rstrip('/')}/{member.name}"
+                            tar.addfile(member, data)
+                    continue
+                data = text if isinstance(text, bytes) else text.encode()
                 info = tarfile.TarInfo(rel)
                 info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())
                 tar.addfile(info, io.BytesIO(data))
