@@ -20,7 +20,7 @@
 CT=$H/containers
 IMAGE=$CT/images/local-torch.sqsh
 CT_RECIPE=3        # bump when the build steps below change (forces a rebuild)
-IMAGE_RECIPE=3     # bump when the image contents change
+IMAGE_RECIPE=4     # bump when the image contents change
 TORCH_VERSION=2.13.0
 CT_PACKAGES=(libslurm-dev gcc make libc6-dev musl-tools musl-dev linux-libc-dev makeself squashfs-tools
              squashfuse fuse-overlayfs jq parallel zstd pigz curl libcap2-bin debootstrap)
@@ -182,6 +182,12 @@ ct_image() { # build the squashfs image unless the cached one matches
     image_probe >"$root/opt/Megatron-Bridge/scripts/training/run_recipe.py"
     printf '%s\n' /opt/Megatron-Bridge/src /opt/Megatron-Bridge/3rdparty/Megatron-LM \
       >"$root/venv/lib/python3.11/site-packages/megatron-bridge.pth"
+    # python and torchrun on the login PATH: enroot starts a login environment whose PATH comes
+    # from the image's /etc/login.defs (enroot-switchroot.c, sys_login), as NGC images have them
+    for exe in python python3 torchrun; do
+      printf '#!/bin/sh\nexec /venv/bin/%s "$@"\n' "$exe" >"$root/usr/local/bin/$exe"
+      chmod 755 "$root/usr/local/bin/$exe"
+    done
     # enroot reads the image's /etc/environment at start (as it writes a Docker image's ENV there);
     # TOKENIZERS_PARALLELISM differs from what the local-slurm-pyxis profile sets, on purpose
     printf '%s\n' "PATH=/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \

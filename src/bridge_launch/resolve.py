@@ -341,7 +341,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
     image = None
     if container and prof["backend"] in ("lepton", "dgxcloud"):
         container = images.docker_ref(container)  # REGISTRY/IMAGE there (users may write pyxis's #)
-    elif container and prof["backend"] == "slurm" and not images.is_path(container):
+    elif container and prof["backend"] == "slurm":
         ref = images.pyxis_ref(container)  # the renderer writes this form; a bare *.sqsh is refused here
         hit = images.cached(prof["name"], prof["slurm"].get("image_cache", "").rstrip("/"), ref)
         if hit:  # `image import` put it in the profile's cache: start from that squashfs
