@@ -267,3 +267,27 @@ def test_staging_unpacks_the_tree_in_the_run_dir(tmp_path):
     assert (run_dir / "bridge-src" / "src" / "megatron" / "bridge" / "__init__.py").read_text() == 'ORIGIN = "committed"\n'
     assert os.access(run_dir / "bridge-src" / "scripts" / "training" / "run_recipe.py", os.X_OK)
     assert json.loads((run_dir / "launch" / "x.json").read_text()) == {}
+
+
+# pyxis 0.24.0 + enroot 4.1.2 on the local cluster, --container-image=nvcr.io#nvidia/nemo:26.10 without
+# network: the start of a node's step log, as it was written
+PYXIS_PULL_FAILURE = """\
+slurmstepd-node1: error: pyxis: child 25229 failed with error code: 6
+slurmstepd-node1: error: pyxis: failed to import docker image: nvcr.io#nvidia/nemo:26.10
+slurmstepd-node1: error: pyxis: printing enroot log file:
+slurmstepd-node1: error: pyxis:     [INFO] Querying registry for permission grant
+slurmstepd-node1: error: pyxis:     curl: (6) Could not resolve host: nvcr.io
+slurmstepd-node1: error: spank: required plugin spank_pyxis.so: task_init() failed with rc=-1
+slurmstepd-node1: error: Failed to invoke spank plugin stack
+slurmstepd-node1: error: pyxis: child 25296 failed with error code: 1
+"""
+
+
+def test_status_reason_is_pyxis_and_enroots_own_lines():
+    from bridge_launch.backends.slurm import container_failure
+
+    assert container_failure(["[rank0]: hello\n", PYXIS_PULL_FAILURE]) == \
+        "pyxis: failed to import docker image: nvcr.io#nvidia/nemo:26.10: curl: (6) Could not resolve host: nvcr.io"
+    missing = "slurmstepd-node2: error: pyxis: [ERROR] No such file or directory: /x/y.sqsh\n"
+    assert container_failure([missing]) == "pyxis: [ERROR] No such file or directory: /x/y.sqsh"
+    assert container_failure(["Traceback ...\nRuntimeError: boom\n", None]) is None

@@ -353,6 +353,10 @@ class Backend:
                     info = self._exit_marker(s, run, jid)
                 st = dict(info)
                 st.update(self._progress(s, run))
+                if st.get("state") == "FAILED" and job.container:
+                    why = container_failure(self._log_texts(s, run))
+                    if why:
+                        st["reason"] = why
                 if job.chain:
                     st = self._chain_status(s, run, st)
                 out[run.run_id] = st
@@ -442,9 +446,12 @@ class Backend:
         return {"state": "COMPLETED", "reason": ""} if code == 0 else {"state": "FAILED", "reason": f"exit code {code}"}
 
     def _progress(self, s, run) -> dict:
+        return progress(self._log_texts(s, run))
+
+    def _log_texts(self, s, run) -> list:
         if s.get("login_host"):  # the last 64 KiB of each log, all in one SSH call
-            return progress(b.decode("utf-8", "replace") for b in self._remote_logs(s, run, tail=65536).values())
-        return progress(log_tail(p) for p in self._local_logs(run))
+            return [b.decode("utf-8", "replace") for b in self._remote_logs(s, run, tail=65536).values()]
+        return [log_tail(p) for p in self._local_logs(run)]
 
     # -- logs and cancel --------------------------------------------------------------------
     def log_files(self, run) -> list:
@@ -519,6 +526,23 @@ class Backend:
         proc = self._run(job.scheduler, ["scancel", *ids])
         if proc.returncode and "Invalid job id" not in (proc.stderr or ""):
             raise LaunchError(f"scancel failed: {self._first_error(proc)}")
+
+
+_PYXIS_LINE = re.compile(r"\berror: pyxis:\s+(.*\S)")
+_ENROOT_ERROR = re.compile(r"curl: \(\d+\)|\[ERROR\]|No such file|mktemp:|[Ee]rror:")
+
+
+def container_failure(texts) -> str | None:
+    """Why pyxis could not start the container, from the step's logs: its own line (e.g. 'failed
+    to import docker image: nvcr.io#nvidia/nemo:26.10') and enroot's error line from the enroot
+    log pyxis prints after it (e.g. 'curl: (6) Could not resolve host: nvcr.io'); None if the job
+    failed for another reason."""
+    msgs = [m.group(1) for text in texts if text for m in _PYXIS_LINE.finditer(text)]
+    if not msgs:
+        return None
+    head = next((m for m in msgs if m.startswith(("failed", "[ERROR]", "couldn't"))), msgs[0])
+    detail = next((m for m in reversed(msgs) if m is not head and _ENROOT_ERROR.search(m)), None)
+    return f"pyxis: {head}" + (f": {detail}" if detail else "")
 
 
 _LOG_NAME = re.compile(r"^(sbatch-\d+\.out|\d+-[\w.-]+\.log)$")
