@@ -204,10 +204,10 @@ ct_image() { # build the squashfs image unless the cached one matches
 
 # --- wiring ----------------------------------------------------------------------------------
 ct_wire() { # enroot.conf, runtime dirs, plugstack.conf; returns 0 when plugstack.conf changed
-  mkdir -p "$H/enroot/tmp" "$H/enroot/run" "$H/enroot/data" "$H/enroot/cache" "$H/pyxis-run"
+  mkdir -p "$H/enroot/tmp" "$H/enroot/run" "$H/enroot/data" "$H/enroot/cache"
   put /usr/local/etc/enroot/enroot.conf "$(enroot_conf)"
   put "$ETC/plugstack.conf" "# Written by scripts/local-slurm --containers: pyxis (acts only on jobs that name an image)
-required /usr/local/lib/slurm/spank_pyxis.so runtime_path=$H/pyxis-run use_squashfuse=1"
+required /usr/local/lib/slurm/spank_pyxis.so runtime_path=$H/pyxis-run/node use_squashfuse=1"
   was_changed "$ETC/plugstack.conf"
 }
 
