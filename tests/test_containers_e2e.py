@@ -205,3 +205,12 @@ def test_image_import_once_then_submit_starts_from_the_cache(cluster, home):
     assert st["state"] == "COMPLETED" and st["info"]["image_digest"] == digest, st
     bad = run_cli("image", "import", "nvcr.io/nvidia/nemo:26.10", "-c", "local-slurm-pyxis", timeout=300)
     assert bad.code == 1 and "Could not resolve host: nvcr.io" in bad.err.strip().splitlines()[-1], bad.err
+
+
+def test_pyxis_stays_wired_on_a_plain_start(cluster):
+    started = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=300)
+    assert started.returncode == 0 and "containers on (pyxis" in started.stdout, started.stdout + started.stderr
+    help_text = subprocess.run([str(SCRIPT), "exec", "srun", "--help"], capture_output=True, text=True,
+                               timeout=60, env=dict(os.environ, SLURM_CONF=cluster)).stdout
+    assert "--container-image" in help_text and "--container-env" in help_text
+    assert re.search(r"pyxis: version v0\.24\.0", (STATE / "log" / "slurmd-node1.log").read_text())

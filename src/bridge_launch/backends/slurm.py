@@ -78,7 +78,7 @@ def torchrun_command(job) -> list:
     # --bridge-src: the mounted checkout's src and Megatron-LM ahead of the image's install (as
     # Megatron-Bridge's own NeMo-Run launchers set PYTHONPATH), expanded inside the container
     prefix = (f"export PYTHONPATH={BRIDGE_IN_CONTAINER}/src:{BRIDGE_IN_CONTAINER}/3rdparty/Megatron-LM"
-              "${PYTHONPATH:+:$PYTHONPATH}; " if getattr(job, "bridge_src", None) else "")
+              "${PYTHONPATH:+:$PYTHONPATH}; " if job.bridge_src else "")
     cmd = [
         "bash", "-c", f'{prefix}exec {launcher} --node-rank="$SLURM_NODEID" "$@"', "node-launch",
         f"--nnodes={job.nodes}", f"--nproc-per-node={job.gpus_per_node}",
