@@ -116,18 +116,3 @@ def test_diff_of_two_sets_and_of_two_runs(home):
     keys = {x["key"]: x for x in r.json()["differences"]}
     assert keys["train.train_iters"]["a"] == 5 and keys["train.train_iters"]["b"] == 7
     assert run_cli("diff", "only-one").code == 2
-
-
-def test_bridge_src_mounts_a_checkout_and_records_its_commit(home, tmp_path):
-    src = tmp_path / "Megatron-Bridge"
-    src.mkdir()
-    subprocess.run(["git", "init", "-q", str(src)], check=True)
-    subprocess.run(["git", "-C", str(src), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
-                    "--allow-empty", "-m", "x"], check=True)
-    d = run_cli("submit", "smoke", "-c", "gb200-8", "--bridge-src", str(src), "--dry-run", "-o", "json").json()
-    assert f"{src}:/opt/Megatron-Bridge" in d["mounts"]
-    assert f"{src}:/opt/Megatron-Bridge" in d["artifact"]["text"]
-    head = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    assert launch.source_commit(str(src)) == head
-    bad = run_cli("submit", "smoke", "--bridge-src", str(src), "--dry-run")
-    assert bad.code == 2 and "needs a container" in bad.err

@@ -293,3 +293,17 @@ def test_submit_over_ssh_with_a_secret(cluster, home):
                 if os.path.islink(path) or not os.path.isfile(path):
                     continue
                 assert value.encode() not in Path(path).read_bytes(), path
+
+
+def test_a_profile_that_asks_for_pmix_runs_on_two_nodes(cluster, home):
+    """[slurm] mpi = "pmix": each node keeps PMIx's per-job directory in its own TmpFS (slurm.conf
+    TmpFS=<state>/tmp/%n), so the two nodes on one filesystem do not collide (File exists)."""
+    write(home / "clusters" / "pmix.toml", 'extends = "local-slurm"\n[slurm]\nmpi = "pmix"\n')
+    r = run_cli("submit", "smoke", "-c", "pmix", "-o", "json", *FAST, "train.train_iters=3")
+    assert r.code == 0, r.err
+    sub = r.json()
+    assert "--mpi=pmix" in (Path(sub["run_dir"]) / "launch" / f"{sub['run_id']}.sbatch").read_text()
+    assert _wait_state(sub["run_id"], {"COMPLETED", "FAILED"})["state"] == "COMPLETED"
+    logs = run_cli("logs", sub["run_id"]).out
+    assert "File exists" not in logs and "launch failed" not in logs
+    assert sorted(set(_summary(sub["run_dir"])["hosts"])) == ["node1", "node2"]

@@ -26,6 +26,8 @@ clusters_app = typer.Typer(help="List and show cluster profiles.", no_args_is_he
 app.add_typer(recipes_app, name="recipes")
 app.add_typer(overlays_app, name="overlays")
 app.add_typer(clusters_app, name="clusters")
+image_app = typer.Typer(help="Container images: import one into a cluster's image cache.", no_args_is_help=True)
+app.add_typer(image_app, name="image")
 from .data.cli import app as data_app  # noqa: E402  (no heavy imports at its top)
 
 app.add_typer(data_app, name="data", help="Prepare and inspect datasets (Energon shards, packing report).")
@@ -82,7 +84,7 @@ def submit(
     container: Optional[str] = typer.Option(None, "--container", help="Container image (overrides recipe and cluster)."),
     env: Optional[List[str]] = typer.Option(None, "--env", "-e", help="Extra environment NAME=VALUE (not for secrets)."),
     secret: Optional[List[str]] = typer.Option(None, "--secret", help="Pass this environment variable by name (repeatable)."),
-    bridge_src: Optional[str] = typer.Option(None, "--bridge-src", help="Mount this Megatron-Bridge checkout over the container's copy."),
+    bridge_src: Optional[str] = typer.Option(None, "--bridge-src", help="A local Megatron-Bridge git checkout: packed (tracked files, uncommitted edits included), staged in the run dir and mounted over the container's copy."),
     until_done: bool = typer.Option(False, "--until-done", help="Slurm: continue across time limits and flaky failures until train_iters."),
     max_restarts: int = typer.Option(3, "--max-restarts", help="With --until-done: flaky failures to retry."),
     signal_lead: int = typer.Option(120, "--signal-lead", help="With --until-done: seconds before the time limit to save."),
@@ -182,6 +184,20 @@ def prune(older_than: str = typer.Option("30d", "--older-than", help="Age of fin
     from . import commands
 
     raise typer.Exit(commands.prune(older_than))
+
+
+@image_app.command("import")
+def image_import(
+    image: str = typer.Argument(..., help="REGISTRY/IMAGE[:TAG] (or REGISTRY#IMAGE[:TAG]), or a squashfs path on the cluster."),
+    cluster: str = typer.Option(..., "--cluster", "-c", help="Slurm cluster profile with [slurm] image_cache.",
+                                autocompletion=_complete_cluster),
+    output: Output = OUTPUT,
+):
+    """Run `enroot import` once, as a job on one compute node, into the profile's image cache (keyed by
+    digest); later submits of that image start from the cached squashfs."""
+    from . import commands
+
+    raise typer.Exit(commands.image_import(image, cluster, output=output.value))
 
 
 def _raw_after(command: str) -> list[str]:

@@ -38,6 +38,10 @@ _SLURM = {
     "request_gpus": (bool, False), "segment": (bool, False), "sbatch_args": (list, []),
     "srun_args": (list, []), "slurm_conf": (str, ""), "login_host": (str, ""), "ssh_port": (int, 22),
     "ssh_user": (str, ""), "ssh_identity": (str, ""), "ssh_config": (str, ""), "rdzv_port": (int, 0), "signal": (str, ""),
+    # srun --mpi: torchrun needs no MPI, so none unless the profile asks (pmix, pmi2, ...)
+    "mpi": (str, "none"),
+    # pyxis image cache: a shared directory `bridge-launch image import` fills (one squashfs per digest)
+    "image_cache": (str, ""), "image_import_time": (str, "01:00:00"),
 }
 _LEPTON = {
     "resource_shape": (str, ""), "node_group": (str, ""), "node_reservation": (str, ""),
@@ -101,6 +105,10 @@ def _validate(data: dict, path) -> dict:
             raise UsageError(f"{where}: secrets must be environment variable names, got {name!r}")
         if name in prof["env"]:
             raise UsageError(f"{where}: {name} is listed as a secret and also given a value in [env]; secrets are passed by name only")
+    mpi = prof["slurm"]["mpi"]
+    if not mpi.replace("_", "").isalnum() or any(a.startswith("--mpi") for a in prof["slurm"]["srun_args"]):
+        raise UsageError(f"{where}: [slurm] mpi must be one MPI plugin name (none, pmix, pmi2, ...), set there "
+                         "and not as --mpi in srun_args")
     prof["arch"] = GPU_ARCH[prof["gpu_type"]]
     prof["path"] = str(path)
     return prof

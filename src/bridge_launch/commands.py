@@ -25,6 +25,10 @@ def submit(recipe, overrides, *, cluster, overlays, nodes, time, partition, acco
                            max_restarts=max_restarts, signal_lead=signal_lead, max_segments=max_segments,
                            step_time=step_time)
     job = resolve.resolve(recipe, opts, for_submit=not dry_run)
+    if job.bridge_src:
+        from . import codepack
+
+        codepack.checkout(job.bridge_src)  # one clear line now, not after the run is reserved
     if dry_run:
         artifact = backends.render(job)
         if output == "json":
@@ -149,8 +153,11 @@ def status(run_ref, *, all_runs, state, recipe, output) -> int:
         print(f"run dir     {r.run_dir}")
         if r.info.get("container"):
             print(f"container   {r.info['container']}")
+        if r.info.get("image_digest"):
+            print(f"image       {r.info.get('image')} @ {r.info['image_digest']} (image cache)")
         if r.info.get("bridge_src"):
-            print(f"bridge src  {r.info['bridge_src']} @ {r.info.get('bridge_commit') or 'unknown commit'}")
+            dirty = " + uncommitted changes" if r.info.get("bridge_dirty") else ""
+            print(f"bridge src  {r.info['bridge_src']} @ {r.info.get('bridge_commit') or 'unknown commit'}{dirty}")
         if len(lineage) > 1:
             print("chain       " + " -> ".join(f"{x.run_id} ({x.state})" for x in lineage))
         if r.info.get("segments"):
@@ -388,6 +395,21 @@ def diff(argv, *, all_keys, output) -> int:
         return 0
     views.table("differences", ["section", "key", "A", "A from", "B", "B from"],
                 [[r[0], r[1], views.fmt(r[2]), r[3], views.fmt(r[4]), r[5]] for r in shown])
+    return 0
+
+
+def image_import(image, cluster, *, output) -> int:
+    from . import images
+
+    if output == "text":
+        sys.stderr.write(f"importing {image} on cluster '{cluster}' (one job on one node)...\n")
+    entry = images.import_image(image, cluster)
+    if output == "json":
+        views.dump_json(entry)
+    else:
+        what = "already in the cache" if entry["how"] == "cached" else "imported"
+        print(f"{entry['source']} {what}: {entry['squashfs']} ({entry['digest']}, job {entry['job_id']}, "
+              f"{entry['seconds']} s); submits to '{cluster}' now start from it")
     return 0
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from . import backends
 from .errors import LaunchError, UsageError
-from .backends.base import WORKLOAD_DIR
-from .resolve import BRIDGE_IN_CONTAINER, ResolvedJob, amend
+from .backends.base import WORKLOAD_DIR, Tree
+from .resolve import BRIDGE_SRC_DIR, ResolvedJob, amend
 from .runs import TERMINAL, Registry, Run
 
 _WORKLOADS = Path(__file__).resolve().parent / "workloads"
@@ -37,6 +37,13 @@ def stage_locally(run_dir: str, files: dict, *, new_dir: bool) -> None:
     for sub in ("logs", "launch", "exit"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     for rel, text in files.items():
+        if isinstance(text, Tree):  # a packed tree (--bridge-src), unpacked under rel/
+            import io
+            import tarfile
+
+            with tarfile.open(fileobj=io.BytesIO(text)) as tar:
+                tar.extractall(root / rel, filter="data")
+            continue
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         _write_private(root / rel, text)
 
@@ -45,7 +52,7 @@ def job_json(job: ResolvedJob) -> str:
     return json.dumps(job.to_dict(), indent=2, sort_keys=False) + "\n"
 
 
-def _launch(reg: Registry, job: ResolvedJob, run: Run, *, new_dir: bool) -> Run:
+def _launch(reg: Registry, job: ResolvedJob, run: Run, *, new_dir: bool, code: dict | None = None) -> Run:
     """Stage the run's files in its run dir (through the backend: the dir may be on a remote
     cluster), hand the artifact to the backend, record the job ids. On any failure the
     record (and a run dir this call created) is removed again."""
@@ -60,6 +67,13 @@ def _launch(reg: Registry, job: ResolvedJob, run: Run, *, new_dir: bool) -> Run:
         }
         if job.workload == "smoke":
             files.update(workload_files())
+        if job.bridge_src and new_dir:  # a resume runs the tree already in the run dir
+            from . import codepack
+
+            packed = codepack.pack(job.bridge_src)
+            files[BRIDGE_SRC_DIR] = Tree(packed.tar)
+            code = {"bridge_src": job.bridge_src, "bridge_commit": packed.commit, "bridge_dirty": packed.dirty,
+                    "bridge_files": packed.files}
         _write_private(reg.jobs_dir() / f"{run.run_id}.json", job_json(job))
         be.stage(job, files, new_dir=new_dir)
         created = new_dir
@@ -72,10 +86,9 @@ def _launch(reg: Registry, job: ResolvedJob, run: Run, *, new_dir: bool) -> Run:
             be.unstage(job)
         raise
     state = "RUNNING" if job.backend == "local" else "PENDING"
-    info = dict(run.info, container=job.container)
-    src = next((m.split(":")[0] for m in job.mounts if m.endswith(f":{BRIDGE_IN_CONTAINER}")), None)
-    if src:
-        info.update(bridge_src=src, bridge_commit=source_commit(src))
+    info = dict(run.info, container=job.container, **(code or {}))
+    if job.image:
+        info.update(image=job.image["ref"], image_digest=job.image["digest"])
     return reg.update(run.run_id, state=state, job_ids=job_ids, info=info)
 
 
@@ -110,7 +123,8 @@ def resume(reg: Registry, run: Run, overrides=()) -> Run:
                          f"{data_parallel(job)}; Energon's saved loader state needs the same DP size")
     _check_secrets(job)
     new = reg.reserve(job.recipe, job.cluster, job.backend, resumed_from=run.run_id, chain=run.chain)
-    return _launch(reg, job.for_run(new.run_id), new, new_dir=False)
+    code = {k: v for k, v in run.info.items() if k.startswith("bridge_")} or None
+    return _launch(reg, job.for_run(new.run_id), new, new_dir=False, code=code)
 
 
 def data_parallel(job: ResolvedJob) -> int | None:
@@ -120,17 +134,6 @@ def data_parallel(job: ResolvedJob) -> int | None:
     if None in (tp, pp, cp) or job.world_size % (tp * pp * cp):
         return None
     return job.world_size // (tp * pp * cp)
-
-
-def source_commit(path: str) -> str | None:
-    """The git commit of a --bridge-src checkout, if it is one and readable here."""
-    import subprocess
-
-    try:
-        proc = subprocess.run(["git", "-C", path, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return proc.stdout.strip() if proc.returncode == 0 else None
 
 
 def load_job(reg: Registry, run: Run) -> ResolvedJob:

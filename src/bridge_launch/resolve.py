@@ -14,13 +14,14 @@ import re
 import sys
 from dataclasses import asdict, dataclass, field
 
-from . import clusters, paths, recipes, schema, validate
+from . import clusters, images, paths, recipes, schema, validate
 from .errors import UsageError
 from .overrides import OverrideError, format_override, parse_override
 from .workloads import trainer_protocol as P
 
 RUN_ID_PLACEHOLDER = "@RUN_ID@"
 BRIDGE_IN_CONTAINER = "/opt/Megatron-Bridge"
+BRIDGE_SRC_DIR = "bridge-src"  # where --bridge-src's packed tree is staged, under the run dir
 _SECRETISH = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -39,7 +40,7 @@ class Options:
     container: str | None = None
     env: tuple[str, ...] = ()  # NAME=VALUE
     secrets: tuple[str, ...] = ()  # NAME
-    bridge_src: str | None = None  # a Megatron-Bridge checkout mounted over the container's copy
+    bridge_src: str | None = None  # a local Megatron-Bridge git checkout, packed and mounted over the container's copy
     until_done: bool = False  # keep going across time limits and flaky failures until train_iters
     max_restarts: int = 3  # flaky failures retried per run (time-limit continuations do not count)
     signal_lead: int = 120  # seconds before the time limit that the trainer is told to save
@@ -81,13 +82,15 @@ class ResolvedJob:
     missing_inputs: list
     warnings: list
     errors: list
+    image: dict | None = None  # from the image cache: {"ref", "digest", "squashfs"} (container is the squashfs)
+    bridge_src: str | None = None  # the local checkout --bridge-src packs at submit
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> "ResolvedJob":
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
     def with_run_id(self, run_id: str) -> "ResolvedJob":
         """The same job with the run id filled in everywhere the placeholder stands."""
@@ -376,6 +379,15 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         if opts.container:
             raise UsageError(f"--container: cluster '{prof['name']}' runs bare processes (containers = false)")
         container, jobsrc["container"] = None, f"cluster:{prof['name']} (bare processes)"
+    image = None
+    if container and prof["backend"] in ("lepton", "dgxcloud"):
+        container = images.docker_ref(container)  # REGISTRY/IMAGE there (users may write pyxis's #)
+    elif container and prof["backend"] == "slurm":
+        ref = images.pyxis_ref(container)  # the renderer writes this form; a bare *.sqsh is refused here
+        hit = images.cached(prof["name"], prof["slurm"].get("image_cache", "").rstrip("/"), ref)
+        if hit:  # `image import` put it in the profile's cache: start from that squashfs
+            image = {"ref": ref, "digest": hit["digest"], "squashfs": hit["squashfs"]}
+            container, jobsrc["container"] = hit["squashfs"], f"{jobsrc['container']}, image cache {hit['digest'][:19]}"
 
     section = prof.get(prof["backend"], {}) if prof["backend"] in ("slurm", "lepton", "dgxcloud") else {}
     scheduler = dict(section)
@@ -404,14 +416,16 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
     # Bare processes run the interpreter running bridge-launch unless the profile names one.
     python = prof["python"] or (sys.executable if not container else "python")
     mounts = _mounts(prof, job_root) if container else []
+    bridge_src = None
     if opts.bridge_src:
-        src = opts.bridge_src.rstrip("/")
-        if not src.startswith("/"):
-            raise UsageError(f"--bridge-src {opts.bridge_src}: give an absolute path on the cluster's filesystem")
+        if prof["backend"] != "slurm":
+            raise UsageError(f"--bridge-src is staged into the run dir of a Slurm job; cluster '{prof['name']}' uses "
+                             f"the {prof['backend']} backend")
         if not container:
             raise UsageError(f"--bridge-src needs a container to mount into; cluster '{prof['name']}' runs bare processes")
-        mounts.append(f"{src}:{BRIDGE_IN_CONTAINER}")
-        jobsrc["bridge_src"] = "cli"
+        bridge_src = os.path.abspath(os.path.expanduser(opts.bridge_src))
+        mounts.append(f"{run_dir}/{BRIDGE_SRC_DIR}:{BRIDGE_IN_CONTAINER}")
+        jobsrc["bridge_src"] = f"cli ({bridge_src}, packed at submit)"
 
     if not opts.until_done:
         for flag, value in (("--max-segments", opts.max_segments), ("--step-time", opts.step_time)):
@@ -438,7 +452,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         required_secrets=list(prof["required_secrets"]), mounts=mounts, job_root=job_root, run_id=RUN_ID_PLACEHOLDER, run_dir=run_dir, python=python,
         scheduler=scheduler, profile=prof, chain=chain,
         provenance={"config": dict(layers.source), "env": envsrc, "job": jobsrc},
-        missing_inputs=missing, warnings=warnings, errors=errors,
+        missing_inputs=missing, warnings=warnings, errors=errors, image=image, bridge_src=bridge_src,
     )
     job.errors.extend(validate.check(job, gpu_count_ok=gpu_count_ok))
     if chain is not None:

@@ -74,6 +74,11 @@ class Artifact:
         return {"kind": self.kind, "text": self.text}
 
 
+class Tree(bytes):
+    """A staged file whose value is a tar archive, unpacked at its path under the run dir
+    (--bridge-src's packed checkout) instead of written as one file."""
+
+
 def q(value) -> str:
     return shlex.quote(str(value))
 

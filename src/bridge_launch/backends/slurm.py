@@ -15,8 +15,10 @@ from pathlib import Path
 
 from ..errors import LaunchError, UsageError
 from ..failures import DETERMINISTIC, grep_pattern
+from ..images import pyxis_ref
+from ..resolve import BRIDGE_IN_CONTAINER
 from ..workloads import trainer_protocol as P
-from .base import Artifact, entry_command, export_lines, header, log_tail, numa_wrapper, progress, q, runtime_env
+from .base import Artifact, Tree, entry_command, export_lines, header, log_tail, numa_wrapper, progress, q, runtime_env
 
 _DIRECTIVE_SAFE = re.compile(r"^[^\s'\"\\]+$")
 
@@ -93,11 +95,15 @@ def torchrun_command(job) -> list:
     """One torchrun per node; its node rank comes from the Slurm task's own environment,
     so it is read inside the task (bash -c) rather than in the batch shell."""
     launcher = "torchrun" if job.container else f"{q(job.python)} -m torch.distributed.run"
+    # --bridge-src: the mounted checkout's src and Megatron-LM ahead of the image's install (as
+    # Megatron-Bridge's own NeMo-Run launchers set PYTHONPATH), expanded inside the container
+    prefix = (f"export PYTHONPATH={BRIDGE_IN_CONTAINER}/src:{BRIDGE_IN_CONTAINER}/3rdparty/Megatron-LM"
+              "${PYTHONPATH:+:$PYTHONPATH}; " if job.bridge_src else "")
     if job.chain:
-        head = ["bash", "-c", _NODE_CHAIN.format(launcher=launcher), "node-launch", Raw('"$stop_file"'),
+        head = ["bash", "-c", prefix + _NODE_CHAIN.format(launcher=launcher), "node-launch", Raw('"$stop_file"'),
                 job.chain["exit_signal"]]
     else:
-        head = ["bash", "-c", f'exec {launcher} --node-rank="$SLURM_NODEID" "$@"', "node-launch"]
+        head = ["bash", "-c", f'{prefix}exec {launcher} --node-rank="$SLURM_NODEID" "$@"', "node-launch"]
     cmd = [
         *head,
         f"--nnodes={job.nodes}", f"--nproc-per-node={job.gpus_per_node}",
@@ -273,11 +279,11 @@ def render(job) -> Artifact:
     srun = ["srun", f"--nodes={job.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
             f"--output={run_dir}/logs/%j-%N.log"]
     if job.container:
-        srun += [f"--container-image={job.container}"]
+        srun += [f"--container-image={pyxis_ref(job.container)}"]
         if job.mounts:
             srun += [f"--container-mounts={','.join(job.mounts)}"]
-        srun += [f"--container-env={','.join([*env, *job.secrets])}"]
-    srun += list(s.get("srun_args", []))
+        srun += [f"--container-env={','.join([*env, *job.secrets])}", f"--container-workdir={run_dir}"]
+    srun += [f"--mpi={s.get('mpi') or 'none'}", *s.get("srun_args", [])]
     lines = ["#!/bin/bash", f"# {header(job)}"]
     lines += [f"#SBATCH --{k}" + (f"={v}" if v is not None else "") for k, v in directives(job)]
     if job.secrets:
@@ -378,9 +384,16 @@ class Backend:
             return
         # One tar stream over SSH: the run dir lives on the cluster's filesystem.
         buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for rel, text in files.items():
-                data = text.encode()
+                if isinstance(text, Tree):  # a packed tree: its members under rel/
+                    with tarfile.open(fileobj=io.BytesIO(text)) as inner:
+                        for member in inner:
+                            data = inner.extractfile(member) if member.isfile() else None
+                            member.name = f"{rel.rstrip('/')}/{member.name}"
+                            tar.addfile(member, data)
+                    continue
+                data = text if isinstance(text, bytes) else text.encode()
                 info = tarfile.TarInfo(rel)
                 info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())
                 tar.addfile(info, io.BytesIO(data))
@@ -452,6 +465,10 @@ class Backend:
                     info = self._exit_marker(s, run, jid)
                 st = dict(info)
                 st.update(self._progress(s, run))
+                if st.get("state") == "FAILED" and job.container:
+                    why = container_failure(self._log_texts(s, run))
+                    if why:
+                        st["reason"] = why
                 if job.chain:
                     st = self._chain_status(s, run, st)
                 out[run.run_id] = st
@@ -545,9 +562,12 @@ class Backend:
         return {"state": "COMPLETED", "reason": ""} if code == 0 else {"state": "FAILED", "reason": f"exit code {code}"}
 
     def _progress(self, s, run) -> dict:
+        return progress(self._log_texts(s, run))
+
+    def _log_texts(self, s, run) -> list:
         if s.get("login_host"):  # the last 64 KiB of each log, all in one SSH call
-            return progress(b.decode("utf-8", "replace") for b in self._remote_logs(s, run, tail=65536).values())
-        return progress(log_tail(p) for p in self._local_logs(run))
+            return [b.decode("utf-8", "replace") for b in self._remote_logs(s, run, tail=65536).values()]
+        return [log_tail(p) for p in self._local_logs(run)]
 
     # -- logs and cancel --------------------------------------------------------------------
     def log_files(self, run) -> list:
@@ -635,6 +655,23 @@ def _outcomes(text: str) -> dict:
             out[parts[0]] = {"outcome": parts[1], "checkpoint": int(parts[3]),
                              "detail": parts[4].strip() if len(parts) > 4 else ""}
     return out
+
+
+_PYXIS_LINE = re.compile(r"\berror: pyxis:\s+(.*\S)")
+_ENROOT_ERROR = re.compile(r"curl: \(\d+\)|\[ERROR\]|No such file|mktemp:|[Ee]rror:")
+
+
+def container_failure(texts) -> str | None:
+    """Why pyxis could not start the container, from the step's logs: its own line (e.g. 'failed
+    to import docker image: nvcr.io#nvidia/nemo:26.10') and enroot's error line from the enroot
+    log pyxis prints after it (e.g. 'curl: (6) Could not resolve host: nvcr.io'); None if the job
+    failed for another reason."""
+    msgs = [m.group(1) for text in texts if text for m in _PYXIS_LINE.finditer(text)]
+    if not msgs:
+        return None
+    head = next((m for m in msgs if m.startswith(("failed", "[ERROR]", "couldn't"))), msgs[0])
+    detail = next((m for m in reversed(msgs) if m is not head and _ENROOT_ERROR.search(m)), None)
+    return f"pyxis: {head}" + (f": {detail}" if detail else "")
 
 
 _LOG_NAME = re.compile(r"^(sbatch-\d+\.out|\d+-[\w.-]+\.log)$")

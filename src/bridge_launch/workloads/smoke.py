@@ -455,6 +455,7 @@ class Smoke:
             "hosts": None,
             "backend": self.backend,
             "torch_version": torch.__version__,
+            "python": sys.executable,
             "busbw": [],
             "gpu": None,
             "argv": list(sys.argv),

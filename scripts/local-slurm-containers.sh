@@ -1,0 +1,214 @@
+# Sourced by scripts/local-slurm: pyxis + enroot for the local cluster (`start --containers`).
+#
+# What it does, following ../shared/reference/pyxis_enroot.md (facts measured on this kind of
+# machine) and the upstream trees in ../shared/vendor (or PYXIS_SRC / ENROOT_SRC: a .tar.gz or
+# a directory):
+#   - builds pyxis against Debian's libslurm-dev (its Makefile, unchanged) and enroot with Debian's
+#     musl, kernel headers and makeself in place of its git submodules; installs both under
+#     /usr/local (enroot and its helpers must be on slurmd's PATH: pyxis execs `enroot` with
+#     slurmstepd's environment, and enroot runs its helpers by name). Cached: rebuilt only when
+#     the sources, the Slurm release or this recipe change ($H/containers/built.key).
+#   - writes enroot.conf with per-host paths (both nodes share one filesystem and pyxis names a
+#     container the same on every node) and $H/etc/plugstack.conf (Slurm reads it from
+#     SLURM_CONF's directory). The plugin stays wired on later plain starts; it acts only on jobs
+#     that name an image.
+#   - builds $H/containers/images/local-torch.sqsh: Debian bookworm (debootstrap minbase) with
+#     Python, a venv holding torch==2.13.0 (the CPU wheel this machine has) and, as the image's
+#     "installed" Megatron-Bridge, a small stand-in at /opt/Megatron-Bridge (see image_probe
+#     below). Cached by $H/containers/images/local-torch.key.
+
+CT=$H/containers
+IMAGE=$CT/images/local-torch.sqsh
+CT_RECIPE=3        # bump when the build steps below change (forces a rebuild)
+IMAGE_RECIPE=4     # bump when the image contents change
+TORCH_VERSION=2.13.0
+CT_PACKAGES=(libslurm-dev gcc make libc6-dev musl-tools musl-dev linux-libc-dev makeself squashfs-tools
+             squashfuse fuse-overlayfs jq parallel zstd pigz curl libcap2-bin debootstrap)
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+ct_sources() { # -> sets PYXIS_SRC ENROOT_SRC; fails with one line when they are missing
+  PYXIS_SRC=${PYXIS_SRC:-$REPO_ROOT/../shared/vendor/pyxis-0.24.0.tar.gz}
+  ENROOT_SRC=${ENROOT_SRC:-$REPO_ROOT/../shared/vendor/enroot-8ea147d.tar.gz}
+  [[ -e $PYXIS_SRC ]] || die "pyxis sources not found at $PYXIS_SRC (set PYXIS_SRC to a pyxis .tar.gz or tree)"
+  [[ -e $ENROOT_SRC ]] || die "enroot sources not found at $ENROOT_SRC (set ENROOT_SRC to an enroot .tar.gz or tree)"
+}
+
+src_hash() { # tarball or tree -> sha256 of its contents
+  if [[ -d $1 ]]; then
+    (cd "$1" && find . -type f ! -path './.git/*' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
+  else
+    sha256sum "$1" | cut -d' ' -f1
+  fi
+}
+unpack() { # src dest: a tarball (one top directory) or a tree, copied to dest
+  rm -rf "$2"; mkdir -p "$2"
+  if [[ -d $1 ]]; then cp -a "$1/." "$2/"; else tar -xzf "$1" -C "$2" --strip-components=1; fi
+}
+
+ensure_ct_packages() {
+  local p missing=()
+  for p in "${CT_PACKAGES[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p"); done
+  ((${#missing[@]})) || return 0
+  say "installing ${missing[*]} (log: $LOG/apt-containers.log)" >&2
+  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"; } \
+    >"$LOG/apt-containers.log" 2>&1 || { tail -n 20 "$LOG/apt-containers.log" >&2; die "apt-get install failed"; }
+}
+
+build_pyxis() { # -> /usr/local/lib/slurm/spank_pyxis.so
+  local b=$CT/build/pyxis dev slurmd
+  dev=$(dpkg-query -W -f='${Version}' libslurm-dev) slurmd=$(dpkg-query -W -f='${Version}' slurmd)
+  # a SPANK plugin must be built against the exact Slurm release that loads it
+  [[ $dev == "$slurmd" ]] || die "libslurm-dev $dev differs from slurmd $slurmd; pyxis must be built against the running Slurm"
+  unpack "$PYXIS_SRC" "$b"
+  make -C "$b" -j"$(nproc)" >"$LOG/build-pyxis.log" 2>&1 && make -C "$b" install prefix=/usr/local >>"$LOG/build-pyxis.log" 2>&1 \
+    || { tail -n 20 "$LOG/build-pyxis.log" >&2; die "building pyxis failed (log: $LOG/build-pyxis.log)"; }
+}
+
+build_enroot() { # -> /usr/local/bin/enroot (+ helpers), /usr/local/lib/enroot, /usr/local/etc/enroot
+  local b=$CT/build/enroot d triple
+  triple=$(gcc -dumpmachine)
+  unpack "$ENROOT_SRC" "$b"
+  d=$b/deps/dist
+  mkdir -p "$d/musl/bin" "$d/musl/lib" "$d/linux/include" "$d/makeself/bin"
+  # musl: Debian's musl-gcc specs, edited as enroot's deps/musl.patch edits musl's (static PIE)
+  sed -e 's|%{!shared: \([^ ]*\)/Scrt1.o}|%{static-pie: \1/rcrt1.o} %{!static-pie: %{!shared: \1/Scrt1.o}}|' \
+      -e 's|^-dynamic-linker \([^ ]*\) -nostdlib|%{static-pie:-no-dynamic-linker -static -pie} %{!static-pie:-dynamic-linker \1} -nostdlib|' \
+      "/usr/lib/$(uname -m)-linux-musl/musl-gcc.specs" >"$d/musl/lib/musl-gcc.specs"
+  grep -q rcrt1.o "$d/musl/lib/musl-gcc.specs" || die "could not adapt Debian's musl-gcc.specs for static PIE"
+  printf '#!/bin/sh\nexec gcc "$@" -specs "%s"\n' "$d/musl/lib/musl-gcc.specs" >"$d/musl/bin/musl-gcc"
+  chmod 755 "$d/musl/bin/musl-gcc"
+  # kernel headers and makeself from Debian instead of the submodules
+  ln -sfn /usr/include/linux "$d/linux/include/linux"
+  ln -sfn /usr/include/asm-generic "$d/linux/include/asm-generic"
+  ln -sfn "/usr/include/$triple/asm" "$d/linux/include/asm"
+  install -m 755 /usr/bin/makeself "$d/makeself/bin/enroot-makeself"
+  mkdir -p "$b/deps/musl" "$b/deps/linux-headers" "$b/deps/makeself"
+  touch "$b/deps/musl/.stamp" "$b/deps/linux-headers/.stamp" "$b/deps/makeself/.stamp"
+  make -C "$b" -j"$(nproc)" >"$LOG/build-enroot.log" 2>&1 && make -C "$b" install prefix=/usr/local >>"$LOG/build-enroot.log" 2>&1 \
+    || { tail -n 20 "$LOG/build-enroot.log" >&2; die "building enroot failed (log: $LOG/build-enroot.log)"; }
+}
+
+enroot_conf() {
+  # enroot expands these per call; $(hostname) is the node's own (each slurmd has its UTS namespace)
+  cat <<EOF
+# Written by scripts/local-slurm --containers; edits are overwritten.
+ENROOT_RUNTIME_PATH $H/enroot/run/\$(hostname)/user-\$(id -u)
+ENROOT_DATA_PATH $H/enroot/data/\$(hostname)/user-\$(id -u)
+ENROOT_CACHE_PATH $H/enroot/cache/\$(hostname)/user-\$(id -u)
+ENROOT_TEMP_PATH $H/enroot/tmp
+ENROOT_CONNECT_TIMEOUT 10
+ENROOT_MAX_PROCESSORS 2
+EOF
+}
+
+ct_build() { # build and install pyxis and enroot unless the cached build matches
+  local key
+  ct_sources
+  key="recipe=$CT_RECIPE pyxis=$(src_hash "$PYXIS_SRC") enroot=$(src_hash "$ENROOT_SRC") slurm=$(dpkg-query -W -f='${Version}' slurmd)"
+  if [[ -r $CT/built.key && "$(<"$CT/built.key")" == "$key" && -f /usr/local/lib/slurm/spank_pyxis.so \
+        && -x /usr/local/bin/enroot && -x /usr/local/bin/enroot-mount ]]; then
+    return 0
+  fi
+  local t0; t0=$(now)
+  say "building pyxis and enroot (logs: $LOG/build-*.log)" >&2
+  mkdir -p "$CT/build"
+  build_pyxis
+  build_enroot
+  rm -rf "$CT/build/pyxis" "$CT/build/enroot"
+  printf '%s\n' "$key" >"$CT/built.key"
+  say "pyxis and enroot $(enroot version) built and installed under /usr/local in $(( ($(now) - t0) / 1000 )) s" >&2
+}
+
+# --- the image -------------------------------------------------------------------------------
+image_probe() { # the image's stand-in for Megatron-Bridge's scripts/training/run_recipe.py
+  cat <<'EOF'
+"""Stand-in for Megatron-Bridge's scripts/training/run_recipe.py in bridge-launch's local test
+image (scripts/local-slurm --containers). It trains nothing: it reports what the process sees
+(which megatron.bridge and megatron.core it imports, the variables BRIDGE_LAUNCH_PROBE_VARS
+names, the secrets' presence, length and sha256, its argv) as JSON in
+$BRIDGE_LAUNCH_RUN_DIR/probe/<host>-<rank>.json, and copies $PROBE_READ to $PROBE_WRITE if set."""
+import hashlib, json, os, socket, sys
+import megatron.bridge as bridge
+import megatron.core as core
+out = {"host": socket.gethostname(), "rank": os.environ.get("RANK"), "argv": sys.argv[1:],
+       "bridge_file": bridge.__file__, "bridge_origin": getattr(bridge, "ORIGIN", None),
+       "core_file": core.__file__, "core_origin": getattr(core, "ORIGIN", None),
+       "pythonpath": os.environ.get("PYTHONPATH"), "cwd": os.getcwd(),
+       "env": {k: os.environ.get(k) for k in os.environ.get("BRIDGE_LAUNCH_PROBE_VARS", "").split(",") if k},
+       "secrets": {k: {"present": k in os.environ, "length": len(os.environ.get(k, "")),
+                       "sha256": hashlib.sha256(os.environ.get(k, "").encode()).hexdigest()}
+                   for k in os.environ.get("BRIDGE_LAUNCH_SECRET_NAMES", "").split(",") if k}}
+if os.environ.get("PROBE_READ"):
+    with open(os.environ["PROBE_READ"]) as fh:
+        out["read"] = fh.read()
+    with open(os.environ["PROBE_WRITE"] + f".{out['rank']}", "w") as fh:
+        fh.write(f"written by rank {out['rank']} on {out['host']}\n")
+d = os.path.join(os.environ["BRIDGE_LAUNCH_RUN_DIR"], "probe")
+os.makedirs(d, exist_ok=True)
+with open(os.path.join(d, f"{out['host']}-{out['rank']}.json"), "w") as fh:
+    json.dump(out, fh, indent=1)
+print(f"probe: rank {out['rank']} on {out['host']}: megatron.bridge from {bridge.__file__}", flush=True)
+EOF
+}
+
+ct_image() { # build the squashfs image unless the cached one matches
+  local key root wheels t0
+  key="recipe=$IMAGE_RECIPE torch=$TORCH_VERSION"
+  if [[ -r $IMAGE.key && "$(<"$IMAGE.key")" == "$key" && -s $IMAGE ]]; then return 0; fi
+  t0=$(now)
+  root=$CT/build/rootfs wheels=$CT/build/wheels
+  mkdir -p "$CT/images" "$wheels"
+  say "building $IMAGE: debootstrap, torch==$TORCH_VERSION, mksquashfs (a few minutes; log: $LOG/build-image.log)" >&2
+  (
+    set -e
+    # the wheels as this machine's pip configuration finds them (the CPU torch wheel lies on disk here)
+    python3 -m pip download -q --only-binary=:all: -d "$wheels" "torch==$TORCH_VERSION" numpy
+    ls "$wheels"/torch-"$TORCH_VERSION"*cpu*.whl >/dev/null || { echo "the CPU wheel of torch $TORCH_VERSION was not found"; exit 1; }
+    rm -rf "$root"
+    debootstrap --variant=minbase --include=python3,python3-venv,numactl,procps bookworm "$root" http://deb.debian.org/debian
+    mkdir -p "$root/wheels"
+    mount --bind "$wheels" "$root/wheels"
+    trap 'umount "$root/wheels" 2>/dev/null || true' EXIT
+    # a clean environment: this machine's PIP_* settings name directories the chroot does not have
+    env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root chroot "$root" /usr/bin/python3 -m venv /venv
+    env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root chroot "$root" /venv/bin/pip install -q --no-index \
+      --find-links /wheels "torch==$TORCH_VERSION" numpy
+    umount "$root/wheels"; rmdir "$root/wheels"; trap - EXIT
+    # the image's "installed" Megatron-Bridge: a stand-in, on the venv's path like an install
+    mkdir -p "$root/opt/Megatron-Bridge/src/megatron/bridge" "$root/opt/Megatron-Bridge/3rdparty/Megatron-LM/megatron/core" \
+      "$root/opt/Megatron-Bridge/scripts/training"
+    echo 'ORIGIN = "image"' >"$root/opt/Megatron-Bridge/src/megatron/bridge/__init__.py"
+    echo 'ORIGIN = "image"' >"$root/opt/Megatron-Bridge/3rdparty/Megatron-LM/megatron/core/__init__.py"
+    image_probe >"$root/opt/Megatron-Bridge/scripts/training/run_recipe.py"
+    printf '%s\n' /opt/Megatron-Bridge/src /opt/Megatron-Bridge/3rdparty/Megatron-LM \
+      >"$root/venv/lib/python3.11/site-packages/megatron-bridge.pth"
+    # python and torchrun on the login PATH: enroot starts a login environment whose PATH comes
+    # from the image's /etc/login.defs (enroot-switchroot.c, sys_login), as NGC images have them
+    for exe in python python3 torchrun; do
+      printf '#!/bin/sh\nexec /venv/bin/%s "$@"\n' "$exe" >"$root/usr/local/bin/$exe"
+      chmod 755 "$root/usr/local/bin/$exe"
+    done
+    # enroot reads the image's /etc/environment at start (as it writes a Docker image's ENV there);
+    # TOKENIZERS_PARALLELISM differs from what the local-slurm-pyxis profile sets, on purpose
+    printf '%s\n' "PATH=/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+      "TOKENIZERS_PARALLELISM=true" "BRIDGE_LAUNCH_IMAGE=local-torch" >"$root/etc/environment"
+    rm -rf "$root/var/cache/apt/archives/"*.deb "$root/root/.cache"
+    mksquashfs "$root" "$IMAGE.tmp" -noappend -comp lzo -noD -quiet -no-progress
+    mv -f "$IMAGE.tmp" "$IMAGE"
+    rm -rf "$root"
+  ) >"$LOG/build-image.log" 2>&1 &
+  wait $! || { umount "$root/wheels" 2>/dev/null || true; tail -n 20 "$LOG/build-image.log" >&2; die "building the image failed (log: $LOG/build-image.log)"; }
+  printf '%s\n' "$key" >"$IMAGE.key"
+  say "image $IMAGE ($(du -m "$IMAGE" | cut -f1) MB) built in $(( ($(now) - t0) / 1000 )) s" >&2
+}
+
+# --- wiring ----------------------------------------------------------------------------------
+ct_wire() { # enroot.conf, runtime dirs, plugstack.conf; returns 0 when plugstack.conf changed
+  mkdir -p "$H/enroot/tmp" "$H/enroot/run" "$H/enroot/data" "$H/enroot/cache"
+  put /usr/local/etc/enroot/enroot.conf "$(enroot_conf)"
+  put "$ETC/plugstack.conf" "# Written by scripts/local-slurm --containers: pyxis (acts only on jobs that name an image)
+required /usr/local/lib/slurm/spank_pyxis.so runtime_path=$H/pyxis-run/node use_squashfuse=1"
+  was_changed "$ETC/plugstack.conf"
+}
+
+containers_wired() { [[ -s $ETC/plugstack.conf && -f /usr/local/lib/slurm/spank_pyxis.so && -x /usr/local/bin/enroot ]]; }
