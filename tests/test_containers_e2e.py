@@ -1,8 +1,5 @@
 """Jobs through the real container path: pyxis and enroot on the local two-node Slurm cluster
-(`scripts/local-slurm start --containers`), the local torch image, the local-slurm-pyxis profile.
-
-Not here: --until-done across a time limit inside containers (it waits for the trainer
-signalling of issue 11)."""
+(`scripts/local-slurm start --containers`), the local torch image, the local-slurm-pyxis profile."""
 
 import hashlib
 import json
@@ -94,6 +91,30 @@ def test_smoke_on_two_nodes_in_containers(cluster, home):
     assert s["python"].startswith("/venv/"), s["python"]  # the image's interpreter, not this machine's
     text = (Path(sub["run_dir"]) / "launch" / f"{sub['run_id']}.sbatch").read_text()
     assert f"--container-image={IMAGE}" in text and "--container-writable" in text
+
+
+def test_until_done_across_a_time_limit_in_containers(cluster, home):
+    """The USR1 before the time limit becomes a SIGTERM to the training processes inside the
+    container (the per-node launcher runs there too); they save and exit, and the next segment's
+    container loads that checkpoint."""
+    sub = _submit("smoke", "-c", "local-slurm-pyxis", "--until-done", "--time", "00:02:00", "--signal-lead", "60",
+                  *FAST, "train.train_iters=60", "smoke.step_sleep=1.0", "~checkpoint.save_interval",
+                  "validation.eval_iters=1")
+    st = _wait(sub["run_id"], timeout=900)
+    assert st["state"] == "COMPLETED", (st, run_cli("logs", sub["run_id"]).out[-3000:])
+    logs = Path(sub["run_dir"]) / "logs"
+    ran = [s for s in st["info"]["segments"] if s.get("outcome") in ("continued", "done")]
+    assert len(ran) >= 2 and ran[0]["outcome"] == "continued", st["info"]["segments"]
+    first = "".join(p.read_text(errors="replace") for p in logs.glob(f"{ran[0]['job_id']}-*.log"))
+    second = "".join(p.read_text(errors="replace") for p in logs.glob(f"{ran[1]['job_id']}-*.log"))
+    assert re.search(r"SIGTERM to the training processes \d+ \d+ \(torchrun \d+ is left alone\)", first), first[-3000:]
+    assert "[exiting program after receiving SIGTERM.]" in first and "SignalException" not in first
+    saved = ran[0]["checkpoint"]
+    assert f"successfully saved checkpoint from iteration {saved:7d}" in first
+    assert re.search(rf"successfully loaded checkpoint from \S+ .*at iteration {saved}\b", second), second[-3000:]
+    assert re.search(rf"iteration +{saved + 1}/ +200 \|", second)
+    s = json.loads((Path(sub["run_dir"]) / "summary.json").read_text())
+    assert s["python"].startswith("/venv/") and s["steps_completed"] == 200  # the image's interpreter, to the end
 
 
 def test_recipe_profile_and_secret_values_reach_the_container_and_a_mount_works(cluster, home, tmp_path):

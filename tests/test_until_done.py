@@ -177,7 +177,10 @@ def test_a_save_that_cannot_finish_in_the_lead_stops_the_chain(cluster, home):
     segs = st["info"]["segments"]
     assert [s.get("outcome") for s in segs[:2]] == ["no-progress", "no-progress"], segs
     assert all(s["state"] != "COMPLETED" for s in segs), segs
-    assert len([s for s in _segments(sub) if "start" in s]) == 3  # the third only judged the second, and stopped
+    # The two segments either judged themselves or (killed with their batch shell at the limit) were
+    # judged by their successor; either way no third segment trained.
+    assert len([s for s in _segments(sub) if "start" in s]) in (2, 3)
+    assert not list((Path(sub["run_dir"]) / "logs").glob(f"{segs[2]['job_id']}-*.log")) if len(segs) > 2 else True
     shown = run_cli("status", sub["run_id"]).out
     assert "no progress: the save did not finish within the signal lead of 60 s" in shown
 

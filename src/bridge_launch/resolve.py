@@ -276,9 +276,6 @@ def _chain(opts: Options, prof: dict, recipe: dict, layers: _Layers, scheduler: 
     if values.get(P.CKPT_STEP_KEY) is not None:
         raise UsageError(f"--until-done: {P.CKPT_STEP_KEY}={values[P.CKPT_STEP_KEY]} would load that iteration in every "
                          f"segment; remove it (the chain sets it itself when the newest checkpoint is incomplete)")
-    if values.get("checkpoint.async_save") is True:
-        raise UsageError("--until-done with checkpoint.async_save=true: an async save finishes iterations later, "
-                         "after the time limit; the signal save must be synchronous (set checkpoint.async_save=false)")
     layers.set("checkpoint.load", save, "until-done")
     # Megatron-Bridge saves and exits on the signal only with its handler on (trainer_protocol).
     layers.set("train.exit_signal_handler", True, "until-done")

@@ -29,6 +29,7 @@ trap 'echo "bridge-launch: SIGTERM received; waiting for the workers to exit" >&
     'smoke.busbw_sizes=[1024,65536,1048576,8388608]' \
     smoke.busbw_iters=5 \
     smoke.step_sleep=0.0 \
+    smoke.save_sleep=0.0 \
     checkpoint.save=<STATE>/runs/@RUN_ID@/checkpoints \
     checkpoint.load=<STATE>/runs/@RUN_ID@/checkpoints
 rc=$?
