@@ -22,7 +22,7 @@ import torch.distributed as dist
 import trainer_protocol as P
 
 
-def _fsync_dir(path: str) -> None:
+def fsync_dir(path: str) -> None:
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -74,8 +74,8 @@ def save(*, save_dir: str, save_root: str, step: int, rank: int, world: int, sha
             fh.write(str(step))
         with open(os.path.join(it_dir, P.RUN_CONFIG), "w") as fh:  # after the tracker
             fh.write(run_config)
-        _fsync_dir(it_dir)
-        _fsync_dir(save_dir)
+        fsync_dir(it_dir)
+        fsync_dir(save_dir)
         log(P.saved_line(step, save_root))
     dist.barrier()
 

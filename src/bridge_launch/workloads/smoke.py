@@ -370,15 +370,6 @@ def _note(msg: str) -> None:
     print(f"[smoke] {msg}", flush=True)
 
 
-def _fsync_dir(path: str) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def atomic_write_text(path: str, text: str) -> None:
     """Write via a temp file in the same directory + fsync + os.replace."""
     d = os.path.dirname(os.path.abspath(path))
@@ -394,7 +385,7 @@ def atomic_write_text(path: str, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _fsync_dir(d)
+    megatron_ckpt.fsync_dir(d)
 
 
 def _json_safe(obj):
