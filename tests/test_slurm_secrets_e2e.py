@@ -33,6 +33,7 @@ d = os.path.join(os.environ["BRIDGE_LAUNCH_RUN_DIR"], "probe")
 os.makedirs(d, exist_ok=True)
 with open(os.path.join(d, f"{out['host']}-{out['rank']}.json"), "w") as fh:
     json.dump(out, fh)
+print(f"probe: rank {out['rank']} on {out['host']} sees {sorted(k for k, v in out['secrets'].items() if v)}", flush=True)
 '''
 
 
@@ -114,6 +115,10 @@ def test_a_file_source_reaches_every_process_and_nothing_slurm_keeps(cluster, ho
     kept = _slurm_env_file(job_id).read_bytes()
     assert b"SLURM_" in kept or b"PATH=" in kept  # the file the scan must cover exists
     assert b"MY_TOKEN=" not in kept
+    logs = run_cli("logs", sub["run_id"])  # over SSH this also writes the local copies of the logs
+    assert logs.code == 0 and "sees ['MY_TOKEN']" in logs.out, logs.out + logs.err
+    if profile.endswith("-ssh"):
+        assert list((Path(os.environ["BRIDGE_LAUNCH_HOME"]) / "slurm-logs" / sub["run_id"]).glob("*.log"))
     _nowhere([value, decoy], t0, run_dirs=[sub["run_dir"]], skip=[src])
 
 

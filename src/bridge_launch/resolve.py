@@ -355,7 +355,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
     for item in opts.secrets:  # NAME, or NAME=SOURCE (a file on a Slurm cluster)
         name, sep, source = item.partition("=")
         if not _ENV_NAME.match(name):
-            raise UsageError(f"--secret '{item}': expected an environment variable name, or NAME=file:PATH "
+            raise UsageError(f"--secret {name!r}: expected an environment variable name, or NAME=file:PATH "
                              "(a file on the cluster)")
         cli_secrets.append(name)
         if sep:

@@ -3,11 +3,12 @@ passing through sbatch's environment.
 
 sbatch sends its whole environment to slurmctld, which keeps it with the job record in
 `<StateSaveLocation>/hash.<id % 10>/job.<id>/environment` until the record is purged (MinJobAge
-after the job ends; Slurm 22.05 src/slurmctld/job_mgr.c `_write_data_array_to_file` callers and
-`get_job_env`), and, where `AccountingStoreFlags` includes `job_env` (Slurm 21.08 and later), in the
-accounting database, where `sacct --env-vars` shows it. A job step's environment is not kept: srun's
-step request to slurmctld carries no environment (22.05 src/common/slurm_protocol_defs.h
-`job_step_create_request_msg_t`), only the launch request srun sends to each node's slurmd does.
+after the job ends; Slurm 22.05.8 src/slurmctld/job_mgr.c `_copy_job_desc_to_file`, `get_job_env`),
+and, where `AccountingStoreFlags` includes `job_env` (src/common/read_config.c, Slurm 21.08 and
+later), in the accounting database, where `sacct --env-vars` shows it. A job step's environment is
+not kept: srun's step request to slurmctld carries none (22.05.8 src/common/slurm_protocol_defs.h
+`job_step_create_request_msg_t`); only the launch request srun sends to each node's slurmd does, and
+pyxis 0.24.0 passes it into the container in memory (pyxis_slurmstepd.c `spank_import_container_env`).
 
 So a secret with a *source* is read on the cluster by the batch shell, from a file only its owner
 may read, each time a job step starts, and exported into that srun's environment alone (a subshell
@@ -69,9 +70,9 @@ def parse(text: str, where: str) -> Source:
             raise UsageError(f"{where}: secret source {text!r} names no machine; valid: netrc:MACHINE[:PATH], "
                              "e.g. netrc:api.wandb.ai")
         src = Source("netrc", path or DEFAULT_NETRC, machine)
-    else:
-        raise UsageError(f"{where}: secret source {text!r} is not {FILE_HINT}, e.g. "
-                         "file:~/.cache/huggingface/token or netrc:api.wandb.ai")
+    else:  # not echoed: it may be a value typed where a source belongs
+        raise UsageError(f"{where}: a secret source is {FILE_HINT}, e.g. file:~/.cache/huggingface/token or "
+                         "netrc:api.wandb.ai; never a value (values are not given on command lines or in profiles)")
     if not (src.path.startswith("/") or src.path.startswith("~/")) or src.path in ("/", "~/"):
         raise UsageError(f"{where}: secret source {text!r}: the path must be absolute or start with ~/ "
                          "(the home directory on the cluster)")
