@@ -223,6 +223,7 @@ def test_values_from_the_environment_still_work_and_land_where_the_warning_says(
     value = "legacy-" + os.urandom(8).hex()
     r = run_cli("submit", "secret-probe", "-c", "lenient", "-o", "json", env={"OPT_TOKEN": value})
     assert r.code == 0, r.err
+    assert f"note: secret OPT_TOKEN: {tmp_path}/absent does not exist; OPT_TOKEN comes from your environment" in r.err
     lenient = r.json()
     job_id = lenient["job_ids"][0]
     env_file = _slurm_env_file(job_id)

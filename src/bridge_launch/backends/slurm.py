@@ -484,6 +484,7 @@ class Backend:
             if code == slurm_secrets.MISSING and spec["optional"]:
                 if name in secrets and s.get("env_secrets") != "refuse":
                     values[name] = secrets[name]
+                    _say("note", f"{why}{where}; {name} comes from your environment instead")
                 else:
                     _say("note", f"{why}{where}; the job runs without {name}")
                 continue
