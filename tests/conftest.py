@@ -61,3 +61,26 @@ def run_cli(*args, env=None, timeout=120, input=None) -> Result:
 @pytest.fixture
 def cli(home):
     return run_cli
+
+
+def files_holding(value: str, roots, since: float, skip=()) -> list[str]:
+    """Every regular file under `roots` created or changed since `since` (ctime) that holds `value`'s
+    bytes: a byte scan for secrets. Symbolic links are not followed; `skip` names files to pass over
+    (the secret's own source)."""
+    import stat as _stat
+
+    needle, hits, skip = value.encode(), set(), {str(p) for p in skip}
+    for root in roots:
+        for dirpath, _, files in os.walk(root):
+            for name in files:
+                path = os.path.join(dirpath, name)
+                try:
+                    st = os.lstat(path)
+                    if path in skip or not _stat.S_ISREG(st.st_mode) or max(st.st_ctime, st.st_mtime) < since:
+                        continue
+                    with open(path, "rb") as fh:
+                        if needle in fh.read():
+                            hits.add(path)
+                except OSError:
+                    continue
+    return sorted(hits)

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli, write
+from conftest import REPO, files_holding, run_cli, write
 
 pytestmark = pytest.mark.slow
 SCRIPT = REPO / "scripts" / "local-slurm"
@@ -118,6 +118,10 @@ def test_until_done_across_a_time_limit_in_containers(cluster, home):
 
 
 def test_recipe_profile_and_secret_values_reach_the_container_and_a_mount_works(cluster, home, tmp_path):
+    """Both kinds of secret reach the container through --container-env: MY_TOKEN read from its file
+    on the cluster (in no file Slurm, enroot or pyxis write, nor the run or state dir), LEGACY_TOKEN
+    from the submitting environment (only in the environment slurmctld keeps, as the warning says)."""
+    t0 = time.time() - 1
     _probe_recipe(home)
     data = tmp_path / "data"
     write(data / "in.txt", "hello from the host\n")
@@ -128,9 +132,15 @@ def test_recipe_profile_and_secret_values_reach_the_container_and_a_mount_works(
         PROFILE_VAR = "from-profile"
         ''')
     token = "s3cr3t-" + os.urandom(8).hex()
-    sub = _submit("probe", "-c", "pyxis-data", "--secret", "MY_TOKEN",
+    keys = tmp_path / "keys"
+    keys.mkdir(mode=0o700)
+    src = keys / "token"
+    src.write_text(token + "\n")
+    src.chmod(0o600)
+    legacy = "legacy-" + os.urandom(8).hex()
+    sub = _submit("probe", "-c", "pyxis-data", "--secret", f"MY_TOKEN=file:{src}", "--secret", "LEGACY_TOKEN",
                   "--env", "BRIDGE_LAUNCH_PROBE_VARS=RECIPE_VAR,PROFILE_VAR,TOKENIZERS_PARALLELISM,BRIDGE_LAUNCH_IMAGE",
-                  "--env", "PROBE_READ=/data/in.txt", "--env", "PROBE_WRITE=/data/out", env={"MY_TOKEN": token})
+                  "--env", "PROBE_READ=/data/in.txt", "--env", "PROBE_WRITE=/data/out", env={"LEGACY_TOKEN": legacy})
     st = _wait(sub["run_id"])
     assert st["state"] == "COMPLETED", (st, run_cli("logs", sub["run_id"]).out[-3000:])
     probes = _probes(sub["run_dir"])
@@ -141,18 +151,18 @@ def test_recipe_profile_and_secret_values_reach_the_container_and_a_mount_works(
         # the image sets "true" in its /etc/environment; --container-env lets the profile's value win
         assert p["env"]["TOKENIZERS_PARALLELISM"] == "false"
         assert p["env"]["BRIDGE_LAUNCH_IMAGE"] == "local-torch"  # set by the image alone: we are inside it
-        assert p["secrets"]["MY_TOKEN"] == {"present": True, "length": len(token),
-                                            "sha256": hashlib.sha256(token.encode()).hexdigest()}
+        for name, value in (("MY_TOKEN", token), ("LEGACY_TOKEN", legacy)):
+            assert p["secrets"][name] == {"present": True, "length": len(value),
+                                          "sha256": hashlib.sha256(value.encode()).hexdigest()}
         assert p["read"] == "hello from the host\n"
         assert p["cwd"] == sub["run_dir"]  # --container-workdir
         assert p["bridge_origin"] == "image" and p["bridge_file"].startswith("/opt/Megatron-Bridge/src/")
     assert sorted(f.name for f in data.glob("out.*")) == ["out.0", "out.1", "out.2", "out.3"]
-    for root in (sub["run_dir"], os.environ["BRIDGE_LAUNCH_HOME"], str(data)):
-        for dirpath, _, files in os.walk(root):
-            for f in files:
-                path = os.path.join(dirpath, f)
-                if os.path.isfile(path) and not os.path.islink(path):
-                    assert token.encode() not in Path(path).read_bytes(), path
+    roots = [STATE, os.environ["BRIDGE_LAUNCH_HOME"], sub["run_dir"], "/tmp", str(data)]
+    assert files_holding(token, roots, t0, skip=[src]) == []
+    jid = sub["job_ids"][0]
+    kept = STATE / "spool" / "slurmctld" / f"hash.{int(jid) % 10}" / f"job.{jid}" / "environment"
+    assert files_holding(legacy, roots, t0) == [str(kept)]
 
 
 def _bridge_checkout(root: Path) -> Path:

@@ -67,7 +67,8 @@ def test_golden(name, home):
 def _script_args(text: str) -> list[str]:
     """The launch command's words, as bash would split them (with the batch shell's
     variables left in place)."""
-    body = text.split("\nsrun ", 1)[1] if "\nsrun " in text else text.split("trap ", 1)[1].split("\n", 1)[1]
+    head = re.search(r"\n(with_secrets )?srun ", text)
+    body = text[head.end():] if head else text.split("trap ", 1)[1].split("\n", 1)[1]
     body = body.split("\nrc=$?", 1)[0].replace("\\\n", " ")
     return shlex.split(body)
 

@@ -286,6 +286,12 @@ def test_submit_over_ssh_with_a_secret(cluster, home):
     assert _wait_state(sub["run_id"], {"COMPLETED", "FAILED"})["state"] == "COMPLETED"
     assert _summary(sub["run_dir"])["secrets_present"] == {"MY_TOKEN": True}
     assert value not in r.out + r.err
+    # no source on the cluster: the value went through sbatch's environment, and the warning says
+    # exactly where Slurm keeps it (test_slurm_secrets_e2e.py has the way that keeps it out)
+    jid = sub["job_ids"][0]
+    kept = f"/var/lib/bridge-launch-slurm/spool/slurmctld/hash.{int(jid) % 10}/job.{jid}/environment"
+    assert f"warning: MY_TOKEN went to the job through sbatch's environment: slurmctld keeps it in {kept}" in r.err
+    assert f"MY_TOKEN={value}".encode() in Path(kept).read_bytes()
     for root in (sub["run_dir"], os.environ["BRIDGE_LAUNCH_HOME"]):
         for dirpath, _, files in os.walk(root):
             for f in files:

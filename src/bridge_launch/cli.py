@@ -83,7 +83,7 @@ def submit(
     account: Optional[str] = typer.Option(None, "--account", "-A", help="Slurm account."),
     container: Optional[str] = typer.Option(None, "--container", help="Container image (overrides recipe and cluster)."),
     env: Optional[List[str]] = typer.Option(None, "--env", "-e", help="Extra environment NAME=VALUE (not for secrets)."),
-    secret: Optional[List[str]] = typer.Option(None, "--secret", help="Pass this environment variable by name (repeatable)."),
+    secret: Optional[List[str]] = typer.Option(None, "--secret", help="A secret by name (repeatable); on Slurm NAME=file:PATH or NAME=netrc:MACHINE reads it from a file on the cluster, never through sbatch."),
     bridge_src: Optional[str] = typer.Option(None, "--bridge-src", help="A local Megatron-Bridge git checkout: packed (tracked files, uncommitted edits included), staged in the run dir and mounted over the container's copy."),
     until_done: bool = typer.Option(False, "--until-done", help="Slurm: continue across time limits and flaky failures until train_iters."),
     max_restarts: int = typer.Option(3, "--max-restarts", help="With --until-done: flaky failures to retry."),

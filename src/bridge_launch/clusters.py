@@ -42,6 +42,9 @@ _SLURM = {
     "mpi": (str, "none"),
     # pyxis image cache: a shared directory `bridge-launch image import` fills (one squashfs per digest)
     "image_cache": (str, ""), "image_import_time": (str, "01:00:00"),
+    # secrets: NAME -> "file:PATH" | "netrc:MACHINE[:PATH]", read on the cluster (backends/slurm_secrets.py);
+    # a secret without one goes through sbatch's environment: "warn" (default) or "refuse"
+    "secret_sources": (dict, {}), "env_secrets": (str, "warn"),
 }
 _LEPTON = {
     "resource_shape": (str, ""), "node_group": (str, ""), "node_reservation": (str, ""),
@@ -105,6 +108,7 @@ def _validate(data: dict, path) -> dict:
             raise UsageError(f"{where}: secrets must be environment variable names, got {name!r}")
         if name in prof["env"]:
             raise UsageError(f"{where}: {name} is listed as a secret and also given a value in [env]; secrets are passed by name only")
+    _check_secret_sources(where, prof["slurm"])
     mpi = prof["slurm"]["mpi"]
     if not mpi.replace("_", "").isalnum() or any(a.startswith("--mpi") for a in prof["slurm"]["srun_args"]):
         raise UsageError(f"{where}: [slurm] mpi must be one MPI plugin name (none, pmix, pmi2, ...), set there "
@@ -112,6 +116,20 @@ def _validate(data: dict, path) -> dict:
     prof["arch"] = GPU_ARCH[prof["gpu_type"]]
     prof["path"] = str(path)
     return prof
+
+
+def _check_secret_sources(where: str, s: dict) -> None:
+    from .backends import slurm_secrets
+
+    for name, text in s["secret_sources"].items():
+        if not name.replace("_", "").isalnum() or name[0].isdigit():
+            raise UsageError(f"{where} [slurm] secret_sources: {name!r} is not an environment variable name")
+        if not isinstance(text, str):
+            raise UsageError(f"{where} [slurm] secret_sources {name}: expected a string, {slurm_secrets.FILE_HINT}")
+        slurm_secrets.parse(text, f"{where} [slurm] secret_sources {name}")
+    if s["env_secrets"] not in slurm_secrets.ENV_POLICIES:
+        raise UsageError(f"{where} [slurm] env_secrets must be one of {', '.join(slurm_secrets.ENV_POLICIES)}, "
+                         f"got {s['env_secrets']!r}")
 
 
 def _env_str(v) -> str:

@@ -95,7 +95,8 @@ def _launch(reg: Registry, job: ResolvedJob, run: Run, *, new_dir: bool, code: d
 def _check_secrets(job: ResolvedJob) -> None:
     if job.backend in ("lepton", "dgxcloud"):
         return  # there secrets are references to the platform's own secret store, not local values
-    missing = [n for n in job.required_secrets if not os.environ.get(n)]
+    sourced = getattr(job, "secret_sources", None) or {}  # read on the cluster, not from here
+    missing = [n for n in job.required_secrets if n not in sourced and not os.environ.get(n)]
     if missing:
         raise UsageError(f"secret {missing[0]} is required by cluster '{job.cluster}' but not set in your environment")
 

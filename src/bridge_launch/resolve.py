@@ -84,6 +84,8 @@ class ResolvedJob:
     errors: list
     image: dict | None = None  # from the image cache: {"ref", "digest", "squashfs"} (container is the squashfs)
     bridge_src: str | None = None  # the local checkout --bridge-src packs at submit
+    # Slurm: {NAME: {"source": "file:PATH" | "netrc:MACHINE[:PATH]", "optional", "from"}}, read on the cluster
+    secret_sources: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -346,7 +348,16 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         for k, v in (("HF_HOME", prof["hf_home"]), ("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1")):
             if k not in env:
                 env[k], envsrc[k] = v, f"cluster:{prof['name']}"
-    secrets = list(dict.fromkeys(prof["secrets"] + prof["required_secrets"] + list(opts.secrets)))
+    cli_secrets, cli_sources = [], {}
+    for item in opts.secrets:  # NAME, or NAME=SOURCE (a file on a Slurm cluster)
+        name, sep, source = item.partition("=")
+        if not _ENV_NAME.match(name):
+            raise UsageError(f"--secret {name!r}: expected an environment variable name, or NAME=file:PATH "
+                             "(a file on the cluster)")
+        cli_secrets.append(name)
+        if sep:
+            cli_sources[name] = source
+    secrets = list(dict.fromkeys(prof["secrets"] + prof["required_secrets"] + cli_secrets))
     for item in opts.env:
         name, sep, value = item.partition("=")
         if not sep or not _ENV_NAME.match(name):
@@ -355,12 +366,19 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
             raise UsageError(f"--env {name}=...: this looks like a secret; pass it by name with --secret {name} "
                              "(its value is then taken from your environment at submit and written nowhere)")
         env[name], envsrc[name] = value, "cli"
-    for name in opts.secrets:
-        if not _ENV_NAME.match(name):
-            raise UsageError(f"--secret '{name}': expected an environment variable name")
     for name in secrets:
         if name in env:
             raise UsageError(f"{name} is both a secret and a plain environment value ({envsrc[name]}); secrets are passed by name only")
+
+    from .backends import slurm_secrets
+
+    secrets, secret_sources, more_errors, more_warnings = slurm_secrets.plan(
+        prof, secrets, prof["required_secrets"], cli_secrets, cli_sources)
+    errors += more_errors
+    warnings += more_warnings
+    through_env = [n for n in secrets if n not in secret_sources]
+    if prof["backend"] == "slurm" and through_env and not for_submit:  # submit says it with Slurm's own paths
+        warnings.append(slurm_secrets.env_note(through_env, prof["name"]))
 
     before = len(errors)
     nodes = _nodes(recipe, overlays, prof, opts, jobsrc, errors, warnings)
@@ -436,7 +454,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
             f"required input {key} is not set; give it as {key}=... (the recipe has no default)")
     if for_submit:
         for name in prof["required_secrets"]:
-            if not os.environ.get(name):
+            if name not in secret_sources and not os.environ.get(name):
                 errors.append(f"secret {name} is required by cluster '{prof['name']}' but not set in your environment")
 
     job = ResolvedJob(
@@ -450,6 +468,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         scheduler=scheduler, profile=prof, chain=chain,
         provenance={"config": dict(layers.source), "env": envsrc, "job": jobsrc},
         missing_inputs=missing, warnings=warnings, errors=errors, image=image, bridge_src=bridge_src,
+        secret_sources=secret_sources,
     )
     job.errors.extend(validate.check(job, gpu_count_ok=gpu_count_ok))
     if chain is not None:

@@ -27,7 +27,8 @@ def job_view(job, artifact: Artifact) -> dict:
         "cluster": job.cluster, "backend": job.backend, "overlays": job.overlays,
         "nodes": job.nodes, "gpus_per_node": job.gpus_per_node, "world_size": job.world_size,
         "gpu_type": job.gpu_type, "container": job.container, "mounts": job.mounts, "run_dir": job.run_dir,
-        "config": job.config, "env": job.env, "secrets": job.secrets, "scheduler": job.scheduler,
+        "config": job.config, "env": job.env, "secrets": job.secrets,
+        "secret_sources": job.secret_sources, "scheduler": job.scheduler,
         "provenance": job.provenance, "missing_inputs": job.missing_inputs,
         "artifact": artifact.to_dict(), "warnings": job.warnings, "errors": job.errors,
     }
@@ -98,8 +99,15 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
     lines.append("\nEnvironment")
     lines += _table([(k, v, prov["env"].get(k, "")) for k, v in job.env.items()])
     if job.secrets:
-        lines.append("\nSecrets (by name; values come from your environment at submit and are written nowhere)")
-        lines += [f"  {n:<24}  {'set' if os.environ.get(n) else 'not set'}" for n in job.secrets]
+        sources = getattr(job, "secret_sources", None) or {}
+        lines.append("\nSecrets (by name; values are written nowhere)")
+        for n in job.secrets:
+            if n in sources:
+                spec = sources[n]
+                lines.append(f"  {n:<24}  {spec['source']}: read on the cluster when each step starts"
+                             f"{' (optional)' if spec['optional'] else ''}  [{spec['from']}]")
+            else:
+                lines.append(f"  {n:<24}  from your environment at submit: {'set' if os.environ.get(n) else 'not set'}")
     if job.warnings:
         lines.append("\nWarnings")
         lines += [f"  ! {w}" for w in job.warnings]

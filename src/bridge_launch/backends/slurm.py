@@ -19,6 +19,7 @@ from ..images import pyxis_ref
 from ..resolve import BRIDGE_IN_CONTAINER
 from ..workloads import trainer_protocol as P
 from .base import Artifact, Tree, entry_command, export_lines, header, log_tail, numa_wrapper, progress, q, runtime_env
+from . import slurm_secrets
 
 _DIRECTIVE_SAFE = re.compile(r"^[^\s'\"\\]+$")
 
@@ -286,10 +287,14 @@ def render(job) -> Artifact:
             srun += [f"--container-mounts={','.join(job.mounts)}"]
         srun += [f"--container-env={','.join([*env, *job.secrets])}", f"--container-workdir={run_dir}"]
     srun += [f"--mpi={s.get('mpi') or 'none'}", *s.get("srun_args", [])]
+    secret_lines = slurm_secrets.script_lines(job)
+    if secret_lines:  # each step's srun gets the secrets read from their sources (a subshell, then exec srun)
+        srun[0] = Raw("with_secrets srun")
     lines = ["#!/bin/bash", f"# {header(job)}"]
     lines += [f"#SBATCH --{k}" + (f"={v}" if v is not None else "") for k, v in directives(job)]
-    if job.secrets:
-        lines.append(f"# Secrets passed by name from the submitting environment: {' '.join(job.secrets)}")
+    through_env = [n for n in job.secrets if n not in (job.secret_sources or {})]
+    if through_env:
+        lines.append(f"# Secrets passed by name from the submitting environment: {' '.join(through_env)}")
     lines += [
         "set -uo pipefail",
         "",
@@ -298,6 +303,7 @@ def render(job) -> Artifact:
         'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         f"rdzv_port={s['rdzv_port']}" if s.get("rdzv_port") else "rdzv_port=$((20000 + SLURM_JOB_ID % 20000))",
         f"mkdir -p {q(run_dir + '/logs')} {q(run_dir + '/exit')}",
+        *secret_lines,
         "",
         *(_chain_block(job, srun) if job.chain else _single_block(job, srun)),
     ]
@@ -349,20 +355,25 @@ class Backend:
         return [*cmd, host]
 
     def _run(self, s: dict, argv: list[str], *, stdin: str | bytes | None = None, env: dict | None = None,
-             timeout: float = 120) -> subprocess.CompletedProcess:
-        """Run a Slurm client command where the profile says: here, or on its login host."""
+             timeout: float = 120, drop=()) -> subprocess.CompletedProcess:
+        """Run a Slurm client command where the profile says: here, or on its login host. `drop`:
+        variables (secret names) the command must not have in its environment."""
         conf = s.get("slurm_conf")
         try:
             if s.get("login_host"):
                 remote = " ".join(q(a) for a in argv)
                 if conf:
                     remote = f"SLURM_CONF={q(conf)} {remote}"
+                if drop:
+                    remote = f"unset {' '.join(drop)}; {remote}"
                 return subprocess.run([*self._ssh(s), remote], input=stdin, capture_output=True, timeout=timeout,
                                       text=not isinstance(stdin, bytes))
             full = dict(os.environ)
             if conf:
                 full["SLURM_CONF"] = conf
             full.update(env or {})
+            for name in drop:
+                full.pop(name, None)
             return subprocess.run(argv, input=stdin, capture_output=True, text=not isinstance(stdin, bytes),
                                   env=full, timeout=timeout)
         except FileNotFoundError:
@@ -424,25 +435,64 @@ class Backend:
                 raise UsageError(f"cluster '{job.cluster}' runs {(ver.stdout or '').strip() or 'an unknown Slurm'}, "
                                  "which has no --segment (needs 24.11 with topology/block); set [slurm] segment = false "
                                  "in the profile")
-        test = self._run(s, ["sbatch", "--test-only", script])
+        values = self._secret_values(job, secrets)  # what goes through sbatch's environment: no sourced secret
+        hidden = [n for n in job.secrets if n not in values]
+        test = self._run(s, ["sbatch", "--test-only", script], drop=job.secrets)
         if test.returncode:
             raise UsageError(f"Slurm would reject this job: {self._first_error(test)}")
         if s.get("login_host"):
-            # Secret values travel on the session's standard input, never on a command line.
-            lines = ["set +x"] + [f"export {k}={q(v)}" for k, v in secrets.items()]
+            # Values travel on the session's standard input, never on a command line; the others are
+            # unset, so a value the login shell's own startup files export does not reach sbatch either.
+            lines = ["set +x"] + ([f"unset {' '.join(hidden)}"] if hidden else [])
+            lines += [f"export {k}={q(v)}" for k, v in values.items()]
             if s.get("slurm_conf"):
                 lines.append(f"export SLURM_CONF={q(s['slurm_conf'])}")
             lines.append(f"exec sbatch --parsable {q(script)}")
             proc = subprocess.run([*self._ssh(s), "bash -s"], input="\n".join(lines) + "\n", capture_output=True,
                                   text=True, timeout=120)
         else:
-            proc = self._run(s, ["sbatch", "--parsable", script], env=secrets)
+            proc = self._run(s, ["sbatch", "--parsable", script], env=values, drop=hidden)
         if proc.returncode:
             raise LaunchError(f"sbatch failed: {self._first_error(proc)}")
         job_id = proc.stdout.strip().splitlines()[-1].split(";")[0] if proc.stdout.strip() else ""
         if not job_id.isdigit():
             raise LaunchError(f"sbatch printed no job id: {proc.stdout.strip()!r}")
+        conf = slurm_secrets.cluster_config(s, self._run)
+        if values:
+            _say("warning", slurm_secrets.env_warning(list(values), conf, job_id, bool(job.chain)))
+        elif slurm_secrets.stores_job_env(conf):
+            _say("note", slurm_secrets.job_env_note(list(job.secret_sources or {})))
         return [job_id]
+
+    def _secret_values(self, job, secrets: dict) -> dict:
+        """Check every secret source where the job will read it (here, or on the login host: one
+        call, no value crosses it) and return the values that go through sbatch's environment: those
+        without a source, and an optional secret's whose source is not there. A source that is open
+        to group or others, or missing for a secret the job needs, is refused here."""
+        s, sources = job.scheduler, job.secret_sources or {}
+        values = {n: v for n, v in secrets.items() if n in job.secrets and n not in sources}
+        if not sources:
+            return values
+        proc = self._run(s, ["bash", "-s"], stdin=slurm_secrets.check_script(sources), timeout=60)
+        got = slurm_secrets.parse_check(proc.stdout)
+        where = f" (checked on {s['login_host']})" if s.get("login_host") else ""
+        for name, spec in sources.items():
+            code, why = got.get(name, (None, ""))
+            if code is None:
+                raise LaunchError(f"could not check the secret sources{where.replace('checked ', '')}: "
+                                  f"{self._first_error(proc)}")
+            if code == slurm_secrets.OK:
+                continue
+            if code == slurm_secrets.MISSING and spec["optional"]:
+                if name in secrets and s.get("env_secrets") != "refuse":
+                    values[name] = secrets[name]
+                    _say("note", f"{why}{where}; {name} comes from your environment instead")
+                else:
+                    _say("note", f"{why}{where}; the job runs without {name}")
+                continue
+            hint = "; create it there, readable by you alone (chmod 600)" if code == slurm_secrets.MISSING else ""
+            raise UsageError(f"{why}{where}{hint}")
+        return values
 
     # -- status -----------------------------------------------------------------------------
     def status(self, runs: list) -> dict:
@@ -467,8 +517,9 @@ class Backend:
                     info = self._exit_marker(s, run, jid)
                 st = dict(info)
                 st.update(self._progress(s, run))
-                if st.get("state") == "FAILED" and job.container:
-                    why = container_failure(self._log_texts(s, run))
+                if st.get("state") == "FAILED":
+                    texts = self._log_texts(s, run)
+                    why = (container_failure(texts) if job.container else None) or slurm_secrets.failure(texts)
                     if why:
                         st["reason"] = why
                 if job.chain:
@@ -644,6 +695,13 @@ class Backend:
         proc = self._run(job.scheduler, ["scancel", *ids])
         if proc.returncode and "Invalid job id" not in (proc.stderr or ""):
             raise LaunchError(f"scancel failed: {self._first_error(proc)}")
+
+
+def _say(kind: str, text: str) -> None:
+    """A warning or note at submit, on stderr (stdout may be JSON)."""
+    import sys
+
+    sys.stderr.write(f"bridge-launch: {kind}: {text}\n")
 
 
 def _outcomes(text: str) -> dict:
