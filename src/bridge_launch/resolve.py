@@ -293,7 +293,6 @@ def _chain(opts: Options, prof: dict, recipe: dict, layers: _Layers, scheduler: 
     exit_signal = values.get("train.exit_signal")
     return {"max_restarts": opts.max_restarts, "signal_lead": opts.signal_lead, "max_segments": opts.max_segments,
             "max_no_progress": MAX_NO_PROGRESS, "train_iters": iters, "save": save, "non_persistent_dir": np_dir,
-            "tracker": f"{save.rstrip('/')}/{P.TRACKER}",
             "complete_files": list(P.complete_files(values.get("checkpoint.ckpt_format"))),
             "exit_signal": _signal_name(exit_signal) if exit_signal is not None else P.DEFAULT_EXIT_SIGNAL[3:],
             "time_limit_s": limit, "step_time": opts.step_time}
