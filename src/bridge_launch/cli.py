@@ -88,6 +88,8 @@ def submit(
     signal_lead: int = typer.Option(120, "--signal-lead", help="With --until-done: seconds before the time limit to save."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved job and the exact launch artifact; submit nothing."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Stream progress until the job ends (Ctrl-C detaches)."),
+    no_memory_check: bool = typer.Option(False, "--no-memory-check",
+                                         help="Submit even when plan's memory estimate exceeds the GPU (a warning, not an error)."),
     output: Output = OUTPUT,
 ):
     """Resolve RECIPE on a cluster, validate it, and submit it (or print it with --dry-run)."""
@@ -97,7 +99,7 @@ def submit(
         recipe, overrides or [], cluster=cluster, overlays=overlay or [], nodes=nodes, time=time,
         partition=partition, account=account, container=container, env=env or [], secrets=secret or [],
         bridge_src=bridge_src, until_done=until_done, max_restarts=max_restarts, signal_lead=signal_lead,
-        dry_run=dry_run, follow=follow, output=output.value))
+        dry_run=dry_run, follow=follow, output=output.value, memory_check=not no_memory_check))
 
 
 @app.command()

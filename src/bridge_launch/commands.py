@@ -15,13 +15,14 @@ def _err(msg: str) -> None:
 
 
 def submit(recipe, overrides, *, cluster, overlays, nodes, time, partition, account, container, env, secrets,
-           bridge_src, until_done=False, max_restarts=3, signal_lead=120, dry_run, follow, output) -> int:
+           bridge_src, until_done=False, max_restarts=3, signal_lead=120, dry_run, follow, output,
+           memory_check=True) -> int:
     from . import backends, resolve
 
     opts = resolve.Options(cluster=cluster, overlays=tuple(overlays), overrides=tuple(overrides), nodes=nodes,
                            time=time, partition=partition, account=account, container=container,
                            env=tuple(env), secrets=tuple(secrets), bridge_src=bridge_src, until_done=until_done,
-                           max_restarts=max_restarts, signal_lead=signal_lead)
+                           max_restarts=max_restarts, signal_lead=signal_lead, memory_check=memory_check)
     job = resolve.resolve(recipe, opts, for_submit=not dry_run)
     if dry_run:
         artifact = backends.render(job)
@@ -405,7 +406,5 @@ def plan(recipe, overrides, *, cluster, overlays, nodes, tflops, tokens, output)
     if output == "json":
         views.dump_json(result)
     else:
-        sys.stdout.write(planner.render_text(result))
-        for e in job.errors:
-            sys.stdout.write(f"! {e}\n")
+        sys.stdout.write(planner.render_text(result))  # the job's errors and warnings included
     return 0

@@ -42,6 +42,7 @@ class Options:
     until_done: bool = False  # keep going across time limits and flaky failures until train_iters
     max_restarts: int = 3  # flaky failures retried per run (time-limit continuations do not count)
     signal_lead: int = 120  # seconds before the time limit that the trainer is told to save
+    memory_check: bool = True  # plan's memory estimate above 100% of the GPU is an error (else a warning)
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,9 @@ def _nodes(recipe: dict, overlays: list, prof: dict, opts: Options, jobsrc: dict
         if opts.nodes < 1:
             raise UsageError(f"--nodes must be >= 1, got {opts.nodes}")
         nodes, jobsrc["nodes"] = opts.nodes, "cli"
+        if prof["nodes"] is not None and nodes != prof["nodes"]:
+            warnings.append(f"--nodes {nodes} overrides the fixed size of cluster '{prof['name']}' ({prof['nodes']} nodes, "
+                            f"{prof['nodes'] * gpn} GPUs): this job asks for {nodes * gpn} GPUs ({nodes} x {gpn})")
         if want and nodes * gpn != want:
             warnings.append(f"running on {nodes * gpn} GPUs ({nodes} x {gpn}) instead of the {want} that {want_src} states")
     elif prof["nodes"] is not None:
@@ -321,6 +325,8 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         if name in env:
             raise UsageError(f"{name} is both a secret and a plain environment value ({envsrc[name]}); secrets are passed by name only")
 
+    if not opts.memory_check:
+        jobsrc["memory_check"] = "off (--no-memory-check)"  # kept for resume, which validates again
     before = len(errors)
     nodes = _nodes(recipe, overlays, prof, opts, jobsrc, errors, warnings)
     gpu_count_ok = len(errors) == before
@@ -395,7 +401,9 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         provenance={"config": dict(layers.source), "env": envsrc, "job": jobsrc},
         missing_inputs=missing, warnings=warnings, errors=errors,
     )
-    job.errors.extend(validate.check(job, gpu_count_ok=gpu_count_ok))
+    errs, warns = validate.check(job, gpu_count_ok=gpu_count_ok, memory_check=opts.memory_check)
+    job.errors.extend(errs)
+    job.warnings.extend(warns)
     return job
 
 
@@ -418,5 +426,7 @@ def amend(job: ResolvedJob, overrides=()) -> ResolvedJob:
     prov = dict(job.provenance, config={**job.provenance["config"], **layers.source})
     new = dataclasses.replace(job, config=dict(layers.values), args=list(layers.tokens.values()) + deleted,
                               provenance=prov, errors=[], warnings=[])
-    new.errors.extend(validate.check(new))
+    errs, warns = validate.check(new, memory_check="memory_check" not in job.provenance.get("job", {}))
+    new.errors.extend(errs)
+    new.warnings.extend(warns)
     return new
