@@ -44,7 +44,7 @@ EXPERTS = "model.num_moe_experts"
 PRECISION = "mixed_precision"
 FP8_RECIPE = "mixed_precision.fp8_recipe"
 # Native sequence packing of the VLM/Energon path: a packing buffer turns it on
-# (config.py:1275-1277: EnergonDatasetConfig with packing_buffer_size is not None).
+# (config.py:1270-1272: EnergonDatasetConfig with packing_buffer_size is not None).
 PACKING_BUFFER = "dataset.packing_buffer_size"
 
 # Dataset kinds (ResolvedJob.dataset_kind; pretrain recipes without one build GPTDatasetConfig)
@@ -101,7 +101,7 @@ def _sizes(cfg):
     ep = _int(cfg, EP, 1)
     etp = _int(cfg, ETP, None)
     if cfg.get(ETP) is None:
-        etp = tp  # model_parallel_config.py:509-510: expert TP defaults to TP
+        etp = tp  # model_parallel_config.py:506-507: expert TP defaults to TP
     return tp, pp, cp, ep, etp
 
 
@@ -157,8 +157,8 @@ def context(job) -> Ctx:
 # parallel sizes and the world size
 
 
-@rule("parallel-sizes", "sizes", f"{MC} megatron/core/parallel_state.py:815-823 (world size divided by TP*PP*CP; "
-      "0 raises ZeroDivisionError), :866-879 (by ETP*EP*PP), :827-831 (VPP)", megatron=False)
+@rule("parallel-sizes", "sizes", f"{MC} megatron/core/parallel_state.py:814-823 (world size divided by TP*PP*CP; "
+      "0 raises ZeroDivisionError), :866-884 (by ETP*EP*PP), :827-831 (VPP)", megatron=False)
 def rule_parallel_sizes(c: Ctx) -> list:
     errs = []
     for key in (TP, PP, CP, EP, ETP, VPP, EVAL_CP):
@@ -171,8 +171,8 @@ def rule_parallel_sizes(c: Ctx) -> list:
     return errs
 
 
-# parallel_state.py:815-823 (world % TP*PP*CP) [RuntimeError]; Bridge config.py:1017-1026 asserts the same.
-@rule("world-tp-pp-cp", "sizes", f"{MC} megatron/core/parallel_state.py:815-823; {MB} training/config.py:1017-1026",
+# parallel_state.py:814-823 (world % TP*PP*CP) [RuntimeError]; Bridge config.py:1019-1026 asserts the same.
+@rule("world-tp-pp-cp", "sizes", f"{MC} megatron/core/parallel_state.py:814-823; {MB} src/megatron/bridge/training/config.py:1019-1026",
       world=True, megatron=False)
 def rule_world(c: Ctx) -> list:
     if not c.sizes_ok:
@@ -197,8 +197,8 @@ def rule_world_expert(c: Ctx) -> list:
     return []
 
 
-# num_microbatches_calculator.py:381-387: GBS % (MBS * DP) [AssertionError]; :388-390 at least one microbatch.
-@rule("batch-divisible", "sizes", f"{MC} megatron/core/num_microbatches_calculator.py:381-390", world=True, megatron=False)
+# num_microbatches_calculator.py:381-387: GBS % (MBS * DP) [AssertionError]; :390-392 at least one microbatch.
+@rule("batch-divisible", "sizes", f"{MC} megatron/core/num_microbatches_calculator.py:381-392", world=True, megatron=False)
 def rule_batch(c: Ctx) -> list:
     gbs, mbs = _int(c.cfg, GBS), _int(c.cfg, MBS)
     if gbs is None or mbs is None:
@@ -214,9 +214,9 @@ def rule_batch(c: Ctx) -> list:
     return []
 
 
-# config.py:1466-1479: eval_global_batch_size % (eval_micro_batch_size * eval DP), eval DP from
-# dist.eval_context_parallel_size when set (eval GBS/MBS default to the training ones, :1432-1441).
-@rule("eval-batch-divisible", "sizes", f"{MB} src/megatron/bridge/training/config.py:1432-1441, 1453-1479", world=True)
+# config.py:1456-1478: eval_global_batch_size % (eval_micro_batch_size * eval DP), eval DP from
+# dist.eval_context_parallel_size when set (eval GBS/MBS default to the training ones, :1432-1442).
+@rule("eval-batch-divisible", "sizes", f"{MB} src/megatron/bridge/training/config.py:1432-1442,1456-1478", world=True)
 def rule_eval_batch(c: Ctx) -> list:
     cfg = c.cfg
     if not any(cfg.get(k) is not None for k in ("validation.eval_global_batch_size", "validation.eval_micro_batch_size",
@@ -250,10 +250,10 @@ def _model(c: Ctx, *names):
     return None if any(v is None for v in vals) else vals
 
 
-# transformer_config.py:1357-1373 divide by the attention heads and query groups (kv_channels =
+# transformer_config.py:1360-1373 divide by the attention heads and query groups (kv_channels =
 # hidden_size // num_attention_heads; TP % num_query_groups) [ZeroDivisionError at 0];
 # hybrid_layer_allocation.py:91 asserts num_layers > 0.
-@rule("model-sizes", "heads", f"{MC} megatron/core/transformer/transformer_config.py:1357-1373; "
+@rule("model-sizes", "heads", f"{MC} megatron/core/transformer/transformer_config.py:1360-1373; "
       "megatron/core/models/hybrid/hybrid_layer_allocation.py:91")
 def rule_model_sizes(c: Ctx) -> list:
     if c.facts is None:
@@ -287,12 +287,16 @@ def rule_query_groups(c: Ctx) -> list:
             f"TP={c.tp}; use a TP that divides {g} or a multiple of it"]
 
 
-# transformer_config.py:1397-1407: Gated DeltaNet key and value heads % (TP*CP) [AssertionError].
-@rule("gdn-heads-tp-cp", "heads", f"{MC} megatron/core/transformer/transformer_config.py:1397-1407")
+# transformer_config.py:1400-1403: Gated DeltaNet value heads % key heads; :1405-1414: key and value
+# heads % (TP*CP) [AssertionError].
+@rule("gdn-heads-tp-cp", "heads", f"{MC} megatron/core/transformer/transformer_config.py:1400-1414")
 def rule_gdn_heads(c: Ctx) -> list:
     got = _model(c, "gdn.key_heads", "gdn.value_heads")
-    if not got:
+    if not got or min(got) < 1:
         return []
+    if got[1] % got[0]:
+        return [f"{c.facts.cite('gdn.value_heads')} (Gated DeltaNet value heads) is not a multiple of "
+                f"{c.facts.cite('gdn.key_heads')}"]
     n = c.tp * c.cp
     return [f"{c.facts.cite(f'gdn.{k}')} (Gated DeltaNet {k.replace('_', ' ')}) is not a multiple of TP*CP = "
             f"{c.tp}*{c.cp} = {n}; keep TP*CP a divisor of {v}"
@@ -302,7 +306,7 @@ def rule_gdn_heads(c: Ctx) -> list:
 # mamba_mixer.py:261, 269: Mamba heads and groups % TP; mamba_context_parallel.py:106-108, 119-130:
 # heads per TP rank % CP, and groups per TP rank against CP (one divides the other).
 @rule("mamba-heads-tp-cp", "heads", f"{MC} megatron/core/ssm/mamba_mixer.py:261,269; "
-      "megatron/core/ssm/mamba_context_parallel.py:106-108,119-130")
+      "megatron/core/ssm/mamba_context_parallel.py:106-108,118-130")
 def rule_mamba(c: Ctx) -> list:
     got = _model(c, "mamba.num_heads", "mamba.num_groups")
     if not got:
@@ -323,8 +327,8 @@ def rule_mamba(c: Ctx) -> list:
     return errs
 
 
-# transformer_config.py:1499-1500: EP > 1 needs num_moe_experts [ValueError].
-@rule("ep-needs-experts", "experts", f"{MC} megatron/core/transformer/transformer_config.py:1499-1500")
+# transformer_config.py:1500-1501: EP > 1 needs num_moe_experts [ValueError].
+@rule("ep-needs-experts", "experts", f"{MC} megatron/core/transformer/transformer_config.py:1500-1501")
 def rule_ep_needs_experts(c: Ctx) -> list:
     if c.facts is None or not c.sizes_ok or c.ep <= 1:
         return []
@@ -338,13 +342,14 @@ def rule_ep_needs_experts(c: Ctx) -> list:
 
 
 # moe_layer.py:185: num_moe_experts % EP [AssertionError].
-@rule("experts-ep", "experts", f"{MC} megatron/core/transformer/moe/moe_layer.py:185")
+@rule("experts-ep", "experts", f"{MC} megatron/core/transformer/moe/moe_layer.py:185; "
+      "megatron/core/transformer/transformer_config.py:1583-1584")
 def rule_experts(c: Ctx) -> list:
     got = _model(c, "moe.num_experts")
     if not got:
         return []
     e = got[0]
-    if e < 1:  # transformer_config.py:1580-1581
+    if e < 1:  # transformer_config.py:1583-1584
         return [f"{c.facts.cite('moe.num_experts')}: num_moe_experts must be positive"]
     if e % c.ep:
         return [f"{c.facts.cite('moe.num_experts')} is not divisible by EP={c.ep}; valid EP values divide "
@@ -373,8 +378,8 @@ def _divisors(n: int, limit: int = 12) -> str:
 # sequence lengths
 
 
-# model_parallel_config.py:503-505: sequence parallelism needs TP > 1 [ValueError].
-@rule("sp-needs-tp", "sequence", f"{MC} megatron/core/model_parallel_config.py:503-505", megatron=False)
+# model_parallel_config.py:502-504: sequence parallelism needs TP > 1 [ValueError].
+@rule("sp-needs-tp", "sequence", f"{MC} megatron/core/model_parallel_config.py:502-504", megatron=False)
 def rule_sp_needs_tp(c: Ctx) -> list:
     if c.sp and c.tp is not None and c.tp <= 1:
         return [f"{SP}=true needs TP > 1 (got TP={c.tp}); set {SP}=false or raise {TP}"]
@@ -396,9 +401,9 @@ def _seq_text(seq: int, keys: list) -> str:
     return " = ".join(keys) + f" = {seq}"
 
 
-# config.py:1573-1577: with CP > 1, model.seq_length % (2*CP) [AssertionError]. For the SFT dataset
+# config.py:1574-1577: with CP > 1, model.seq_length % (2*CP) [AssertionError]. For the SFT dataset
 # kinds rule seq-collate-sft checks a multiple of 2*CP already (model.seq_length follows the dataset's).
-@rule("seq-cp", "sequence", f"{MB} src/megatron/bridge/training/config.py:1573-1577", megatron=False)
+@rule("seq-cp", "sequence", f"{MB} src/megatron/bridge/training/config.py:1574-1577", megatron=False)
 def rule_seq_cp(c: Ctx) -> list:
     if not isinstance(c.cp, int) or c.cp <= 1:
         return []
@@ -459,9 +464,9 @@ def rule_seq_sp(c: Ctx) -> list:
             for seq, keys in _seq_values(c).items() if seq % n and (c.cp == 1 or seq % (2 * c.cp) == 0)]  # else seq-cp
 
 
-# config.py:1633-1648: model.seq_length == dataset.seq_length for GPT, GPTSFT, DirectHFSFT, Energon
+# config.py:1632-1648: model.seq_length == dataset.seq_length for GPT, GPTSFT, DirectHFSFT, Energon
 # and MockVLMSFT datasets [AssertionError].
-@rule("seq-equal", "sequence", f"{MB} src/megatron/bridge/training/config.py:1633-1648 "
+@rule("seq-equal", "sequence", f"{MB} src/megatron/bridge/training/config.py:1632-1648 "
       f"(and scripts/training/recipe_runner.py:471-485)")
 def rule_seq_equal(c: Ctx) -> list:
     m, d = _int(c.cfg, MODEL_SEQ), _int(c.cfg, DATA_SEQ)
@@ -489,12 +494,12 @@ def rule_vpp_needs_pp(c: Ctx) -> list:
     return []
 
 
-# GPT: transformer_block.py:148-160 (layers, plus one each when the embedding / loss count as
-# layers, % PP) and :162-172 (layers per PP rank % VPP) [AssertionError]. Hybrid (Mamba) models
-# without '|' in the layer pattern: hybrid_layer_allocation.py:384-391 (no VPP) and :433-441
+# GPT: transformer_block.py:141-153 (layers, plus one each when the embedding / loss count as
+# layers, % PP) and :155-173 (layers per PP rank % VPP) [AssertionError]. Hybrid (Mamba) models
+# without '|' in the layer pattern: hybrid_layer_allocation.py:385-391 (no VPP) and :436-441
 # (layers % PP) [ValueError].
-@rule("layers-pp-vpp", "pipeline", f"{MC} megatron/core/transformer/transformer_block.py:148-172; "
-      "megatron/core/models/hybrid/hybrid_layer_allocation.py:384-391,433-441")
+@rule("layers-pp-vpp", "pipeline", f"{MC} megatron/core/transformer/transformer_block.py:141-173; "
+      "megatron/core/models/hybrid/hybrid_layer_allocation.py:385-391,436-441")
 def rule_layers_pp(c: Ctx) -> list:
     got = _model(c, "num_layers")
     if not got or c.facts.family not in ("gpt", "hybrid") or _layouts_set(c.cfg):
@@ -606,7 +611,7 @@ _TE_NEEDS = {  # recipe -> (lowest compute capability, first one refused, what T
 }
 
 
-@rule("precision-gpu", "precision", "Transformer Engine transformer_engine/pytorch/quantization.py@f2b6810:39-80 "
+@rule("precision-gpu", "precision", "Transformer Engine transformer_engine/pytorch/quantization.py@f2b6810:46-98 "
       "(check_fp8_support, check_mxfp8_support, check_nvfp4_support, check_fp8_block_scaling_support)", megatron=False)
 def rule_precision(c: Ctx) -> list:
     q = quantization_of(c.cfg)
@@ -620,9 +625,9 @@ def rule_precision(c: Ctx) -> list:
             f"{cc[0]}.{cc[1]}); use a cluster whose GPUs support it or a bf16 recipe"]
 
 
-# config.py:1487-1499: fp8_param_gather with the MXFP8 recipe (no FSDP) needs
+# config.py:1487-1498: fp8_param_gather with the MXFP8 recipe (no FSDP) needs
 # reuse_grad_buf_for_mxfp8_param_ag [AssertionError].
-@rule("mxfp8-param-gather", "precision", f"{MB} src/megatron/bridge/training/config.py:1487-1499")
+@rule("mxfp8-param-gather", "precision", f"{MB} src/megatron/bridge/training/config.py:1487-1498")
 def rule_mxfp8_param_gather(c: Ctx) -> list:
     cfg = c.cfg
     if quantization_of(cfg) != "mxfp8" or cfg.get("ddp.use_megatron_fsdp") is True or cfg.get("dist.use_megatron_fsdp") is True:
@@ -636,7 +641,7 @@ def rule_mxfp8_param_gather(c: Ctx) -> list:
     return []
 
 
-# flex_dispatcher_backend.py:88-109 (validate_flex_dispatcher_backend, called by config.py:1650-1655):
+# flex_dispatcher_backend.py:88-109 (validate_flex_dispatcher_backend, called by config.py:1650-1654):
 # DeepEP needs compute capability 8.x/9.x or a B200/B300; HybridEP needs 8.x, 9.x or 10.x [ValueError].
 @rule("flex-dispatcher-gpu", "precision", f"{MB} src/megatron/bridge/training/flex_dispatcher_backend.py:88-109")
 def rule_flex_dispatcher(c: Ctx) -> list:
@@ -681,9 +686,9 @@ def _mtp_where(c: Ctx, mtp: int) -> str:
     return f"{mtp} layer{'s' if mtp != 1 else ''}, {c.facts.source('mtp_layers')}"
 
 
-# transformer_config.py:2801-2805 and Bridge comm_overlap.py:516: the EP all-to-all overlap allows at
+# transformer_config.py:2803-2807 and Bridge comm_overlap.py:516-518: the EP all-to-all overlap allows at
 # most one MTP layer [AssertionError].
-@rule("mtp-a2a-overlap", "mtp", f"{MC} megatron/core/transformer/transformer_config.py:2801-2805; "
+@rule("mtp-a2a-overlap", "mtp", f"{MC} megatron/core/transformer/transformer_config.py:2803-2807; "
       f"{MB} src/megatron/bridge/training/comm_overlap.py:516-518")
 def rule_mtp_overlap(c: Ctx) -> list:
     on = c.cfg.get("model.overlap_moe_expert_parallel_comm") is True or \
@@ -720,9 +725,9 @@ def rule_packing(c: Ctx) -> list:
     return errs
 
 
-# config.py:1318-1326 and :1442-1451: EnergonDatasetConfig.micro_batch_size equals the training and
+# config.py:1319-1325 and :1443-1451: EnergonDatasetConfig.micro_batch_size equals the training and
 # (with validation on) the eval micro batch [ValueError].
-@rule("energon-micro-batch", "packing", f"{MB} src/megatron/bridge/training/config.py:1318-1326,1442-1451")
+@rule("energon-micro-batch", "packing", f"{MB} src/megatron/bridge/training/config.py:1319-1325,1443-1451")
 def rule_energon_mbs(c: Ctx) -> list:
     if c.kind != "energon":
         return []
@@ -771,9 +776,9 @@ CHECKPOINT_KEYS = ("checkpoint.pretrained_checkpoint", "checkpoint.load", "check
 
 
 # blended_megatron_dataset_config.py:131-143: GPT data with neither blend nor blend_per_split is
-# mock data (Bridge turns dataset.data_path into blend, config.py:298-310).
+# mock data (Bridge turns dataset.data_path into blend, config.py:305-313).
 @rule("mock-data", "inputs", f"{MC} megatron/core/datasets/blended_megatron_dataset_config.py:131-143; "
-      f"{MB} src/megatron/bridge/training/config.py:298-310", level="warning")
+      f"{MB} src/megatron/bridge/training/config.py:305-313", level="warning")
 def rule_mock_data(c: Ctx) -> list:
     if c.kind != "gpt" or any(c.cfg.get(k) not in (None, "", []) for k in ("dataset.blend", "dataset.blend_per_split",
                                                                             "dataset.data_path")):
