@@ -629,8 +629,9 @@ def throughput(job, arch: Arch, par: Parallel, *, tflops_per_gpu: float | None =
 
 def plan(job, *, tflops_per_gpu: float | None = None, token_budget: int | None = None) -> dict:
     """The whole plan of a resolved job as a JSON-able dict (see module docstring). Its errors and
-    warnings are the job's (what submit reports) plus plan's findings on the groups megatron-core
-    built (preflight.py, the same findings submit computes with topology.py's arithmetic)."""
+    warnings are the job's, which is what submit reports: resolve computed plan's findings
+    (preflight.py) with topology.py's arithmetic; here they are computed again on the groups
+    megatron-core built, for the group table and the memory breakdown, and tests hold the two equal."""
     par = parallel_of(job)
     groups, source = rank_groups(par)
     found = preflight.findings(job, groups=groups)
@@ -658,8 +659,8 @@ def plan(job, *, tflops_per_gpu: float | None = None, token_budget: int | None =
         "model": models.facts_for(job).as_dict() if arch is not None else None,
         "memory": mem,
         "throughput": thr,
-        "errors": list(dict.fromkeys(job.errors + found["errors"])),
-        "warnings": list(dict.fromkeys(job.warnings + found["warnings"])),
+        "errors": list(job.errors),
+        "warnings": list(job.warnings),
         "notes": notes,
         "source": source,
     }
