@@ -392,3 +392,22 @@ def test_recipe_without_a_stated_tflops_has_no_gpu_hours(home):
 def test_mxfp8_recipe_states_the_model_card_assumption(home):
     thr = plan.plan(job("qwen35-vl-sft-mxfp8", "gb200-32"))["throughput"]
     assert thr["tflops_assumption"] == 210.36 and "qwen3.6-35b-a3b" in thr["source"]
+
+
+def test_throughput_assumption_depends_on_precision(home):
+    # issue 12: the BF16 and MXFP8 VL recipes used to get the same step time from one MXFP8 measurement
+    inputs = ("dataset.path=/lustre/fsw/clevr2", "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt")
+    bf16 = plan.plan(job("qwen35-vl-sft", "gb200-32", *inputs))["throughput"]
+    mxfp8 = plan.plan(job("qwen35-vl-sft-mxfp8", "gb200-32", *inputs))["throughput"]
+    assert (bf16["precision"], mxfp8["precision"]) == ("bf16", "mxfp8")
+    assert mxfp8["tflops_assumption"] == 210.36 and mxfp8["step_seconds"] > 0
+    assert bf16["tflops_assumption"] is None and bf16["step_seconds"] is None and bf16["gpu_hours"] is None
+    assert bf16["no_assumption"].startswith("no BF16 measurement on gb200 for this model (measured: MXFP8 on gb200: 210.36")
+    assert "GPU-hours unknown" in plan.render_text(plan.plan(job("qwen35-vl-sft", "gb200-32", *inputs)))
+    # a measurement is for one GPU type too: the GB300 row applies on GB300 only
+    par8 = plan.Parallel(world=8, tp=1, pp=1, cp=1, ep=8, etp=1, dp=8, edp=1, vpp=None, sp=False)
+    j = job("nemotron-3-nano-pretrain", "gb200-8", "mixed_precision=bf16_with_mxfp8_mixed")
+    assert plan.tflops_assumption(j)["tflops_per_gpu"] == 776
+    assert plan.tflops_assumption(dataclasses.replace(j, gpu_type="gb300"))["tflops_per_gpu"] == 905
+    assert plan.tflops_assumption(dataclasses.replace(j, gpu_type="h100"))["tflops_per_gpu"] is None
+    assert plan.throughput(j, plan.arch_for(j), par8, tflops_per_gpu=500)["tflops_assumption"] == 500  # --tflops wins
