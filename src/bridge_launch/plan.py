@@ -153,26 +153,51 @@ def arch_for(job) -> Arch | None:
     n = f.get("num_layers")
     if n > MAX_LAYERS:
         raise ArchError(f"no estimate: {n:,} layers is beyond what plan estimates (at most {MAX_LAYERS:,})")
+    mtp = f.int("mtp_layers") or 0
+    if not 0 <= mtp <= MAX_LAYERS:
+        raise ArchError(f"no estimate: model.mtp_num_layers={mtp} ({f.source('mtp_layers')}) is not between 0 and {MAX_LAYERS:,}")
     groups = {g: f.group(g) for g in ("attention", "gdn", "mamba", "moe", "vision")}
     for g, vals in groups.items():
         for k, v in vals.items():
             if isinstance(v, int) and not isinstance(v, bool) and v < 0:
                 raise ArchError(f"no estimate: {models.KEY_OF.get(f'{g}.{k}', f'{g}.{k}')} is {v}")
-    att = groups["attention"]
-    if att and not (isinstance(att.get("num_heads"), int) and att["num_heads"] >= 1):
-        raise ArchError(f"no estimate: model.num_attention_heads is {att.get('num_heads')!r}")
-    moe = groups["moe"]
-    if moe and not (isinstance(moe.get("num_experts"), int) and moe["num_experts"] >= 1):
-        moe = {}  # no experts: MoE blocks cannot be built
-        if "E" in base["layers"]:
-            raise ArchError(f"no estimate: the model's MoE layers need model.num_moe_experts ({f.source('moe.num_experts')})")
     unit = str(base["layers"]).split()
+    used = {b for layer in unit for b in layer.split("+")}
+    for block, (group, need) in _BLOCK_NEEDS.items():
+        if block not in used:
+            if group in groups:
+                groups[group] = {}  # a module the layer pattern does not use
+            continue
+        vals = groups.get(group, {"ffn": f.get("ffn")} if group == "ffn" else {})
+        missing = [k for k in need if not (isinstance(vals.get(k), int) and not isinstance(vals.get(k), bool))]
+        if missing or any(vals[k] < 1 for k in need[:1]):
+            k = (missing or need[:1])[0]
+            key = models.KEY_OF.get(f"{group}.{k}" if group != "ffn" else "ffn", f"{group}.{k}")
+            raise ArchError(f"no estimate: the model's {_BLOCK_NAMES[block]} layers need {key} >= 1 "
+                            f"(it is {vals.get(k)!r})")
+    vision = groups["vision"]
+    if vision and any(not isinstance(vision.get(k), int) for k in _VISION_NEEDS):
+        vision = {}
+    att, moe = groups["attention"], groups["moe"]
     return Arch(
         name=f.name, source=f.where, hidden=f.get("hidden_size"), vocab=f.get("vocab_size"), tied=bool(base["tied"]),
-        layers=tuple(unit[i % len(unit)] for i in range(n)), mtp_layers=f.int("mtp_layers") or 0, ffn=f.int("ffn"),
+        layers=tuple(unit[i % len(unit)] for i in range(n)), mtp_layers=mtp, ffn=f.int("ffn"),
         gated_mlp=bool(base["gated_mlp"]), dropout=bool(base["dropout"]), flash_attention=bool(base["flash_attention"]),
-        attention=att, gdn=groups["gdn"], mamba=groups["mamba"], moe=moe, vision=groups["vision"],
+        attention=att, gdn=groups["gdn"], mamba=groups["mamba"], moe=moe, vision=vision,
     )
+
+
+# layer block -> (fact group, the facts its formulas need; the first must be >= 1)
+_BLOCK_NEEDS = {
+    "*": ("attention", ("num_heads",)),
+    "G": ("gdn", ("key_heads", "value_heads", "key_head_dim", "value_head_dim", "conv_kernel")),
+    "M": ("mamba", ("num_heads", "head_dim", "state_dim", "num_groups", "conv_kernel")),
+    "E": ("moe", ("num_experts", "topk", "expert_ffn")),
+    "-": ("ffn", ("ffn",)),
+}
+_BLOCK_NAMES = {"*": "attention", "G": "Gated DeltaNet", "M": "Mamba", "E": "MoE", "-": "MLP"}
+_VISION_NEEDS = ("depth", "hidden_size", "ffn", "patch_size", "temporal_patch_size", "spatial_merge_size",
+                 "num_position_embeddings", "out_hidden_size")
 
 
 
