@@ -411,3 +411,19 @@ def test_throughput_assumption_depends_on_precision(home):
     assert plan.tflops_assumption(dataclasses.replace(j, gpu_type="gb300"))["tflops_per_gpu"] == 905
     assert plan.tflops_assumption(dataclasses.replace(j, gpu_type="h100"))["tflops_per_gpu"] is None
     assert plan.throughput(j, plan.arch_for(j), par8, tflops_per_gpu=500)["tflops_assumption"] == 500  # --tflops wins
+
+
+def test_plan_command_output_survives_the_fast_exit(cli):
+    # plan ends without the interpreter's teardown once megatron-core is loaded: its output must be whole
+    r = cli("plan", "qwen35-vl-sft", "-c", "gb200-32", "-o", "json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["parallel"]["cp"] == 8
+    r = cli("plan", "qwen35-9b-pretrain", "-c", "gb200-8")
+    assert r.code == 0 and r.out.rstrip().splitlines()[-1].startswith("warning: qwen35-9b-pretrain trains on mock data")
+
+
+def test_plan_without_a_rank_layout_says_what_submit_says(cli):
+    r = cli("plan", "qwen35-vl-sft", "-c", "gb200-32", "model.tensor_model_parallel_size=3")
+    s = cli("submit", "qwen35-vl-sft", "-c", "gb200-32", "model.tensor_model_parallel_size=3", "--dry-run")
+    assert r.code == s.code == 2 and r.err == s.err
+    assert "Traceback" not in r.err and r.err.startswith("bridge-launch: error: world size 32 (8 nodes x 4) is not divisible")

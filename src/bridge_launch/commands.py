@@ -402,7 +402,14 @@ def plan(recipe, overrides, *, cluster, overlays, nodes, tflops, tokens, output)
 
     job = resolve.resolve(recipe, resolve.Options(cluster=cluster, overlays=tuple(overlays),
                                                   overrides=tuple(overrides), nodes=nodes))
-    result = planner.plan(job, tflops_per_gpu=tflops, token_budget=int(tokens) if tokens else None)
+    try:
+        result = planner.plan(job, tflops_per_gpu=tflops, token_budget=int(tokens) if tokens else None)
+    except UsageError:
+        if not job.errors:
+            raise
+        for e in job.errors:  # no rank layout exists: say what submit would say
+            _err(e)
+        return 2
     if output == "json":
         views.dump_json(result)
     else:
