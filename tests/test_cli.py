@@ -46,6 +46,8 @@ ERROR_CASES = [
      "model.seq_length=4096 and dataset.seq_length=8192 differ"),
     (["submit", "qwen35-9b-pretrain", "-c", "gb200-8", "model.pipeline_model_parallel_size=0"],
      "model.pipeline_model_parallel_size=0: parallel sizes must be integers >= 1"),  # submit, not only --dry-run
+    (["plan", "qwen35-9b-pretrain", "-c", "gb200-8", "--tokens", "inf"], "--tokens inf: expected a positive number"),
+    (["plan", "qwen35-9b-pretrain", "-c", "gb200-8", "--tflops", "-3"], "--tflops -3: expected a positive number"),
     (["recipes", "show", "nope"], "unknown recipe 'nope'"),
     (["clusters", "show", "lokal"], "did you mean 'local'"),
     (["status", "no-such-run"], "no run 'no-such-run'"),

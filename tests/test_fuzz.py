@@ -116,8 +116,8 @@ def test_submit_dry_run_never_raises(home, targets, data):
 def test_plan_never_raises(home, targets, data):
     recipe, cluster, nodes, ovs = _job_words(data, *targets)
     code = _quiet(commands.plan, recipe, ovs, cluster=cluster, overlays=[], nodes=nodes,
-                  tflops=data.draw(st.sampled_from([None, 0.0, -5.0, 250.0, 1e308])),
-                  tokens=data.draw(st.sampled_from([None, 0.0, 1.0, 1e11, 1e300])),
+                  tflops=data.draw(st.sampled_from([None, 0.0, -5.0, 250.0, 1e308, float("inf"), float("nan")])),
+                  tokens=data.draw(st.sampled_from([None, 0.0, 1.0, 1e11, 1e300, float("inf"), float("nan"), -1.0])),
                   output=data.draw(st.sampled_from(["text", "json"])))
     assert code in (0, 2)
 

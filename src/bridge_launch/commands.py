@@ -397,8 +397,14 @@ def prune(older_than: str) -> int:
 
 
 def plan(recipe, overrides, *, cluster, overlays, nodes, tflops, tokens, output) -> int:
+    import math
+
     from . import plan as planner
     from . import resolve
+
+    for flag, value in (("--tflops", tflops), ("--tokens", tokens)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise UsageError(f"{flag} {value:g}: expected a positive number (e.g. {'250' if flag == '--tflops' else '1e11'})")
 
     job = resolve.resolve(recipe, resolve.Options(cluster=cluster, overlays=tuple(overlays),
                                                   overrides=tuple(overrides), nodes=nodes))

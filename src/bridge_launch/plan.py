@@ -525,7 +525,7 @@ def memory(job, arch: Arch, par: Parallel) -> dict:
 def _vision_activation(arch: Arch, cfg: dict, extra: dict, par: Parallel) -> float:
     """An upper bound for the vision tower: every packed sample at its visual-token cap
     (dataset.task_encoder.max_visual_tokens x packing buffer x micro batch). With full
-    recompute (the recipe's own setting, see plan_models.toml [recipes]) each ViT layer keeps
+    recompute (the recipe's own setting, see models.toml [recipes]) each ViT layer keeps
     its input and one layer runs at a time; otherwise every layer keeps its activations."""
     v = arch.vision
     cap = _int(cfg, "dataset.task_encoder.max_visual_tokens")

@@ -83,7 +83,7 @@ def validate_fmt(v) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
-def findings(job, *, groups: dict | None = None, memory_check: bool = True, ctx=None) -> dict:
+def findings(job, *, groups: dict | None = None, memory_check: bool = True) -> dict:
     """Errors, warnings and notes of plan's placement and memory estimate for a job whose parallel
     sizes fit its world size; also the pieces plan reports (parallel sizes, groups, spans, memory)."""
     par = topology.parallel_of(job)

@@ -859,7 +859,7 @@ def check(job, gpu_count_ok: bool = True, memory_check: bool = True) -> tuple[li
     if c.world_ok and gpu_count_ok:
         from . import preflight
 
-        found = preflight.findings(job, memory_check=memory_check, ctx=c)
+        found = preflight.findings(job, memory_check=memory_check)
         errors.extend(found["errors"])
         warnings.extend(found["warnings"])
     return errors, warnings
