@@ -24,7 +24,6 @@ Run: .venv/bin/python bench/plan_speed.py [--repeats N]   (needs the 'plan' extr
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import statistics
 import subprocess

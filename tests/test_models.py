@@ -20,7 +20,7 @@ def test_every_fact_names_a_source_and_every_tag_a_reference():
         f = models.facts_for(_job(table[name]["recipes"][0]))
         assert f.name == name and f.facts
         for key, fact in f.facts.items():
-            assert fact.source.startswith(f"models.toml "), (name, key)
+            assert fact.source.startswith("models.toml "), (name, key)
             tags = [t.strip("[]") for t in fact.source.split()[2:] if t.startswith("[")]
             assert len(fact.refs) == len(tags), (name, key, fact.source)  # every tag found its citation
             assert all(len(r) > 20 for r in fact.refs)
