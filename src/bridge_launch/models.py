@@ -10,7 +10,6 @@ never imports megatron-core or torch.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -46,21 +45,27 @@ _BOOL_FACTS = {"tied_embeddings"}
 MCORE_DEFAULT = "megatron-core TransformerConfig default"
 
 
-@dataclass(frozen=True)
 class Fact:
-    value: object
-    source: str  # short: "models.toml qwen35-35b-a3b [slime] [card]", "job config (cli)", ...
-    refs: tuple = ()  # the full citations behind the source's tags
+    """One fact: its value, a short source ("models.toml qwen35-35b-a3b [slime] [card]",
+    "job config: cli", ...) and the full citations behind the source's tags."""
+
+    __slots__ = ("value", "source", "refs")
+
+    def __init__(self, value, source: str, refs: tuple = ()):
+        self.value, self.source, self.refs = value, source, refs
+
+    def __repr__(self) -> str:
+        return f"Fact({self.value!r}, {self.source!r})"
 
 
-@dataclass(frozen=True)
 class ModelFacts:
-    name: str  # the models.toml entry, or "job config"
-    description: str
-    family: str | None  # "gpt" | "hybrid" | None (unknown)
-    where: str  # "models.toml [models.NAME]" or "job config (model.* keys)"
-    facts: dict = field(default_factory=dict)  # fact name -> Fact
-    verified: str | None = None
+    """A job's model: the models.toml entry (or "job config"), its family ("gpt" | "hybrid" |
+    None), where the facts come from, and the facts by name ("num_layers", "moe.num_experts", ...).
+    Plain classes here: this module is on every --dry-run's path."""
+
+    def __init__(self, *, name: str, description: str, family, where: str, facts: dict, verified=None):
+        self.name, self.description, self.family, self.where = name, description, family, where
+        self.facts, self.verified = facts, verified
 
     def get(self, name: str, default=None):
         f = self.facts.get(name)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
 
 from .clusters import GPU_CC
 
@@ -58,15 +57,18 @@ FINETUNE_MODES = ("sft", "lora", "dora")
 # rule registry
 
 
-@dataclass(frozen=True)
 class Rule:
-    id: str
-    family: str
-    level: str  # "error" | "warning"
-    source: str
-    fn: object = field(compare=False)
-    world: bool = False  # restates the GPU count: left out when the count itself is wrong
-    megatron: bool = True  # applies to Megatron-Bridge jobs only (not the smoke workload)
+    """One carried-over rule (a plain class: this module is on every --dry-run's path)."""
+
+    __slots__ = ("id", "family", "level", "source", "fn", "world", "megatron")
+
+    def __init__(self, id, family, level, source, fn, world=False, megatron=True):
+        self.id, self.family, self.level, self.source, self.fn = id, family, level, source, fn  # level: error | warning
+        self.world = world  # restates the GPU count: left out when the count itself is wrong
+        self.megatron = megatron  # applies to Megatron-Bridge jobs only (not the smoke workload)
+
+    def __repr__(self) -> str:
+        return f"Rule({self.id!r}, {self.level})"
 
 
 RULES: list = []
@@ -115,19 +117,15 @@ def dataset_kind(job) -> str | None:
     return "gpt" if job.mode == "pretrain" else None
 
 
-@dataclass
 class Ctx:
-    job: object
-    cfg: dict
-    tp: int | None
-    pp: int | None
-    cp: int | None
-    ep: int | None
-    etp: int | None
-    vpp: int | None
-    sp: bool
-    facts: object  # models.ModelFacts | None
-    kind: str | None
+    """What every rule reads: the job, its parallel sizes (None: an interpolation), its model
+    facts (models.ModelFacts or None) and its dataset kind."""
+
+    __slots__ = ("job", "cfg", "tp", "pp", "cp", "ep", "etp", "vpp", "sp", "facts", "kind")
+
+    def __init__(self, **kw):
+        for k in self.__slots__:
+            setattr(self, k, kw[k])
 
     @property
     def sizes_ok(self) -> bool:
