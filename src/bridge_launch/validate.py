@@ -156,7 +156,7 @@ def context(job) -> Ctx:
 
 
 @rule("parallel-sizes", "sizes", f"{MC} megatron/core/parallel_state.py:814-823 (world size divided by TP*PP*CP; "
-      "0 raises ZeroDivisionError), :866-884 (by ETP*EP*PP), :827-831 (VPP)", megatron=False)
+      "0 raises ZeroDivisionError), :870-884 (by ETP*EP*PP), :827-831 (VPP)", megatron=False)
 def rule_parallel_sizes(c: Ctx) -> list:
     errs = []
     for key in (TP, PP, CP, EP, ETP, VPP, EVAL_CP):
@@ -183,8 +183,8 @@ def rule_world(c: Ctx) -> list:
     return []
 
 
-# parallel_state.py:866-884: world % (ETP*EP*PP) [RuntimeError].
-@rule("world-expert", "sizes", f"{MC} megatron/core/parallel_state.py:866-884", world=True, megatron=False)
+# parallel_state.py:870-884: world % (ETP*EP*PP) [RuntimeError].
+@rule("world-expert", "sizes", f"{MC} megatron/core/parallel_state.py:870-884", world=True, megatron=False)
 def rule_world_expert(c: Ctx) -> list:
     if not c.sizes_ok or (c.ep == 1 and c.etp == c.tp):
         return []
