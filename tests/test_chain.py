@@ -50,9 +50,10 @@ def test_sizing_flags_need_until_done(home):
 
 
 def test_sizing_of_the_vl_recipe_on_gb200_32(home):
-    """plan estimates ~35 s a step for qwen35-vl-sft on gb200-32: the shipped save_interval of 500
-    is longer than a 4 h segment, and a 120 s lead cannot hold a step, a save and an evaluation."""
-    job = _chain("qwen35-vl-sft", "gb200-32", VL)
+    """plan estimates ~35 s a step for qwen35-vl-sft-mxfp8 on gb200-32 (it has an MXFP8 throughput
+    figure; none is published for BF16): the shipped save_interval of 500 is longer than a 4 h
+    segment, and a 120 s lead cannot hold a step, a save and an evaluation."""
+    job = _chain("qwen35-vl-sft-mxfp8", "gb200-32", VL)
     e = job.chain["estimate"]
     assert e["step_source"] == "plan's estimate" and 30 < e["step_s"] < 40
     assert e["save_s"] and e["eval_s"] and 700 < e["segments"] < 800  # ~300000 x 35 s / (4 h - 120 s)
@@ -63,15 +64,16 @@ def test_sizing_of_the_vl_recipe_on_gb200_32(home):
     lead_warn = next(w for w in job.warnings if w.startswith("--signal-lead 120 s is shorter than one step"))
     need = int(re.search(r"--signal-lead (\d+) fits", lead_warn).group(1))
     assert need > e["step_s"] + e["save_s"] + e["eval_s"]
-    ok = _chain("qwen35-vl-sft", "gb200-32", (*VL, f"checkpoint.save_interval={fit}"), signal_lead=need)
+    ok = _chain("qwen35-vl-sft-mxfp8", "gb200-32", (*VL, f"checkpoint.save_interval={fit}"), signal_lead=need)
     assert not [w for w in ok.warnings if "signal-lead" in w or "save_interval" in w], ok.warnings
 
 
 def test_a_lead_shorter_than_one_step_is_refused_only_with_an_estimate(home):
-    job = _chain("qwen35-vl-sft", "gb200-32", VL, signal_lead=30)
+    job = _chain("qwen35-vl-sft-mxfp8", "gb200-32", VL, signal_lead=30)
     assert any(e.startswith("--signal-lead 30 s is shorter than one training step (~35 s, plan's estimate)")
                for e in job.errors), job.errors
-    assert _chain("qwen35-vl-sft", "gb200-32", VL, signal_lead=30, step_time=20.0).errors == []
+    assert _chain("qwen35-vl-sft-mxfp8", "gb200-32", VL, signal_lead=30, step_time=20.0).errors == []
+    assert _chain("qwen35-vl-sft", "gb200-32", VL, signal_lead=30).errors == []  # BF16: plan has no figure
     smoke = _chain(signal_lead=10)  # plan knows no throughput for the smoke workload: no estimate, no refusal
     assert smoke.errors == [] and smoke.chain["estimate"]["step_s"] is None
     given = _chain(signal_lead=10, step_time=15.0)
@@ -79,7 +81,7 @@ def test_a_lead_shorter_than_one_step_is_refused_only_with_an_estimate(home):
 
 
 def test_dry_run_shows_the_mechanism_and_the_estimate(home):
-    r = run_cli("submit", "qwen35-vl-sft", "-c", "gb200-32", *VL, "--until-done", "--max-segments", "900", "--dry-run")
+    r = run_cli("submit", "qwen35-vl-sft-mxfp8", "-c", "gb200-32", *VL, "--until-done", "--max-segments", "900", "--dry-run")
     assert r.code == 0, r.err
     assert "SIGTERM to the training processes on every node (torchrun is left alone)" in r.out
     assert re.search(r"estimate: ~3\d s a step \(plan's estimate\), ~\d+ s a save, ~\d+ s an evaluation, "

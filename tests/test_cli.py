@@ -31,6 +31,23 @@ ERROR_CASES = [
     (["submit", "smoke", "-c", "gb200-8", "--dry-run", "--time", "4h"], "time limit '4h' (cli) is not a Slurm time"),
     (["submit", "smoke", "-c", "local-slurm", "--until-done", "--time", "00:01:00", "--signal-lead", "90", "--dry-run"],
      "--signal-lead 90s is not shorter than the time limit 00:01:00 (60s)"),
+    # issue 12: what Megatron would refuse after the queue, refused before it
+    (["submit", "qwen35-9b-pretrain", "-c", "gb200-8", "--dry-run", "model.pipeline_model_parallel_size=0"],
+     "model.pipeline_model_parallel_size=0: parallel sizes must be integers >= 1"),
+    (["submit", "qwen35-9b-pretrain", "-c", "gb200-8", "--dry-run", "model.tensor_model_parallel_size=0"],
+     "model.tensor_model_parallel_size=0: parallel sizes must be integers >= 1"),
+    (["submit", "qwen35-9b-pretrain", "-c", "gb200-8", "--dry-run", "model.context_parallel_size=0"],
+     "model.context_parallel_size=0: parallel sizes must be integers >= 1"),
+    (["submit", "nemotron-3-nano-pretrain", "-c", "gb200-64", "--nodes", "36", "model.expert_model_parallel_size=72",
+      "train.global_batch_size=2880", "--dry-run"],
+     "model.num_moe_experts=128 (models.toml nemotron-3-nano-30b-a3b [mb] [paper]) is not divisible by EP=72; "
+     "valid EP values divide 128: 1, 2, 4, 8, 16, 32, 64, 128"),
+    (["submit", "qwen35-9b-pretrain", "-c", "gb200-8", "--dry-run", "dataset.seq_length=8192", "model.seq_length=4096"],
+     "model.seq_length=4096 and dataset.seq_length=8192 differ"),
+    (["submit", "qwen35-9b-pretrain", "-c", "gb200-8", "model.pipeline_model_parallel_size=0"],
+     "model.pipeline_model_parallel_size=0: parallel sizes must be integers >= 1"),  # submit, not only --dry-run
+    (["plan", "qwen35-9b-pretrain", "-c", "gb200-8", "--tokens", "inf"], "--tokens inf: expected a positive number"),
+    (["plan", "qwen35-9b-pretrain", "-c", "gb200-8", "--tflops", "-3"], "--tflops -3: expected a positive number"),
     (["recipes", "show", "nope"], "unknown recipe 'nope'"),
     (["clusters", "show", "lokal"], "did you mean 'local'"),
     (["status", "no-such-run"], "no run 'no-such-run'"),
@@ -148,3 +165,24 @@ def test_tty_free_text_dry_run_shows_provenance_and_script(cli):
     assert "train.train_iters" in r.out and "cli" in r.out
     assert "--- local-command: launch/@RUN_ID@.sh" in r.out
     assert r.out.rstrip().endswith('exit "$rc"')
+
+
+def test_sequence_lengths_bridge_accepts_pass(cli):
+    # lcm(2*CP, TP*CP) = 16 for TP2 CP8 with sequence parallelism: 131088 passes (2*CP*TP = 32 does not divide it)
+    r = cli("submit", "qwen35-vl-sft", "-c", "gb200-32", "model.seq_length=131088", "dataset.seq_length=131088",
+            "dataset.path=/lustre/fsw/clevr2", "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt", "--dry-run")
+    assert r.code == 0, r.err
+    assert "model.seq_length=131088" in r.out
+
+
+def test_dry_run_says_what_the_job_will_not_do_as_asked(cli):
+    r = cli("submit", "nemotron-3-nano-pretrain", "-c", "gb200-64", "--nodes", "36", "train.global_batch_size=2880",
+            "--overlay", "nemo-ci-convergence", "--dry-run")
+    assert r.code == 0, r.err
+    warnings = r.out.split("\nWarnings\n", 1)[1].split("\n\n", 1)[0]
+    assert ("--nodes 36 overrides the fixed size of cluster 'gb200-64' (16 nodes, 64 GPUs): this job asks for "
+            "144 GPUs (36 x 4)") in warnings
+    assert "nemotron-3-nano-pretrain trains on mock data (random tokens) for 48,000 steps" in warnings
+    r = cli("submit", "qwen35-vl-sft", "-c", "gb200-32", "dataset.path=/home/me/clevr2",
+            "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt", "--dry-run")
+    assert "! dataset.path=/home/me/clevr2 is outside every container mount (/lustre/fsw)" in r.out

@@ -149,7 +149,8 @@ def test_groups_match_megatron_parallel_state_on_gloo(tmp_path):
 
 
 def test_vl_sft_on_gb200_32_stays_inside_nodes_and_one_domain(home):
-    result = plan.plan(job("qwen35-vl-sft", "gb200-32"))
+    result = plan.plan(job("qwen35-vl-sft", "gb200-32", "dataset.path=/lustre/fsw/clevr2",
+                           "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt"))
     assert result["parallel"] == {"tp": 2, "pp": 1, "cp": 8, "ep": 16, "etp": 1, "dp": 2, "edp": 2, "vpp": None, "sp": True}
     assert result["world_size"] == 32 and result["nodes"] == 8
     assert result["spans"]["tp"]["max_nodes"] == 1 and not result["spans"]["tp"]["crosses_nodes"]
@@ -158,16 +159,17 @@ def test_vl_sft_on_gb200_32_stays_inside_nodes_and_one_domain(home):
     assert result["segment"] == 8
     assert result["domains"]["hybrid_ep"] and result["domains"]["segment_requested"]
     assert result["groups"]["ep"] == [list(range(16)), list(range(16, 32))]
-    assert result["warnings"] == []
+    # the one warning is Megatron-Bridge's MTP-with-packing rule (the recipe keeps MTP, as its seed does)
+    assert len(result["warnings"]) == 1 and result["warnings"][0].startswith("MTP (model.mtp_num_layers=1, upstream)")
+    assert result["errors"] == []
     json.dumps(result)  # JSON-able as --output json prints it
     text = plan.render_text(result)
-    assert "segment 8 nodes" in text and "HybridEP" in text and "warning" not in text
+    assert "segment 8 nodes" in text and "HybridEP" in text and "warning: TP" not in text and "error" not in text
 
 
 def test_tp_across_nodes_warns(home):
-    # TP8 on 4-GPU nodes, CP4 so that TP*CP still divides the 32 GPUs
-    result = plan.plan(job("qwen35-vl-sft", "gb200-32", "model.tensor_model_parallel_size=8",
-                           "model.context_parallel_size=4"))
+    # TP8 on 4-GPU nodes (16 heads, 4 query groups and 16 GDN key heads all allow TP8)
+    result = plan.plan(job("qwen35-9b-pretrain", "gb200-8", "model.tensor_model_parallel_size=8"))
     assert result["spans"]["tp"]["max_nodes"] == 2
     assert any(w.startswith("TP groups of 8 span 2 nodes") for w in result["warnings"])
     assert "warning: TP groups of 8" in plan.render_text(result)
@@ -315,10 +317,15 @@ def test_recompute_lowers_activations(home):
     assert full["activations"]["recompute_transient"] > 0
 
 
-def test_memory_above_90_percent_warns(home):
-    result = plan.plan(job("qwen35-9b-pretrain", "gb200-8", "train.micro_batch_size=8"))
+def test_memory_above_100_percent_is_an_error_with_what_fits(home):
+    j = job("qwen35-9b-pretrain", "gb200-8", "train.micro_batch_size=8")
+    result = plan.plan(j)
     assert result["memory"]["fraction"] > 1
-    assert any(w.startswith("memory: about") and "does not fit" in w for w in result["warnings"])
+    err = [e for e in result["errors"] if e.startswith("memory: about")]
+    assert len(err) == 1 and "does not fit; would fit: " in err[0] and "--no-memory-check" in err[0]
+    assert err[0] in j.errors  # what submit refuses
+    assert "train.micro_batch_size=4" in err[0]  # half the micro batch fits
+    assert f"error: {err[0]}" in plan.render_text(result)
 
 
 def test_config_values_override_the_table(home):
@@ -358,7 +365,13 @@ def test_throughput_for_the_convergence_overlay(home):
     assert thr["tokens_per_step"] == 512 * 4096
     assert thr["steps"] == 48000 and thr["tokens"] == 48000 * 512 * 4096
     assert thr["budget_source"] == "overlay:nemo-ci-convergence"
-    assert thr["tflops_assumption"] == 776 and "performance-summary" in thr["source"]
+    # the recipe is BF16 and the only published GB200 figure is MXFP8: no GPU-hours, said plainly
+    assert thr["precision"] == "bf16" and thr["tflops_assumption"] is None and thr["gpu_hours"] is None
+    assert "no BF16 measurement on gb200" in thr["no_assumption"] and "MXFP8 on gb200: 776" in thr["no_assumption"]
+    # at MXFP8 the measurement applies
+    thr = plan.plan(job("nemotron-3-nano-pretrain", "gb200-64", "mixed_precision=bf16_with_mxfp8_mixed",
+                        overlays=("nemo-ci-convergence",)))["throughput"]
+    assert thr["precision"] == "mxfp8" and thr["tflops_assumption"] == 776 and "performance-summary" in thr["source"]
     expected = thr["tokens"] * thr["flops_per_token"] / 776e12 / 3600
     assert thr["gpu_hours"] == pytest.approx(expected, rel=1e-3)
     assert thr["wall_hours"] == pytest.approx(expected / 64, rel=1e-2)
@@ -379,3 +392,38 @@ def test_recipe_without_a_stated_tflops_has_no_gpu_hours(home):
 def test_mxfp8_recipe_states_the_model_card_assumption(home):
     thr = plan.plan(job("qwen35-vl-sft-mxfp8", "gb200-32"))["throughput"]
     assert thr["tflops_assumption"] == 210.36 and "qwen3.6-35b-a3b" in thr["source"]
+
+
+def test_throughput_assumption_depends_on_precision(home):
+    # issue 12: the BF16 and MXFP8 VL recipes used to get the same step time from one MXFP8 measurement
+    inputs = ("dataset.path=/lustre/fsw/clevr2", "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt")
+    bf16 = plan.plan(job("qwen35-vl-sft", "gb200-32", *inputs))["throughput"]
+    mxfp8 = plan.plan(job("qwen35-vl-sft-mxfp8", "gb200-32", *inputs))["throughput"]
+    assert (bf16["precision"], mxfp8["precision"]) == ("bf16", "mxfp8")
+    assert mxfp8["tflops_assumption"] == 210.36 and mxfp8["step_seconds"] > 0
+    assert bf16["tflops_assumption"] is None and bf16["step_seconds"] is None and bf16["gpu_hours"] is None
+    assert bf16["no_assumption"].startswith("no BF16 measurement on gb200 for this model (measured: MXFP8 on gb200: 210.36")
+    assert "GPU-hours unknown" in plan.render_text(plan.plan(job("qwen35-vl-sft", "gb200-32", *inputs)))
+    # a measurement is for one GPU type too: the GB300 row applies on GB300 only
+    par8 = plan.Parallel(world=8, tp=1, pp=1, cp=1, ep=8, etp=1, dp=8, edp=1, vpp=None, sp=False)
+    j = job("nemotron-3-nano-pretrain", "gb200-8", "mixed_precision=bf16_with_mxfp8_mixed")
+    assert plan.tflops_assumption(j)["tflops_per_gpu"] == 776
+    assert plan.tflops_assumption(dataclasses.replace(j, gpu_type="gb300"))["tflops_per_gpu"] == 905
+    assert plan.tflops_assumption(dataclasses.replace(j, gpu_type="h100"))["tflops_per_gpu"] is None
+    assert plan.throughput(j, plan.arch_for(j), par8, tflops_per_gpu=500)["tflops_assumption"] == 500  # --tflops wins
+
+
+def test_plan_command_output_survives_the_fast_exit(cli):
+    # plan ends without the interpreter's teardown once megatron-core is loaded: its output must be whole
+    r = cli("plan", "qwen35-vl-sft", "-c", "gb200-32", "-o", "json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["parallel"]["cp"] == 8
+    r = cli("plan", "qwen35-9b-pretrain", "-c", "gb200-8")
+    assert r.code == 0 and r.out.rstrip().splitlines()[-1].startswith("warning: qwen35-9b-pretrain trains on mock data")
+
+
+def test_plan_without_a_rank_layout_says_what_submit_says(cli):
+    r = cli("plan", "qwen35-vl-sft", "-c", "gb200-32", "model.tensor_model_parallel_size=3")
+    s = cli("submit", "qwen35-vl-sft", "-c", "gb200-32", "model.tensor_model_parallel_size=3", "--dry-run")
+    assert r.code == s.code == 2 and r.err == s.err
+    assert "Traceback" not in r.err and r.err.startswith("bridge-launch: error: world size 32 (8 nodes x 4) is not divisible")

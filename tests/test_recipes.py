@@ -158,7 +158,7 @@ def test_mxfp8_is_refused_on_hopper(home):
     (home / "clusters" / "h100-32.toml").write_text(
         'backend = "slurm"\ngpu_type = "h100"\ngpus_per_node = 8\nnodes = 4\njob_root = "/shared"\n')
     r = run_cli("submit", "qwen35-vl-sft-mxfp8", "-c", "h100-32", "--dry-run", *INPUTS)
-    assert r.code == 2 and "MXFP8 needs a Blackwell GPU" in r.err
+    assert r.code == 2 and "MXFP8 needs compute capability 10.x or 11.x (Blackwell datacenter GPUs)" in r.err
     assert run_cli("submit", "qwen35-vl-sft", "-c", "h100-32", "--dry-run", *INPUTS).code == 0
 
 

@@ -18,7 +18,14 @@ GPU_ARCH = {
     "a100": "ampere", "a10g": "ampere", "l40s": "ada",
     "cpu": "cpu",
 }
-ARCH_RANK = {"cpu": 0, "ampere": 1, "ada": 2, "hopper": 3, "blackwell": 4, "rubin": 5}
+# GPU type -> CUDA compute capability (NVIDIA's CUDA GPUs table, developer.nvidia.com/cuda-gpus), for
+# the checks Transformer Engine and Megatron-Bridge make against it. None: not known here.
+GPU_CC = {
+    "gb300": (10, 3), "b300": (10, 3), "gb200": (10, 0), "b200": (10, 0), "rtx-pro-6000": (12, 0), "vr200": None,
+    "h100": (9, 0), "h200": (9, 0), "gh200": (9, 0), "h20": (9, 0),
+    "a100": (8, 0), "a10g": (8, 6), "l40s": (8, 9),
+    "cpu": None,
+}
 
 # key -> (type or tuple of types, default). None default = optional / unset.
 _TOP = {

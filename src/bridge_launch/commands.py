@@ -16,14 +16,14 @@ def _err(msg: str) -> None:
 
 def submit(recipe, overrides, *, cluster, overlays, nodes, time, partition, account, container, env, secrets,
            bridge_src, until_done=False, max_restarts=3, signal_lead=120, max_segments=None, step_time=None, dry_run,
-           follow, output) -> int:
+           follow, output, memory_check=True) -> int:
     from . import backends, resolve
 
     opts = resolve.Options(cluster=cluster, overlays=tuple(overlays), overrides=tuple(overrides), nodes=nodes,
                            time=time, partition=partition, account=account, container=container,
                            env=tuple(env), secrets=tuple(secrets), bridge_src=bridge_src, until_done=until_done,
                            max_restarts=max_restarts, signal_lead=signal_lead, max_segments=max_segments,
-                           step_time=step_time)
+                           step_time=step_time, memory_check=memory_check)
     job = resolve.resolve(recipe, opts, for_submit=not dry_run)
     if job.bridge_src:
         from . import codepack
@@ -435,16 +435,27 @@ def prune(older_than: str) -> int:
 
 
 def plan(recipe, overrides, *, cluster, overlays, nodes, tflops, tokens, output) -> int:
+    import math
+
     from . import plan as planner
     from . import resolve
 
+    for flag, value in (("--tflops", tflops), ("--tokens", tokens)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise UsageError(f"{flag} {value:g}: expected a positive number (e.g. {'250' if flag == '--tflops' else '1e11'})")
+
     job = resolve.resolve(recipe, resolve.Options(cluster=cluster, overlays=tuple(overlays),
                                                   overrides=tuple(overrides), nodes=nodes))
-    result = planner.plan(job, tflops_per_gpu=tflops, token_budget=int(tokens) if tokens else None)
+    try:
+        result = planner.plan(job, tflops_per_gpu=tflops, token_budget=int(tokens) if tokens else None)
+    except UsageError:
+        if not job.errors:
+            raise
+        for e in job.errors:  # no rank layout exists: say what submit would say
+            _err(e)
+        return 2
     if output == "json":
         views.dump_json(result)
     else:
-        sys.stdout.write(planner.render_text(result))
-        for e in job.errors:
-            sys.stdout.write(f"! {e}\n")
+        sys.stdout.write(planner.render_text(result))  # the job's errors and warnings included
     return 0

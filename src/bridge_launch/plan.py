@@ -5,11 +5,12 @@ Three estimates from one ResolvedJob:
 
 1. Rank layout. Which global ranks form each TP, CP, EP, PP and DP group, computed by
    megatron-core's own RankGenerator (the one initialize_model_parallel uses, order
-   "tp-cp-ep-dp-pp"), and which nodes and NVLink domains each group spans. Ranks are laid out
-   as torchrun numbers them: node n holds ranks n*G .. n*G+G-1 (G GPUs per node). A node's
-   NVLink domain is its Slurm segment (`--segment`, the value the Slurm backend requests),
-   which Slurm places inside one domain. megatron-core costs seconds to import, so only
-   this module imports it, and only inside `plan()`.
+   "tp-cp-ep-dp-pp"), and which nodes and NVLink domains each group spans (topology.py). Ranks
+   are laid out as torchrun numbers them: node n holds ranks n*G .. n*G+G-1 (G GPUs per node).
+   A node's NVLink domain is its Slurm segment (`--segment`, the value the Slurm backend
+   requests), which Slurm places inside one domain. megatron-core costs seconds to import, so
+   only this module imports it, and only inside `plan()`; submit places the same groups with
+   topology.py's arithmetic, and both report the same findings (preflight.py).
 
 2. Memory per GPU on the most loaded pipeline stage: BF16 parameters, gradients (FP32 when
    gradients are reduced in FP32), and the optimizer's FP32 master weights and Adam moments,
@@ -20,36 +21,32 @@ Three estimates from one ResolvedJob:
    "Reducing Activation Recomputation in Large Transformer Models" (arXiv 2205.05198,
    Table 2: sbh(34 + 5as/h) per layer), tensor by tensor, so that GQA, gated MLPs, MoE,
    Gated DeltaNet and Mamba blocks, flash attention, sequence parallelism and Megatron's
-   recompute modules each change the terms they touch. The architecture comes from
-   plan_models.toml (a small table per recipe, every number with its source) or, for a
-   plain GPT, from the job's own model.* keys.
+   recompute modules each change the terms they touch. The architecture comes from the model
+   description (models.py: models.toml, every number with its source, and the job's own
+   model.* keys on top), the same one validate.py checks Megatron's rules against.
 
 3. Throughput: tokens per step, steps and GPU-hours for the job's token budget (steps x
    global batch x sequence length, typically an overlay's), from the model's FLOPs per token
    (counted as Megatron-Bridge's training/utils/flop_utils.py counts them, so its published
-   "model TFLOP/s" figures apply) and an achieved TFLOP/s per GPU that the recipe states as an
-   assumption with its source.
+   "model TFLOP/s" figures apply) and an achieved TFLOP/s per GPU measured at the job's
+   precision on its GPU type (models.toml [[throughput]], with its source); with no such
+   measurement plan says so and gives no GPU-hours rather than borrow another precision's.
 
 Everything is an estimate: ASSUMPTIONS lists what it leaves out.
 """
 
 from __future__ import annotations
 
-import copy
 import math
-import tomllib
 import warnings
 from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
 
-from . import validate
+from . import models, preflight, validate
 from .errors import UsageError
+from .preflight import GIB, MAX_LAYERS, WARN_FRACTION  # noqa: F401  (plan.WARN_FRACTION, as before)
+from .topology import ORDER, Parallel, parallel_of, short as _short, spans  # noqa: F401  (re-exported for callers)
 
 PLAN_EXTRA = "bridge-launch plan needs the 'plan' extra: pip install 'bridge-launch[plan]'"
-ORDER = "tp-cp-ep-dp-pp"  # Megatron's default rank order (initialize_model_parallel)
-WARN_FRACTION = 0.90
-GIB = 1024**3
 
 ASSUMPTIONS = (
     "parameters are BF16; FP8/MXFP8 weight copies kept by Transformer Engine are not counted",
@@ -68,46 +65,7 @@ RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mlp", "moe", "shared_
 
 
 # ------------------------------------------------------------------------------------------
-# parallel sizes
-
-
-@dataclass(frozen=True)
-class Parallel:
-    world: int
-    tp: int
-    pp: int
-    cp: int
-    ep: int
-    etp: int
-    dp: int  # world / (tp * pp * cp)
-    edp: int  # world / (etp * ep * pp)
-    vpp: int | None
-    sp: bool
-
-    def as_dict(self) -> dict:
-        return {"tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep, "etp": self.etp,
-                "dp": self.dp, "edp": self.edp, "vpp": self.vpp, "sp": self.sp}
-
-
-def parallel_of(job) -> Parallel:
-    """The job's parallel sizes, checked the way initialize_model_parallel checks them."""
-    tp, pp, cp, ep, etp = validate._sizes(job.config)
-    for name, v in (("TP", tp), ("PP", pp), ("CP", cp), ("EP", ep), ("ETP", etp)):
-        if v is None or v < 1:
-            raise UsageError(f"plan needs integer parallel sizes >= 1; {name} is {v!r} (an interpolation or invalid value)")
-    world = job.world_size
-    if world % (tp * pp * cp):
-        raise UsageError(f"world size {world} is not divisible by TP*PP*CP = {tp * pp * cp}; no rank layout exists")
-    if world % (etp * ep * pp):
-        raise UsageError(f"world size {world} is not divisible by ETP*EP*PP = {etp * ep * pp}; no expert rank layout exists")
-    vpp = job.config.get("model.virtual_pipeline_model_parallel_size")
-    vpp = vpp if isinstance(vpp, int) and not isinstance(vpp, bool) and vpp > 1 else None
-    return Parallel(world=world, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, dp=world // (tp * pp * cp),
-                    edp=world // (etp * ep * pp), vpp=vpp, sp=job.config.get(validate.SP) is True)
-
-
-# ------------------------------------------------------------------------------------------
-# rank groups (megatron-core) and where they land
+# rank groups (megatron-core) and where they land (topology.py, shared with submit)
 
 
 def _rank_generator():
@@ -141,112 +99,8 @@ def rank_groups(par: Parallel) -> tuple[dict, str]:
     return groups, f"megatron-core {version} RankGenerator (order {ORDER})"
 
 
-def spans(groups: dict, gpus_per_node: int, domain_nodes: int) -> dict:
-    """For each kind: how many nodes and NVLink domains its widest group covers. Node n is in
-    domain n // domain_nodes (domain_nodes consecutive nodes form one domain)."""
-    out = {}
-    for kind, gs in groups.items():
-        nodes = [sorted({r // gpus_per_node for r in g}) for g in gs]
-        domains = [sorted({n // domain_nodes for n in ns}) for ns in nodes]
-        worst = max(range(len(gs)), key=lambda i: (len(domains[i]), len(nodes[i])))
-        out[kind] = {
-            "groups": len(gs),
-            "size": len(gs[0]),
-            "max_nodes": len(nodes[worst]),
-            "max_domains": len(domains[worst]),
-            "crosses_nodes": any(len(ns) > 1 for ns in nodes),
-            "crosses_domains": any(len(ds) > 1 for ds in domains),
-            "widest": {"ranks": _short(gs[worst]), "nodes": nodes[worst], "domains": domains[worst]},
-        }
-    return out
-
-
-def _short(ranks: list) -> str:
-    """[0, 1, 2, 3] -> '0-3'; [0, 2, 4] -> '0,2,4' (strided groups stay explicit, trimmed)."""
-    if len(ranks) > 1 and ranks == list(range(ranks[0], ranks[-1] + 1)):
-        return f"{ranks[0]}-{ranks[-1]}"
-    text = ",".join(map(str, ranks[:8]))
-    return text + (f",... ({len(ranks)} ranks)" if len(ranks) > 8 else "")
-
-
-def _hybrid_ep(cfg: dict) -> bool:
-    return (cfg.get("model.moe_token_dispatcher_type") == "flex"
-            and str(cfg.get("model.moe_flex_dispatcher_backend", "")).lower() == "hybridep")
-
-
-def _fits(groups: list, gpus_per_node: int, unit_nodes: int) -> bool:
-    """Whether every group lies inside one block of unit_nodes consecutive nodes."""
-    return all(len({(r // gpus_per_node) // unit_nodes for r in g}) == 1 for g in groups)
-
-
-def _largest_share(group: list, gpus_per_node: int, unit_nodes: int) -> int:
-    """The most ranks of one group that sit in a single block of unit_nodes nodes."""
-    counts: dict = {}
-    for r in group:
-        u = (r // gpus_per_node) // unit_nodes
-        counts[u] = counts.get(u, 0) + 1
-    return max(counts.values())
-
-
-_LABEL = {"tp": "TP", "etp": "expert TP", "ep": "EP (HybridEP)"}
-
-
-def topology(job, par: Parallel, groups: dict) -> tuple[dict, dict, list, list]:
-    """(spans, domain facts, warnings, notes) for the job's placement.
-
-    TP and expert TP must stay inside a node. Under HybridEP an EP group must also stay inside
-    one NVLink domain; the domain a node lands in is its Slurm segment (node // segment)."""
-    from .backends.slurm import segment_size  # the value the Slurm backend writes as --segment
-
-    gpn, nodes = job.gpus_per_node, job.nodes
-    domain = int(job.profile.get("nvlink_domain_nodes") or 0)
-    segment = segment_size(nodes, domain) if domain > 1 and nodes > 1 else None
-    requested = job.backend == "slurm" and bool(job.scheduler.get("segment"))
-    unit = segment or 1  # without multi-node NVLink domains, NVLink ends at the node
-    sp = spans(groups, gpn, unit)
-    hybrid = _hybrid_ep(job.config) and par.ep > 1
-    critical = [k for k in ("tp", "etp") if sp[k]["size"] > 1] + (["ep"] if hybrid else [])
-    warns, notes = [], []
-
-    for kind in ("tp", "etp"):
-        s, label = sp[kind], _LABEL[kind]
-        if s["crosses_nodes"]:
-            warns.append(f"{label} groups of {s['size']} span {s['max_nodes']} nodes (ranks {s['widest']['ranks']} on "
-                         f"nodes {_short(s['widest']['nodes'])}) but a node has {gpn} GPUs: {label} traffic leaves the "
-                         f"node on every layer; keep {label} <= {gpn}")
-
-    for kind in critical if segment else ():
-        s = sp[kind]
-        if not s["crosses_domains"]:
-            continue
-        need = math.ceil(s["size"] / gpn)
-        if need > domain:
-            fix = (f"a group of {s['size']} ranks needs {need} nodes, more than one {domain}-node NVLink domain; "
-                   f"keep {_LABEL[kind].split()[0]} <= {domain * gpn}")
-        else:
-            good = [g for g in range(min(domain, nodes), 0, -1)
-                    if nodes % g == 0 and all(_fits(groups[k], gpn, g) for k in critical)]
-            fix = (f"a segment of {good[0]} nodes (divides {nodes}, <= {domain}) keeps every group inside one domain"
-                   if good else f"no segment of <= {domain} nodes that divides {nodes} keeps them inside one domain")
-        warns.append(f"{_LABEL[kind]} groups cross NVLink domains: ranks {s['widest']['ranks']} sit on nodes "
-                     f"{_short(s['widest']['nodes'])}, across the {segment}-node segment boundary; {fix}")
-    if segment and not requested and any(sp[k]["max_nodes"] > 1 for k in critical):
-        notes.append(f"cluster '{job.cluster}' does not request --segment: the scheduler may split the job's nodes "
-                     f"across NVLink domains; the domains above assume {segment} consecutive nodes share one")
-
-    if hybrid:  # HybridEP is told how many EP ranks share a domain
-        env = job.env.get("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN")
-        per_domain = max(_largest_share(g, gpn, unit) for g in groups["ep"])
-        if env is not None and str(env).isdigit() and int(env) != per_domain:
-            warns.append(f"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={env} but each EP group has {per_domain} ranks "
-                         f"inside one NVLink domain (EP={par.ep}); set it to {per_domain}")
-    facts = {"nvlink_domain_nodes": domain or None, "segment": segment, "segment_requested": requested,
-             "hybrid_ep": hybrid, "nvlink_groups": critical}
-    return sp, facts, warns, notes
-
-
 # ------------------------------------------------------------------------------------------
-# architecture table
+# architecture (from the model description, models.py)
 
 
 @dataclass(frozen=True)
@@ -271,74 +125,80 @@ class Arch:
     vision: dict = field(default_factory=dict)
 
 
-@lru_cache(maxsize=1)
-def table() -> dict:
-    return tomllib.loads((Path(__file__).parent / "plan_models.toml").read_text())
 
-
-def _entry(name: str) -> dict:
-    data = copy.deepcopy(table()["models"][name])
-    if "extends" in data:
-        base = _entry(data["extends"])
-        for key, value in data.items():
-            base[key] = {**base.get(key, {}), **value} if isinstance(value, dict) else value
-        data = base
-    return data
-
-
-# job config key -> table field (a tuple names a field inside a sub-table)
-_CONFIG_FIELDS = {
-    "model.num_layers": "num_layers", "model.hidden_size": "hidden_size", "model.ffn_hidden_size": "ffn",
-    "model.vocab_size": "vocab_size", "model.mtp_num_layers": "mtp_layers",
-    "model.share_embeddings_and_output_weights": "tied_embeddings",
-    "model.num_attention_heads": ("attention", "num_heads"), "model.num_query_groups": ("attention", "num_query_groups"),
-    "model.kv_channels": ("attention", "head_dim"), "model.num_moe_experts": ("moe", "num_experts"),
-    "model.moe_router_topk": ("moe", "topk"), "model.moe_ffn_hidden_size": ("moe", "expert_ffn"),
-    "model.moe_shared_expert_intermediate_size": ("moe", "shared_expert_ffn"),
-}
+class ArchError(ValueError):
+    """The model description cannot be turned into an architecture (a value unknown or out of range)."""
 
 
 def arch_for(job) -> Arch | None:
-    """The recipe's architecture from plan_models.toml (by recipe name, then hf_model), with
-    the job's own model.* values on top; a plain GPT from model.* keys alone; else None."""
-    cfg = job.config
-    models = table()["models"]
-    name = next((n for n, m in models.items() if job.recipe in m.get("recipes", [])), None)
-    if name is None and job.hf_model:
-        name = next((n for n, m in models.items() if job.hf_model in m.get("hf_ids", [])), None)
-    if name is not None:
-        data, source = _entry(name), f"plan_models.toml [models.{name}]"
-    elif all(isinstance(cfg.get(k), int) for k in ("model.num_layers", "model.hidden_size",
-                                                     "model.num_attention_heads", "model.vocab_size")):
-        h = cfg["model.hidden_size"]
-        data = {"layers": "*+-", "tied_embeddings": True, "gated_mlp": cfg.get("model.gated_linear_unit") is True,
-                "dropout": cfg.get("model.hidden_dropout", 0.1) != 0, "ffn": 4 * h,
-                "attention": {"head_dim": h // cfg["model.num_attention_heads"]}}
-        name, source = "gpt", "job config (model.* keys; plain GPT)"
-    else:
+    """The job's architecture from the model description (models.py: models.toml, the job's own
+    model.* values on top); a plain GPT from model.* keys alone; None when nothing is known.
+    Raises ArchError when a needed value is unknown (an interpolation, null) or out of range."""
+    f = models.facts_for(job)
+    if f is None:
         return None
-    for key, where in _CONFIG_FIELDS.items():
-        value = cfg.get(key)
-        want_bool = where == "tied_embeddings"
-        if not isinstance(value, (int, bool)) or isinstance(value, bool) != want_bool:
-            continue  # unset, an interpolation or the wrong type: keep the table's value
-        if isinstance(where, tuple):
-            data[where[0]] = {**data.get(where[0], {}), where[1]: value}
-        else:
-            data[where] = value
-    att = data.get("attention", {})
-    if att:
-        att.setdefault("num_query_groups", att.get("num_heads"))
-    unit = data["layers"].split()
-    n = data.get("num_layers", len(unit))
+    cfg = job.config
+    if f.name == "job config":  # a plain GPT from its model.* keys
+        if not all(f.int(k) is not None for k in ("num_layers", "hidden_size", "attention.num_heads", "vocab_size")):
+            return None
+        base = {"layers": "*+-", "tied": f.get("tied_embeddings", True), "gated_mlp": cfg.get("model.gated_linear_unit") is True,
+                "dropout": cfg.get("model.hidden_dropout", 0.1) != 0, "flash_attention": True}
+    else:
+        base = {"layers": f.get("layers"), "tied": f.get("tied_embeddings", False), "gated_mlp": f.get("gated_mlp", True),
+                "dropout": f.get("dropout", False), "flash_attention": f.get("flash_attention", True)}
+    for name in ("num_layers", "hidden_size", "vocab_size"):
+        v = f.int(name)
+        if v is None or v < 1:
+            raise ArchError(f"no estimate: {models.KEY_OF.get(name, name)} is {f.get(name)!r} ({f.source(name)})")
+    n = f.get("num_layers")
+    if n > MAX_LAYERS:
+        raise ArchError(f"no estimate: {n:,} layers is beyond what plan estimates (at most {MAX_LAYERS:,})")
+    mtp = f.int("mtp_layers") or 0
+    if not 0 <= mtp <= MAX_LAYERS:
+        raise ArchError(f"no estimate: model.mtp_num_layers={mtp} ({f.source('mtp_layers')}) is not between 0 and {MAX_LAYERS:,}")
+    groups = {g: f.group(g) for g in ("attention", "gdn", "mamba", "moe", "vision")}
+    for g, vals in groups.items():
+        for k, v in vals.items():
+            if isinstance(v, int) and not isinstance(v, bool) and v < 0:
+                raise ArchError(f"no estimate: {models.KEY_OF.get(f'{g}.{k}', f'{g}.{k}')} is {v}")
+    unit = str(base["layers"]).split()
+    used = {b for layer in unit for b in layer.split("+")}
+    for block, (group, need) in _BLOCK_NEEDS.items():
+        if block not in used:
+            if group in groups:
+                groups[group] = {}  # a module the layer pattern does not use
+            continue
+        vals = groups.get(group, {"ffn": f.get("ffn")} if group == "ffn" else {})
+        missing = [k for k in need if not (isinstance(vals.get(k), int) and not isinstance(vals.get(k), bool))]
+        if missing or any(vals[k] < 1 for k in need[:1]):
+            k = (missing or need[:1])[0]
+            key = models.KEY_OF.get(f"{group}.{k}" if group != "ffn" else "ffn", f"{group}.{k}")
+            raise ArchError(f"no estimate: the model's {_BLOCK_NAMES[block]} layers need {key} >= 1 "
+                            f"(it is {vals.get(k)!r})")
+    vision = groups["vision"]
+    if vision and any(not isinstance(vision.get(k), int) for k in _VISION_NEEDS):
+        vision = {}
+    att, moe = groups["attention"], groups["moe"]
     return Arch(
-        name=name, source=source, hidden=data["hidden_size"], vocab=data["vocab_size"],
-        tied=data.get("tied_embeddings", False), layers=tuple(unit[i % len(unit)] for i in range(n)),
-        mtp_layers=data.get("mtp_layers", 0) or 0, ffn=data.get("ffn"), gated_mlp=data.get("gated_mlp", True),
-        dropout=data.get("dropout", False), flash_attention=data.get("flash_attention", True),
-        attention=att, gdn=data.get("gdn", {}), mamba=data.get("mamba", {}), moe=data.get("moe", {}),
-        vision=data.get("vision", {}),
+        name=f.name, source=f.where, hidden=f.get("hidden_size"), vocab=f.get("vocab_size"), tied=bool(base["tied"]),
+        layers=tuple(unit[i % len(unit)] for i in range(n)), mtp_layers=mtp, ffn=f.int("ffn"),
+        gated_mlp=bool(base["gated_mlp"]), dropout=bool(base["dropout"]), flash_attention=bool(base["flash_attention"]),
+        attention=att, gdn=groups["gdn"], mamba=groups["mamba"], moe=moe, vision=vision,
     )
+
+
+# layer block -> (fact group, the facts its formulas need; the first must be >= 1)
+_BLOCK_NEEDS = {
+    "*": ("attention", ("num_heads",)),
+    "G": ("gdn", ("key_heads", "value_heads", "key_head_dim", "value_head_dim", "conv_kernel")),
+    "M": ("mamba", ("num_heads", "head_dim", "state_dim", "num_groups", "conv_kernel")),
+    "E": ("moe", ("num_experts", "topk", "expert_ffn")),
+    "-": ("ffn", ("ffn",)),
+}
+_BLOCK_NAMES = {"*": "attention", "G": "Gated DeltaNet", "M": "Mamba", "E": "MoE", "-": "MLP"}
+_VISION_NEEDS = ("depth", "hidden_size", "ffn", "patch_size", "temporal_patch_size", "spatial_merge_size",
+                 "num_position_embeddings", "out_hidden_size")
+
 
 
 def padded_vocab(vocab: int, tp: int, divisible_by: int = 128) -> int:
@@ -598,7 +458,7 @@ def memory(job, arch: Arch, par: Parallel) -> dict:
     nmb = gbs // (mbs * par.dp) if gbs and gbs % (mbs * par.dp) == 0 else None
     tokens = seq * mbs / par.cp if seq else None
     stages = stage_layers(arch, par.pp)
-    extra = table().get("recipes", {}).get(job.recipe, {})
+    extra = models.table().get("recipes", {}).get(job.recipe, {})
 
     best = None
     for i, layers in enumerate(stages):
@@ -665,7 +525,7 @@ def memory(job, arch: Arch, par: Parallel) -> dict:
 def _vision_activation(arch: Arch, cfg: dict, extra: dict, par: Parallel) -> float:
     """An upper bound for the vision tower: every packed sample at its visual-token cap
     (dataset.task_encoder.max_visual_tokens x packing buffer x micro batch). With full
-    recompute (the recipe's own setting, see plan_models.toml [recipes]) each ViT layer keeps
+    recompute (the recipe's own setting, see models.toml [recipes]) each ViT layer keeps
     its input and one layer runs at a time; otherwise every layer keeps its activations."""
     v = arch.vision
     cap = _int(cfg, "dataset.task_encoder.max_visual_tokens")
@@ -726,21 +586,33 @@ def flops_per_token(arch: Arch, seq: int, tp: int = 1, divisible_by: int = 128) 
     return float(total)
 
 
-def tflops_assumption(job) -> dict | None:
-    """The recipe's stated TFLOP/s per GPU: its own [assumptions], else plan_models.toml."""
+def tflops_assumption(job) -> dict:
+    """The achieved TFLOP/s per GPU for the job's precision on its GPU type: the recipe's own
+    [assumptions] (when they name no other precision or GPU), else a measurement in models.toml
+    for the model (or the one it extends) at this precision on this GPU type. Without one,
+    tflops_per_gpu is None and `why` says which measurements exist and why none applies."""
     from . import recipes
 
+    prec, gpu = validate.precision_of(job.config), job.gpu_type
     try:
         own = recipes.load(job.recipe).get("assumptions") or {}
     except UsageError:  # the recipe file went away since resolve: fall back to the table
         own = {}
-    if isinstance(own.get("tflops_per_gpu"), (int, float)):
+    if isinstance(own.get("tflops_per_gpu"), (int, float)) and own.get("precision", prec) == prec \
+            and own.get("gpu", gpu) == gpu:
         return {"tflops_per_gpu": float(own["tflops_per_gpu"]), "source": own.get("tflops_source", "recipe [assumptions]"),
-                "caveat": own.get("tflops_caveat")}
-    row = table().get("throughput", {}).get(job.recipe)
-    if row:
-        return {"tflops_per_gpu": float(row["tflops_per_gpu"]), "source": row["source"], "caveat": row.get("caveat")}
-    return None
+                "caveat": own.get("tflops_caveat"), "precision": prec, "gpu": gpu, "why": None}
+    name = models.entry_for(job.recipe, job.hf_model)
+    rows = [r for n in (models.lineage(name) if name else []) for r in models.table().get("throughput", {}).get(n, [])]
+    for r in rows:
+        if r["precision"] == prec and r["gpu"] == gpu:
+            return {"tflops_per_gpu": float(r["tflops_per_gpu"]), "source": r["source"], "caveat": r.get("caveat"),
+                    "precision": prec, "gpu": gpu, "why": None}
+    have = "; ".join(f"{r['precision'].upper()} on {r['gpu']}: {r['tflops_per_gpu']:g}" for r in rows)
+    why = (f"no {prec.upper()} measurement on {gpu} for this model"
+           + (f" (measured: {have} TFLOP/s/GPU; a figure for another precision or GPU does not carry over)" if have else "")
+           + ": GPU-hours unknown; --tflops gives a figure to assume")
+    return {"tflops_per_gpu": None, "source": None, "caveat": None, "precision": prec, "gpu": gpu, "why": why}
 
 
 def throughput(job, arch: Arch, par: Parallel, *, tflops_per_gpu: float | None = None,
@@ -759,14 +631,15 @@ def throughput(job, arch: Arch, par: Parallel, *, tflops_per_gpu: float | None =
     else:
         steps = _int(cfg, "train.train_iters")
         budget_source = job.provenance.get("config", {}).get("train.train_iters") if steps else None
-    assumed = ({"tflops_per_gpu": float(tflops_per_gpu), "source": "given for this plan", "caveat": None}
+    assumed = ({"tflops_per_gpu": float(tflops_per_gpu), "source": "given for this plan", "caveat": None, "why": None,
+                "precision": validate.precision_of(cfg), "gpu": job.gpu_type}
                if tflops_per_gpu else tflops_assumption(job))
     out = {"tokens_per_step": tokens_per_step, "flops_per_token": fpt, "flops_per_step": fpt * tokens_per_step,
            "steps": steps, "tokens": steps * tokens_per_step if steps else None, "budget_source": budget_source,
-           "tflops_assumption": assumed["tflops_per_gpu"] if assumed else None,
-           "source": assumed["source"] if assumed else None, "caveat": assumed["caveat"] if assumed else None,
-           "step_seconds": None, "gpu_hours": None, "wall_hours": None}
-    if assumed:
+           "precision": assumed["precision"], "gpu": assumed["gpu"],
+           "tflops_assumption": assumed["tflops_per_gpu"], "source": assumed["source"], "caveat": assumed["caveat"],
+           "no_assumption": assumed["why"], "step_seconds": None, "gpu_hours": None, "wall_hours": None}
+    if assumed["tflops_per_gpu"]:
         step = fpt * tokens_per_step / (par.world * assumed["tflops_per_gpu"] * 1e12)
         out["step_seconds"] = round(step, 3)
         if steps:
@@ -780,23 +653,23 @@ def throughput(job, arch: Arch, par: Parallel, *, tflops_per_gpu: float | None =
 
 
 def plan(job, *, tflops_per_gpu: float | None = None, token_budget: int | None = None) -> dict:
-    """The whole plan of a resolved job as a JSON-able dict (see module docstring)."""
+    """The whole plan of a resolved job as a JSON-able dict (see module docstring). Its errors and
+    warnings are the job's, which is what submit reports: resolve computed plan's findings
+    (preflight.py) with topology.py's arithmetic; here they are computed again on the groups
+    megatron-core built, for the group table and the memory breakdown, and tests hold the two equal."""
     par = parallel_of(job)
     groups, source = rank_groups(par)
-    sp, facts, warns, notes = topology(job, par, groups)
-    arch = arch_for(job)
-    mem = thr = None
-    if arch is None:
+    found = preflight.findings(job, groups=groups)
+    arch, mem, thr = found["arch"], found["memory"], None
+    notes = list(found["notes"])
+    if arch is None and not notes:
         notes.append(f"no architecture known for recipe '{job.recipe}' ({job.hf_model or 'no hf_model'}): "
-                     "add it to src/bridge_launch/plan_models.toml for memory and GPU-hour estimates")
-    else:
-        mem = memory(job, arch, par)
-        if mem["fraction"] is not None and mem["fraction"] > WARN_FRACTION:
-            verb = "does not fit" if mem["fraction"] > 1 else f"is above {WARN_FRACTION:.0%}"
-            warns.append(f"memory: about {mem['total_gib']:.0f} of {mem['capacity_gib']:.0f} GiB per GPU "
-                         f"({mem['fraction']:.0%}) on pipeline stage {mem['stage']} {verb}: raise TP/CP/EP/PP, "
-                         f"recompute more, or lower the micro batch")
-        thr = throughput(job, arch, par, tflops_per_gpu=tflops_per_gpu, token_budget=token_budget)
+                     "add it to src/bridge_launch/models.toml for memory and GPU-hour estimates")
+    if arch is not None:
+        try:
+            thr = throughput(job, arch, par, tflops_per_gpu=tflops_per_gpu, token_budget=token_budget)
+        except (OverflowError, ValueError) as exc:
+            notes.append(f"no throughput estimate for these values ({exc})")
     return {
         "recipe": job.recipe,
         "cluster": job.cluster,
@@ -805,12 +678,14 @@ def plan(job, *, tflops_per_gpu: float | None = None, token_budget: int | None =
         "world_size": job.world_size,
         "parallel": par.as_dict(),
         "groups": groups,
-        "spans": sp,
-        "segment": facts["segment"],
-        "domains": facts,
+        "spans": found["spans"],
+        "segment": found["domains"]["segment"],
+        "domains": found["domains"],
+        "model": models.facts_for(job).as_dict() if arch is not None else None,
         "memory": mem,
         "throughput": thr,
-        "warnings": warns,
+        "errors": list(job.errors),
+        "warnings": list(job.warnings),
         "notes": notes,
         "source": source,
     }
@@ -892,9 +767,11 @@ def render_text(result: dict) -> str:
             if thr["caveat"]:
                 lines.append(f"  caveat: {thr['caveat']}")
         else:
-            lines.append("  no achieved TFLOP/s stated for this recipe: GPU-hours unknown")
+            lines.append(f"  {thr['no_assumption']}")
     if result["notes"]:
         lines += [""] + [f"note: {n}" for n in result["notes"]]
     if result["warnings"]:
         lines += [""] + [f"warning: {w}" for w in result["warnings"]]
+    if result["errors"]:
+        lines += [""] + [f"error: {e}" for e in result["errors"]]
     return "\n".join(lines) + "\n"

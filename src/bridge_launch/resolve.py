@@ -46,6 +46,7 @@ class Options:
     signal_lead: int = 120  # seconds before the time limit that the trainer is told to save
     max_segments: int | None = None  # --until-done: an optional cap on the number of segments
     step_time: float | None = None  # seconds per training step, for sizing a chain (else plan's estimate)
+    memory_check: bool = True  # plan's memory estimate above 100% of the GPU is an error (else a warning)
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,9 @@ def _nodes(recipe: dict, overlays: list, prof: dict, opts: Options, jobsrc: dict
         if opts.nodes < 1:
             raise UsageError(f"--nodes must be >= 1, got {opts.nodes}")
         nodes, jobsrc["nodes"] = opts.nodes, "cli"
+        if prof["nodes"] is not None and nodes != prof["nodes"]:
+            warnings.append(f"--nodes {nodes} overrides the fixed size of cluster '{prof['name']}' ({prof['nodes']} nodes, "
+                            f"{prof['nodes'] * gpn} GPUs): this job asks for {nodes * gpn} GPUs ({nodes} x {gpn})")
         if want and nodes * gpn != want:
             warnings.append(f"running on {nodes * gpn} GPUs ({nodes} x {gpn}) instead of the {want} that {want_src} states")
     elif prof["nodes"] is not None:
@@ -378,7 +382,8 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
     through_env = [n for n in secrets if n not in secret_sources]
     if prof["backend"] == "slurm" and through_env and not for_submit:  # submit says it with Slurm's own paths
         warnings.append(slurm_secrets.env_note(through_env, prof["name"]))
-
+    if not opts.memory_check:
+        jobsrc["memory_check"] = "off (--no-memory-check)"  # kept for resume, which validates again
     before = len(errors)
     nodes = _nodes(recipe, overlays, prof, opts, jobsrc, errors, warnings)
     gpu_count_ok = len(errors) == before
@@ -469,7 +474,9 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         missing_inputs=missing, warnings=warnings, errors=errors, image=image, bridge_src=bridge_src,
         secret_sources=secret_sources,
     )
-    job.errors.extend(validate.check(job, gpu_count_ok=gpu_count_ok))
+    errs, warns = validate.check(job, gpu_count_ok=gpu_count_ok, memory_check=opts.memory_check)
+    job.errors.extend(errs)
+    job.warnings.extend(warns)
     if chain is not None:
         from . import sizing
 
@@ -499,5 +506,7 @@ def amend(job: ResolvedJob, overrides=()) -> ResolvedJob:
     prov = dict(job.provenance, config={**job.provenance["config"], **layers.source})
     new = dataclasses.replace(job, config=dict(layers.values), args=list(layers.tokens.values()) + deleted,
                               provenance=prov, errors=[], warnings=[])
-    new.errors.extend(validate.check(new))
+    errs, warns = validate.check(new, memory_check="memory_check" not in job.provenance.get("job", {}))
+    new.errors.extend(errs)
+    new.warnings.extend(warns)
     return new

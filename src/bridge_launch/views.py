@@ -20,8 +20,18 @@ def dump_json(obj) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
 
 
+def _model(job):
+    """The model description the rules checked (models.py), for Megatron-Bridge jobs."""
+    if job.workload != "megatron-bridge":
+        return None
+    from . import models
+
+    return models.facts_for(job)
+
+
 def job_view(job, artifact: Artifact) -> dict:
     """The --dry-run --output json object (and the basis of the text view)."""
+    model = _model(job)
     return {
         "recipe": job.recipe, "upstream": job.upstream, "mode": job.mode, "workload": job.workload,
         "cluster": job.cluster, "backend": job.backend, "overlays": job.overlays,
@@ -30,6 +40,7 @@ def job_view(job, artifact: Artifact) -> dict:
         "config": job.config, "env": job.env, "secrets": job.secrets,
         "secret_sources": job.secret_sources, "scheduler": job.scheduler,
         "provenance": job.provenance, "missing_inputs": job.missing_inputs,
+        "model": model.as_dict() if model else None,
         "artifact": artifact.to_dict(), "warnings": job.warnings, "errors": job.errors,
     }
 
@@ -85,6 +96,9 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
     ]
     if job.overlays:
         lines.append(f"Overlays   {', '.join(job.overlays)}")
+    model = _model(job)
+    if model:
+        lines.append(f"Model      {model.summary()}")
     sched = {k: job.scheduler[k] for k in ("partition", "account", "qos", "time", "reservation") if job.scheduler.get(k)}
     if sched:
         lines.append("Scheduler  " + "  ".join(f"{k}={v} [{jsrc.get(k, 'cluster')}]" for k, v in sched.items()))
