@@ -128,12 +128,11 @@ def test_resume_continues_from_the_checkpoint(cluster, home):
             break
         time.sleep(0.5)
     assert run_cli("cancel", first["run_id"]).code == 0
+    # the smoke recipe saves every 10 steps; Bridge's exit handler is off by default, so a cancel
+    # does not save: the run resumes from the periodic checkpoint
     tracker = Path(first["run_dir"]) / "checkpoints" / "latest_checkpointed_iteration.txt"
-    deadline = time.time() + 60
-    while time.time() < deadline and not (tracker.exists() and int(tracker.read_text()) >= 12):
-        time.sleep(0.5)
     saved = int(tracker.read_text())
-    assert 12 <= saved < 40
+    assert 10 <= saved < 40
     _wait_state(first["run_id"], {"CANCELLED"})
     r = run_cli("resume", first["run_id"], "smoke.step_sleep=0", "-o", "json")
     assert r.code == 0, r.err
