@@ -90,7 +90,7 @@ def test_script_structure(name, home):
     if job.backend == "slurm":
         assert "#SBATCH --ntasks-per-node=1" in text
         assert f"--nnodes={job.nodes}" in words and f"--nproc-per-node={job.gpus_per_node}" in words
-        assert "--rdzv-backend=c10d" in words and '--rdzv-endpoint=$head_node:$rdzv_port' in words
+        assert "--rdzv-backend=c10d" in words and '--rdzv-endpoint=$rdzv_host:$rdzv_port' in words
         assert "SLURM_LOCALID" not in text
         if job.container:
             env_line = next(w for w in words if w.startswith("--container-env="))

@@ -84,6 +84,7 @@ class ResolvedJob:
     errors: list
     image: dict | None = None  # from the image cache: {"ref", "digest", "squashfs"} (container is the squashfs)
     bridge_src: str | None = None  # the local checkout --bridge-src packs at submit
+    upstream_status: str | None = None  # the recipe's note when its upstream function is not in Megatron-Bridge
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -433,6 +434,9 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
                 raise UsageError(f"{flag} sizes an --until-done chain; add --until-done or drop {flag}")
     chain = _chain(opts, prof, recipe, layers, scheduler, jobsrc) if opts.until_done else None
 
+    if recipe.get("upstream_status") and not bridge_src:  # the full note: --dry-run's Upstream line, recipes show
+        warnings.append(f"recipe function {recipe.get('upstream')} is not in upstream Megatron-Bridge: the job runs only "
+                        f"if its image ({container or 'none'}) carries it, or with --bridge-src CHECKOUT that has it")
     missing = [k for k in recipe["required"] if layers.values.get(k) in (None, "")]
     for key in missing:
         (errors if for_submit else warnings).append(
@@ -453,6 +457,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         scheduler=scheduler, profile=prof, chain=chain,
         provenance={"config": dict(layers.source), "env": envsrc, "job": jobsrc},
         missing_inputs=missing, warnings=warnings, errors=errors, image=image, bridge_src=bridge_src,
+        upstream_status=recipe.get("upstream_status"),
     )
     job.errors.extend(validate.check(job, gpu_count_ok=gpu_count_ok))
     if chain is not None:
