@@ -45,7 +45,8 @@ _SLURM = {
     # pyxis image cache: a shared directory `bridge-launch image import` fills (one squashfs per digest)
     "image_cache": (str, ""), "image_import_time": (str, "01:00:00"),
     # srun --cpu-bind: none, so that a site's task autobind does not pin the one task per node
-    # (and every worker under it) to a core before the NUMA wrapper binds each worker
+    # (and every worker under it) to a core before the NUMA wrapper binds each worker; "" leaves
+    # the flag out (the site's default)
     "cpu_bind": (str, "none"),
     # the cluster's TopologyPlugin, when stated here instead of read once with `scontrol show config`
     "topology_plugin": (str, ""),
@@ -119,10 +120,10 @@ def _validate(data: dict, path) -> dict:
         raise UsageError(f"{where}: [slurm] mpi must be one MPI plugin name (none, pmix, pmi2, ...), set there "
                          "and not as --mpi in srun_args")
     bind = prof["slurm"]["cpu_bind"]
-    if not bind or not all(c.isalnum() or c in "_,:.-=" for c in bind) or any(
+    if not all(c.isalnum() or c in "_,:.-=" for c in bind) or any(
             a.startswith(("--cpu-bind", "--cpu_bind")) for a in prof["slurm"]["srun_args"]):
         raise UsageError(f"{where}: [slurm] cpu_bind must be one srun --cpu-bind value (none, cores, "
-                         "map_cpu:..., verbose,none), set there and not in srun_args")
+                         "map_cpu:..., verbose,none; empty for the site's default), set there and not in srun_args")
     port = prof["slurm"]["rdzv_port"]
     from .backends.torchrun_opts import EPHEMERAL_PORTS, port_in_ephemeral_range
 

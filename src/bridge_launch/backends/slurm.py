@@ -292,6 +292,7 @@ _HEAD_LINES = [
     'rdzv_host=$(getent ahostsv4 "${head_addr:-$head_node}" 2>/dev/null | awk \'$1 !~ /^127\\./ {print $1; exit}\')',
     'rdzv_host=${rdzv_host:-${head_addr:-$head_node}}',
 ]
+_RDZV_NOTE = 'echo "bridge-launch: rendezvous on $rdzv_host:$rdzv_port ($head_node hosts the store)" >&2'
 
 
 def render(job) -> Artifact:
@@ -310,7 +311,10 @@ def render(job) -> Artifact:
             srun += [f"--container-mounts={','.join(job.mounts)}"]
         names = [*env, *([T.TRACE_FILE_VAR] if trace else []), *job.secrets]
         srun += [f"--container-env={','.join(names)}", f"--container-workdir={run_dir}"]
-    srun += [f"--cpu-bind={s.get('cpu_bind') or 'none'}", f"--mpi={s.get('mpi') or 'none'}", *s.get("srun_args", [])]
+    # --cpu-bind (clusters.py): a site's autobind would pin the node's one task, and so every worker
+    # and DataLoader process under it, to the task's CPUs before the NUMA wrapper binds each worker
+    bind = s.get("cpu_bind", "none")
+    srun += [*([f"--cpu-bind={bind}"] if bind else []), f"--mpi={s.get('mpi') or 'none'}", *s.get("srun_args", [])]
     lines = ["#!/bin/bash", f"# {header(job)}"]
     lines += [f"#SBATCH --{k}" + (f"={v}" if v is not None else "") for k, v in directives(job)]
     if job.secrets:
@@ -330,6 +334,7 @@ def render(job) -> Artifact:
         "",
         *_HEAD_LINES,
         port,
+        _RDZV_NOTE,
         f"mkdir -p {' '.join(q(d) for d in mkdirs)}" + (f' {q(T.trace_dir(job))}/"$SLURM_JOB_ID"' if trace else ""),
         "",
         *(_chain_block(job, srun) if job.chain else _single_block(job, srun)),

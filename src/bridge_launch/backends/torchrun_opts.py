@@ -18,17 +18,20 @@ Sources (torch 2.13.0, git cf30153c, as installed in .venv):
   hosts the store (utils._matches_machine_hostname compares the endpoint with this machine's
   hostname and the addresses its hostname resolves to; given an IP while the hostname resolves
   to a loopback address through /etc/hosts, no node would host it).
-- Flight recorder: FlightRecorder.hpp:111 reads TORCH_FR_BUFFER_SIZE / TORCH_NCCL_TRACE_BUFFER_SIZE
-  (default 2000 in 2.13; 0, i.e. off, in older releases: pytorch ProcessGroupNCCL.cpp at 0007e752);
-  ProcessGroupNCCL.hpp:73 documents TORCH_NCCL_DUMP_ON_TIMEOUT (its default has been false in
-  older releases and true in recent ones); the dump goes
-  to <TORCH_NCCL_DEBUG_INFO_TEMP_FILE><global rank> (default /tmp/nccl_trace_rank_; 2.13's
-  libtorch_cpu.so reads TORCH_FR_DUMP_TEMP_FILE first, then this name, which every release since
-  2.2 reads). Set explicitly so the container's torch does not decide. Read a dump with
-  `torchfrtrace <dir> -p rank_` (torch.distributed.flight_recorder.fr_trace; "one trace file per
-  rank, named with <prefix>_<rank>"). Megatron-Bridge 067f987 (training/initialize.py
-  _setup_flight_recorder_env) keeps values already in the environment (it prints a warning per
-  variable); its dist.flight_recorder_* keys, when a job sets them, are passed on here instead.
+- Flight recorder: FlightRecorder.hpp:111 reads the ring buffer size from TORCH_FR_BUFFER_SIZE, then
+  TORCH_NCCL_TRACE_BUFFER_SIZE (default 2000 in 2.13; 0, i.e. off, before pytorch #142260,
+  2024-12); Utils.hpp getCvarInt warns once per process for the second name ("Environment variable
+  TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated; use TORCH_FR_BUFFER_SIZE instead", seen on every rank
+  of a local-slurm job), so the first is set. TORCH_NCCL_DUMP_ON_TIMEOUT (ProcessGroupNCCL.hpp:73;
+  false in older releases, true in recent ones) keeps its name. The dump goes to
+  <TORCH_NCCL_DEBUG_INFO_TEMP_FILE><global rank> (default /tmp/nccl_trace_rank_, lost with the
+  container): 2.13's libtorch_cpu.so reads TORCH_FR_DUMP_TEMP_FILE first, then this name, which
+  every release with a flight recorder reads; it is read when a dump is written, so a newer torch's
+  deprecation note appears only then. Set explicitly so the container's torch does not decide. Read
+  a dump with `torchfrtrace <dir> -p rank_` (torch.distributed.flight_recorder.fr_trace: "one trace
+  file per rank, named with <prefix>_<rank>"). Megatron-Bridge 067f987 (training/initialize.py
+  _setup_flight_recorder_env) keeps values already in the environment; its dist.flight_recorder_*
+  keys, when a job sets them, are passed on here instead.
 """
 
 from __future__ import annotations
@@ -51,8 +54,9 @@ TRACE_SUBDIR = "nccl-trace"  # flight-recorder dumps, under the run dir: <job>/r
 TRACE_PREFIX = "rank_"
 TRACE_FILE_VAR = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
 TRACE_BUFFER = 2000  # entries; torch 2.13's default, explicit for older torch in the image
+BUFFER_VAR = "TORCH_FR_BUFFER_SIZE"
 _FLIGHT_KEYS = {  # Megatron-Bridge DistributedInitConfig field -> the variable it sets
-    "dist.flight_recorder_trace_buffer_size": "TORCH_NCCL_TRACE_BUFFER_SIZE",
+    "dist.flight_recorder_trace_buffer_size": BUFFER_VAR,
     "dist.flight_recorder_dump_on_timeout": "TORCH_NCCL_DUMP_ON_TIMEOUT",
 }
 
@@ -91,10 +95,12 @@ def trace_dir(job) -> str:
 
 
 def triage_env(job) -> dict:
-    """TORCH_NCCL_TRACE_BUFFER_SIZE and TORCH_NCCL_DUMP_ON_TIMEOUT (the dump path is per job and
-    set by the backend). A job's dist.flight_recorder_* values win over the defaults, a value the
-    job's environment already gives wins over both."""
-    out = {"TORCH_NCCL_TRACE_BUFFER_SIZE": str(TRACE_BUFFER), "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
+    """The flight recorder's buffer size and TORCH_NCCL_DUMP_ON_TIMEOUT (the dump path is per job
+    and set by the backend). A job's dist.flight_recorder_* values win over the defaults, a value
+    the job's environment already gives (under either buffer name) wins over both."""
+    out = {BUFFER_VAR: str(TRACE_BUFFER), "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
+    if "TORCH_NCCL_TRACE_BUFFER_SIZE" in job.env:
+        out.pop(BUFFER_VAR)
     for key, var in _FLIGHT_KEYS.items():
         value = job.config.get(key)
         if isinstance(value, bool):

@@ -107,11 +107,10 @@ def imex_line(imex_by_host: dict) -> str:
         return f"imex channels: {IMEX_CHANNELS} visible on {n}/{n} node(s) ({', '.join(chans)})"
     parts = []
     if missing:
-        parts.append(f"not visible in the container on {', '.join(missing)}")
+        parts.append(f"not visible in the container on {', '.join(missing)} ({IMEX_HINT})")
     if empty:
-        parts.append(f"visible but without channels on {', '.join(empty)}")
-    return (f"imex channels: {IMEX_CHANNELS} {'; '.join(parts)}: multi-node NVLink needs an IMEX channel; "
-            f"{IMEX_HINT}")
+        parts.append(f"visible but without a channel on {', '.join(empty)} (the host's IMEX daemon made none)")
+    return f"imex channels: {IMEX_CHANNELS} {'; '.join(parts)}: multi-node NVLink needs an IMEX channel"
 
 
 def mnnvl_status(fabric_by_host: dict, nodes: int, imex_by_host: dict | None = None):
@@ -133,7 +132,7 @@ def mnnvl_status(fabric_by_host: dict, nodes: int, imex_by_host: dict | None = N
         no_imex = sorted(h for h, i in (imex_by_host or {}).items() if not ((i or {}).get("visible") and i.get("channels")))
         if len(cliques) == 1 and None not in next(iter(cliques)) and no_imex:
             return "no", (f"all {nodes} nodes share NVLink clique {next(iter(cliques))[1]}, but {IMEX_CHANNELS} has no "
-                          f"channel in the container on {', '.join(no_imex)}; {IMEX_HINT}; {env_desc}")
+                          f"channel in the container on {', '.join(no_imex)} (see the imex line); {env_desc}")
         if len(cliques) == 1 and None not in next(iter(cliques)):
             return "likely", (
                 f"all {nodes} nodes share NVLink clique {next(iter(cliques))[1]} "
