@@ -435,8 +435,9 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
     chain = _chain(opts, prof, recipe, layers, scheduler, jobsrc) if opts.until_done else None
 
     if recipe.get("upstream_status") and not bridge_src:  # the full note: --dry-run's Upstream line, recipes show
+        alt = ", or with --bridge-src CHECKOUT that has it" if prof["backend"] == "slurm" and container else ""
         warnings.append(f"recipe function {recipe.get('upstream')} is not in upstream Megatron-Bridge: the job runs only "
-                        f"if its image ({container or 'none'}) carries it, or with --bridge-src CHECKOUT that has it")
+                        f"if its image ({container or 'none'}) carries it{alt}")
     missing = [k for k in recipe["required"] if layers.values.get(k) in (None, "")]
     for key in missing:
         (errors if for_submit else warnings).append(

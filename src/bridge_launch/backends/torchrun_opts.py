@@ -26,10 +26,13 @@ Sources (torch 2.13.0, git cf30153c, as installed in .venv):
   false in older releases, true in recent ones) keeps its name. The dump goes to
   <TORCH_NCCL_DEBUG_INFO_TEMP_FILE><global rank> (default /tmp/nccl_trace_rank_, lost with the
   container): 2.13's libtorch_cpu.so reads TORCH_FR_DUMP_TEMP_FILE first, then this name, which
-  every release with a flight recorder reads; it is read when a dump is written, so a newer torch's
-  deprecation note appears only then. Set explicitly so the container's torch does not decide. Read
-  a dump with `torchfrtrace <dir> -p rank_` (torch.distributed.flight_recorder.fr_trace: "one trace
-  file per rank, named with <prefix>_<rank>"). Megatron-Bridge 067f987 (training/initialize.py
+  every release with a flight recorder reads; the default writer that reads it is made when the
+  first dump is launched (FlightRecorder.hpp, DebugInfoWriter: "If users don't register before
+  calling launchAsyncDebugDump ... the default writer will be auto-registered"), so a newer torch's
+  deprecation note for this name appears only with a dump. Set explicitly so the container's
+  torch does not decide. Read a dump with `torchfrtrace <dir> -p rank_`
+  (torch.distributed.flight_recorder.fr_trace: "one trace file per rank, named with
+  <prefix>_<rank>"). Megatron-Bridge 067f987 (training/initialize.py
   _setup_flight_recorder_env) keeps values already in the environment; its dist.flight_recorder_*
   keys, when a job sets them, are passed on here instead.
 """
