@@ -42,6 +42,7 @@ class Contract:
         self.deleted = set()
         self.suspended = set()
         self.staged = {}  # run dir -> {file: text} reassembled from data-mover commands
+        self.pods = {}  # DGX Cloud workload id -> pods it creates (master + workers)
         self._parts = {}
         self.lock = threading.Lock()
 
@@ -137,6 +138,12 @@ class Contract:
                 need(set(e["value_from"]) == {"secret_name_ref"}, "value_from.secret_name_ref")
         for mnt in spec.get("mounts", []):
             need({"path", "mount_path", "from"} <= set(mnt), f"mount {mnt}")
+        seg = spec.get("segment_config")
+        if seg is not None:  # leptonai 0.27.3 cli/job.py --segment-count: 1 <= count < workers, count divides workers
+            need(set(seg) == {"count_per_segment"}, f"segment_config {seg}")
+            per, n = seg["count_per_segment"], spec["completions"]
+            need(isinstance(per, int) and n > 1 and per > 1 and n % per == 0 and 1 <= n // per < n,
+                 f"segment_config count_per_segment={per} for {n} workers")
         if not body["metadata"]["id"].startswith("bl-stage"):
             need(spec.get("intra_job_communication") is True, "intra_job_communication")
             need(all("wget" not in a and "curl" not in a for a in c["command"]), "the job must not download anything")
@@ -159,6 +166,10 @@ class Contract:
             self._check_dgx(kind, body)
             wid = f"{kind[:4]}-{len(self.jobs):04d}"
             self.jobs[wid] = (kind, body)
+            if kind == "distributed":  # a master pod plus numWorkers worker pods (dgxcloud.distributed_pods)
+                self.pods[wid] = 1 + body["spec"]["numWorkers"]
+            elif kind == "trainings":
+                self.pods[wid] = 1
             if kind == "workspaces":
                 need(body["spec"]["command"] == "sh -c", "data mover command")
                 args = body["spec"]["args"]
@@ -186,7 +197,10 @@ class Contract:
         return 404, {"message": f"no endpoint {method} {path}"}
 
     def _check_dgx(self, kind, body):
-        need({"name", "useGivenNameAsPrefix", "projectId", "clusterId", "spec"} == set(body), f"keys {set(body)}")
+        base = {"name", "useGivenNameAsPrefix", "projectId", "clusterId", "spec"}
+        # DistributedCreationRequest (Run:ai REST reference; runapy models) adds the master's spec
+        extra = {"masterSpecSameAsWorker", "masterSpec"} if kind == "distributed" else set()
+        need(base <= set(body) <= base | extra, f"keys {set(body)}")
         need((body["projectId"], body["clusterId"]) == ("p-42", "c-7"), "project/cluster ids")
         need(len(body["name"]) <= 34, "name <= 34 characters")
         spec = body["spec"]
@@ -202,7 +216,18 @@ class Contract:
                 need(set(e["secret"]) == {"name", "key"}, "secret {name, key}")
         if kind == "distributed":
             need(spec["distributedFramework"] == "PyTorch", "distributedFramework")
-            need(spec["minReplicas"] == spec["maxReplicas"] == spec["numWorkers"] >= 2, "replicas")
+            need(isinstance(spec.get("numWorkers"), int) and spec["numWorkers"] >= 1, "numWorkers >= 1")
+            # "masterSpecSameAsWorker ... in this case, masterSpec should not be specified"
+            need(not (body.get("masterSpecSameAsWorker") and "masterSpec" in body), "masterSpec with masterSpecSameAsWorker")
+            # The pod count must not depend on Run:ai's default for an unstated master (the UI offers
+            # "Workers & master" and "Workers only"): a request states it.
+            need(body.get("masterSpecSameAsWorker") is True or "masterSpec" in body,
+                 "the master pod is left to Run:ai's default (state masterSpecSameAsWorker or masterSpec)")
+            for k in ("minReplicas", "maxReplicas"):  # limits on the worker pods, when given
+                if k in spec:
+                    need(isinstance(spec[k], int), k)
+            if "minReplicas" in spec and "maxReplicas" in spec:
+                need(spec["minReplicas"] <= spec["numWorkers"] <= spec["maxReplicas"], "numWorkers within min/maxReplicas")
         else:
             need("numWorkers" not in spec, "trainings take no numWorkers")
 

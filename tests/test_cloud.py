@@ -203,9 +203,11 @@ def test_timeout(env, cluster, pattern):
         _refresh(run)
 
 
-def test_dgx_payload_matches_nemo_run(env, tmp_path):
+def test_dgx_payload_matches_nemo_run_but_for_the_pod_count(env, tmp_path):
     """nemo-run's DGXCloudExecutor.create_training_job, given our command/args/env through
-    custom_spec, sends byte-for-byte the body we render and send."""
+    custom_spec, sends our body except for the pods: it asks for numWorkers = nodes (plus
+    min/maxReplicas) and leaves the master to Run:ai's default, which with the master pod is one
+    pod too many; the contract server refuses a request that leaves the master unstated."""
     from nemo_run.core.execution.dgxcloud import DGXCloudExecutor
 
     from bridge_launch.backends import dgxcloud
@@ -220,9 +222,24 @@ def test_dgx_payload_matches_nemo_run(env, tmp_path):
     from contract_server import DGX_TOKEN
 
     resp = ex.create_training_job(DGX_TOKEN, "p-42", "c-7", ours["name"])
-    assert resp.status_code == 202, resp.text
+    assert resp.status_code == 400 and "master pod is left to Run:ai's default" in resp.text
     theirs = env.calls("POST", r"^/dgx/workloads/distributed$")[-1][4]
-    assert theirs == dict(ours, projectId="p-42", clusterId="c-7")
+    assert theirs["spec"]["numWorkers"] == job.nodes and "masterSpecSameAsWorker" not in theirs
+    fixed = dict(theirs, projectId="p-42", clusterId="c-7", masterSpecSameAsWorker=True,
+                 spec={k: v for k, v in theirs["spec"].items() if k not in ("minReplicas", "maxReplicas")})
+    fixed["spec"]["numWorkers"] = job.nodes - 1
+    assert fixed == dict(ours, projectId="p-42", clusterId="c-7")
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 8])
+def test_dgx_workload_is_exactly_nodes_pods(env, nodes):
+    """A master built from the worker spec plus nodes - 1 workers (trainings for one node): as many
+    pods, and so torchruns, as --nnodes says."""
+    run = _submit("dgx", nodes=nodes)
+    assert not env.errors, env.errors
+    assert env.pods[run.job_ids[0]] == nodes
+    body = env.jobs[run.job_ids[0]][1]
+    assert f"--nnodes={nodes}" in body["spec"]["args"]
 
 
 def test_render_is_light_and_masks(home):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, files_holding, run_cli, write
+from launch_checks import check_torchrun_artifacts
 
 pytestmark = pytest.mark.slow
 SCRIPT = REPO / "scripts" / "local-slurm"
@@ -91,6 +92,13 @@ def test_smoke_on_two_nodes_in_containers(cluster, home):
     assert s["python"].startswith("/venv/"), s["python"]  # the image's interpreter, not this machine's
     text = (Path(sub["run_dir"]) / "launch" / f"{sub['run_id']}.sbatch").read_text()
     assert f"--container-image={IMAGE}" in text and "--container-writable" in text
+    # torchrun's per-rank logs and the flight-recorder dir reach the run dir from inside the container
+    check_torchrun_artifacts(sub["run_dir"], sub["job_ids"][0], cluster)
+    # the preflight says whether the IMEX channels are visible in the container (no GPUs here: not)
+    assert s["imex"] == {"node1": {"visible": False, "channels": []}, "node2": {"visible": False, "channels": []}}
+    logs = run_cli("logs", sub["run_id"]).out
+    assert re.search(r"\[smoke\] imex channels: /dev/nvidia-caps-imex-channels not visible in the container on "
+                     r"node1, node2 \(enroot mounts it only from 4\.0", logs), logs[-3000:]
 
 
 def test_until_done_across_a_time_limit_in_containers(cluster, home):

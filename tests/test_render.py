@@ -91,7 +91,7 @@ def test_script_structure(name, home):
     if job.backend == "slurm":
         assert "#SBATCH --ntasks-per-node=1" in text
         assert f"--nnodes={job.nodes}" in words and f"--nproc-per-node={job.gpus_per_node}" in words
-        assert "--rdzv-backend=c10d" in words and '--rdzv-endpoint=$head_node:$rdzv_port' in words
+        assert "--rdzv-backend=c10d" in words and '--rdzv-endpoint=$rdzv_host:$rdzv_port' in words
         assert "SLURM_LOCALID" not in text
         if job.container:
             env_line = next(w for w in words if w.startswith("--container-env="))
@@ -133,9 +133,18 @@ def test_dry_run_artifact_equals_submitted_one_once_the_id_is_filled_in(home):
 
 
 @pytest.mark.parametrize("env,expected", [
+    # leptonai/scripts lepton_env_to_pytorch.sh since 55412730 (2025-07-21): ${LEPTON_JOB_WORKER_PREFIX}-0.${LEPTON_SUBDOMAIN}
+    ({"LEPTON_JOB_WORKER_PREFIX": "wp", "LEPTON_SUBDOMAIN": "sub", "LEPTON_JOB_WORKER_INDEX": "2"}, "2 wp-0.sub"),
+    ({"LEPTON_JOB_WORKER_PREFIX": "wp", "LEPTON_SUBDOMAIN": "sub", "LEPTON_JOB_NAME": "j", "LEPTON_JOB_SERVICE_PREFIX": "svc",
+      "LEPTON_WORKSPACE_ID": "ws1", "LEPTON_JOB_WORKER_INDEX": "0"}, "0 wp-0.sub"),  # the current names win
+    # the names before it (f67164d2 and earlier), as the fallback
     ({"LEPTON_JOB_NAME": "myjob", "LEPTON_JOB_WORKER_INDEX": "3"}, "3 myjob-0.myjob-job-svc"),
     ({"LEPTON_JOB_NAME": "j", "LEPTON_JOB_SERVICE_PREFIX": "svc", "LEPTON_SUBDOMAIN": "sub",
       "LEPTON_JOB_WORKER_INDEX": "1"}, "1 svc-0.sub"),
+    ({"LEPTON_JOB_NAME": "myjob", "LEPTON_WORKSPACE_ID": "ws1", "LEPTON_JOB_WORKER_INDEX": "1"},
+     "1 myjob-0.myjob-job-svc.ws-ws1.svc.cluster.local"),
+    ({"LEPTON_JOB_WORKER_PREFIX": "wp", "LEPTON_JOB_NAME": "j", "LEPTON_JOB_WORKER_INDEX": "1"}, "1 j-0.j-job-svc"),
+    ({}, "0 127.0.0.1"),  # a single worker outside Lepton
 ])
 def test_lepton_rank_variables_map_to_torchrun(env, expected):
     """Lepton's worker variables become NODE_RANK / MASTER_ADDR without downloading anything."""

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, run_cli, write
+from launch_checks import check_torchrun_artifacts
 
 pytestmark = pytest.mark.slow
 SCRIPT = REPO / "scripts" / "local-slurm"
@@ -75,6 +76,7 @@ def test_job_completes_across_two_hosts(cluster, home):
     logs = run_cli("logs", sub["run_id"])
     assert logs.code == 0
     assert re.search(r"\[rank0\]: .*host=node1", logs.out) and re.search(r"\[rank[23]\]: .*host=node2", logs.out)
+    check_torchrun_artifacts(sub["run_dir"], sub["job_ids"][0], cluster)
 
 
 def test_logs_follow_shows_both_nodes_while_running(cluster, home):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_cli
+from launch_checks import check_torchrun_artifacts
 from test_slurm_e2e import FAST, cluster  # noqa: F401  (the module-scoped cluster fixture)
 from test_slurm_e2e import _wait_state as _wait
 
@@ -61,6 +62,8 @@ def test_time_limited_segments_reach_the_target(cluster, home):
     assert st["info"]["restarts"] == 0
     states = [s["state"] for s in st["info"]["segments"]]
     assert states[-1] == "CANCELLED"  # the spare successor is cancelled once the target is reached
+    for s in ran:  # the per-node launcher passes torchrun the same log dir and rendezvous settings
+        check_torchrun_artifacts(sub["run_dir"], s["job_id"], cluster)
 
 
 def _pids_of(job_id: str, node_id: str):

@@ -34,6 +34,8 @@ _TOP = {
     "gpus_per_node": (int, 1), "gpu_memory_gib": ((int, float), 0), "nodes": (int, None),
     "max_nodes": (int, None), "nvlink_domain_nodes": (int, 0), "job_root": (str, ""),
     "checkpoint_write_gbps_per_node": ((int, float), 0),
+    # seconds a node waits in torchrun's rendezvous for the others (0: derived, backends/torchrun_opts.py)
+    "rdzv_join_timeout": (int, 0),
     "python": (str, ""), "container_image": (str, ""), "container_mounts": (list, []),
     "numa_bind": (bool, False), "containers": (bool, True), "hf_home": (str, ""), "env": (dict, {}), "secrets": (list, []),
     "required_secrets": (list, []), "config": (dict, {}),
@@ -52,6 +54,12 @@ _SLURM = {
     # secrets: NAME -> "file:PATH" | "netrc:MACHINE[:PATH]", read on the cluster (backends/slurm_secrets.py);
     # a secret without one goes through sbatch's environment: "warn" (default) or "refuse"
     "secret_sources": (dict, {}), "env_secrets": (str, "warn"),
+    # srun --cpu-bind: none, so that a site's task autobind does not pin the one task per node
+    # (and every worker under it) to a core before the NUMA wrapper binds each worker; "" leaves
+    # the flag out (the site's default)
+    "cpu_bind": (str, "none"),
+    # the cluster's TopologyPlugin, when stated here instead of read once with `scontrol show config`
+    "topology_plugin": (str, ""),
 }
 _LEPTON = {
     "resource_shape": (str, ""), "node_group": (str, ""), "node_reservation": (str, ""),
@@ -60,6 +68,8 @@ _LEPTON = {
     "token_env": (str, "LEPTON_WORKSPACE_TOKEN"), "secret_refs": (dict, {}), "mover_resource_shape": (str, "cpu.small"),
     "request_timeout": ((int, float), 30), "retries": (int, 3), "retry_wait": ((int, float), 2.0),
     "poll_interval": ((int, float), 5.0), "mover_timeout": ((int, float), 600),
+    # segment_config: workers of one segment share an NVL72 domain (same rule as Slurm's --segment)
+    "segment": (bool, True),
 }
 _DGXC = {
     "base_url": (str, ""), "kube_apiserver_url": (str, ""), "project_name": (str, ""),
@@ -120,6 +130,20 @@ def _validate(data: dict, path) -> dict:
     if not mpi.replace("_", "").isalnum() or any(a.startswith("--mpi") for a in prof["slurm"]["srun_args"]):
         raise UsageError(f"{where}: [slurm] mpi must be one MPI plugin name (none, pmix, pmi2, ...), set there "
                          "and not as --mpi in srun_args")
+    bind = prof["slurm"]["cpu_bind"]
+    if not all(c.isalnum() or c in "_,:.-=" for c in bind) or any(
+            a.startswith(("--cpu-bind", "--cpu_bind")) for a in prof["slurm"]["srun_args"]):
+        raise UsageError(f"{where}: [slurm] cpu_bind must be one srun --cpu-bind value (none, cores, "
+                         "map_cpu:..., verbose,none; empty for the site's default), set there and not in srun_args")
+    port = prof["slurm"]["rdzv_port"]
+    from .backends.torchrun_opts import EPHEMERAL_PORTS, port_in_ephemeral_range
+
+    if port and (port < 1024 or port > 65535 or port_in_ephemeral_range(port)):
+        raise UsageError(f"{where}: [slurm] rdzv_port {port} is not usable: choose 1024-{EPHEMERAL_PORTS[0] - 1} "
+                         f"(Linux gives outgoing connections ports {EPHEMERAL_PORTS[0]}-{EPHEMERAL_PORTS[1]}, "
+                         "so a rendezvous port there may already be taken)")
+    if prof["rdzv_join_timeout"] < 0:
+        raise UsageError(f"{where}: rdzv_join_timeout must be >= 0 seconds (0: derived)")
     prof["arch"] = GPU_ARCH[prof["gpu_type"]]
     prof["path"] = str(path)
     return prof

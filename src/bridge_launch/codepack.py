@@ -38,8 +38,11 @@ def _git(path: str, *args: str) -> subprocess.CompletedProcess:
         raise UsageError(f"--bridge-src {path}: git {args[0]} took over 120 s") from None
 
 
-def checkout(path: str) -> str:
-    """The top of the git checkout at `path` (which must be that top), or one clear error."""
+def checkout(path: str, needs: str | None = None) -> str:
+    """The top of the git checkout at `path` (which must be that top), or one clear error. With
+    `needs`, a recipe function name upstream Megatron-Bridge lacks (recipes' upstream_status): the
+    checkout's tracked files under src/, as they are in the working tree (what pack() ships), must
+    name it, or run_recipe.py --recipe would find nothing in the job."""
     if not os.path.isdir(path):
         raise UsageError(f"--bridge-src {path}: no such directory on this machine")
     top = _git(path, "rev-parse", "--show-toplevel")
@@ -50,6 +53,13 @@ def checkout(path: str) -> str:
         raise UsageError(f"--bridge-src {path}: inside the checkout {top_dir}; give its top directory")
     if _git(path, "rev-parse", "--verify", "-q", "HEAD").returncode:
         raise UsageError(f"--bridge-src {path}: the checkout has no commit yet")
+    if needs:
+        found = _git(top_dir, "grep", "-q", "-w", "-F", "-e", needs, "--", "src")
+        if found.returncode == 1:
+            raise UsageError(f"--bridge-src {path}: no file under src/ names the recipe function {needs}, which "
+                             "upstream Megatron-Bridge does not have; give a checkout that carries it")
+        if found.returncode:
+            raise UsageError(f"--bridge-src {path}: git grep failed: {found.stderr.decode().strip()[:200]}")
     return top_dir
 
 

@@ -28,7 +28,8 @@ def submit(recipe, overrides, *, cluster, overlays, nodes, time, partition, acco
     if job.bridge_src:
         from . import codepack
 
-        codepack.checkout(job.bridge_src)  # one clear line now, not after the run is reserved
+        # one clear line now, not after the run is reserved; a recipe upstream lacks must be in the checkout
+        codepack.checkout(job.bridge_src, needs=job.upstream if job.upstream_status else None)
     if dry_run:
         artifact = backends.render(job)
         if output == "json":
@@ -223,11 +224,11 @@ def recipes_show(name, output) -> int:
     if output == "json":
         views.dump_json(r)
         return 0
-    keys = ("name", "description", "upstream", "upstream_ref", "mode", "workload", "gpus", "container", "hf_model",
-            "required", "aliases", "path")
+    keys = ("name", "description", "upstream", "upstream_ref", "upstream_status", "mode", "workload", "gpus",
+            "container", "hf_model", "required", "aliases", "path")
     for k in keys:
         if r.get(k) not in (None, "", []):
-            print(f"{k:<13} {', '.join(r[k]) if isinstance(r[k], list) else r[k]}")
+            print(f"{k:<15} {', '.join(r[k]) if isinstance(r[k], list) else r[k]}")
     print("\nconfig (recipe)")
     for k, v in r["config"].items():
         print(f"  {k} = {views.fmt(v)}")

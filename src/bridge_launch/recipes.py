@@ -15,7 +15,7 @@ DEFAULT_ENTRY = "/opt/Megatron-Bridge/scripts/training/run_recipe.py"
 
 _RECIPE_KEYS = {
     "name": str, "description": str, "aliases": list, "extends": str, "abstract": bool,
-    "upstream": str, "upstream_ref": str, "mode": str, "workload": str, "gpus": int,
+    "upstream": str, "upstream_ref": str, "upstream_status": str, "mode": str, "workload": str, "gpus": int,
     "container": str, "hf_model": str, "required": list, "entry": str, "notes": str, "dataset_kind": str,
     "env": dict, "upstream_env": dict, "config": dict, "upstream_config": dict, "assumptions": dict,
 }

@@ -87,6 +87,7 @@ class ResolvedJob:
     bridge_src: str | None = None  # the local checkout --bridge-src packs at submit
     # Slurm: {NAME: {"source": "file:PATH" | "netrc:MACHINE[:PATH]", "optional", "from"}}, read on the cluster
     secret_sources: dict = field(default_factory=dict)
+    upstream_status: str | None = None  # the recipe's note when its upstream function is not in Megatron-Bridge
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -452,6 +453,10 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
                 raise UsageError(f"{flag} sizes an --until-done chain; add --until-done or drop {flag}")
     chain = _chain(opts, prof, recipe, layers, scheduler, jobsrc) if opts.until_done else None
 
+    if recipe.get("upstream_status") and not bridge_src:  # the full note: --dry-run's Upstream line, recipes show
+        alt = ", or with --bridge-src CHECKOUT that has it" if prof["backend"] == "slurm" and container else ""
+        warnings.append(f"recipe function {recipe.get('upstream')} is not in upstream Megatron-Bridge: the job runs only "
+                        f"if its image ({container or 'none'}) carries it{alt}")
     missing = [k for k in recipe["required"] if layers.values.get(k) in (None, "")]
     for key in missing:
         (errors if for_submit else warnings).append(
@@ -472,7 +477,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         scheduler=scheduler, profile=prof, chain=chain,
         provenance={"config": dict(layers.source), "env": envsrc, "job": jobsrc},
         missing_inputs=missing, warnings=warnings, errors=errors, image=image, bridge_src=bridge_src,
-        secret_sources=secret_sources,
+        secret_sources=secret_sources, upstream_status=recipe.get("upstream_status"),
     )
     errs, warns = validate.check(job, gpu_count_ok=gpu_count_ok, memory_check=opts.memory_check)
     job.errors.extend(errs)

@@ -42,6 +42,7 @@ def job_view(job, artifact: Artifact) -> dict:
         "provenance": job.provenance, "missing_inputs": job.missing_inputs,
         "model": model.as_dict() if model else None,
         "artifact": artifact.to_dict(), "warnings": job.warnings, "errors": job.errors,
+        "upstream_status": job.upstream_status,
     }
 
 
@@ -90,6 +91,9 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
     jsrc = prov["job"]
     lines = [
         f"Recipe     {job.recipe}" + (f"  (Megatron-Bridge --recipe {job.upstream} --mode {job.mode})" if job.upstream else f"  (workload {job.workload})"),
+        *([f"Upstream   {job.upstream_status}"
+           + (f" Runs from --bridge-src {job.bridge_src} (checked to have it)." if job.bridge_src else "")]
+          if job.upstream_status else []),
         f"Cluster    {job.cluster} ({job.backend})",
         f"Size       {job.nodes} node{'s' if job.nodes != 1 else ''} x {job.gpus_per_node} {'GPUs' if job.gpu_type != 'cpu' else 'processes'} = {job.world_size}  [{jsrc.get('nodes')}]",
         f"Container  {job.container or '(none: bare processes)'}  [{jsrc.get('container')}]",

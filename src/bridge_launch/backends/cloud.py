@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .. import paths
 from ..errors import LaunchError
+from . import torchrun_opts as T
 from .base import entry_command, numa_wrapper, q, runtime_env
 
 LOOKUP = "@looked-up-at-submit:{}@"  # placeholders submit replaces with ids it asks the platform for
@@ -47,15 +48,24 @@ def job_script(job, rank_prelude: list[str]) -> str:
     Nothing is downloaded."""
     torchrun = ["torchrun"] if job.container else [job.python, "-m", "torch.distributed.run"]
     cmd = [*torchrun, f"--nnodes={job.nodes}", f"--nproc-per-node={job.gpus_per_node}"]
-    rdzv = ['--node-rank="$NODE_RANK"', "--rdzv-backend=c10d", '--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"',
+    # torchrun_opts: per-rank files in the run dir, a rendezvous that waits for pods pulling the
+    # image minutes apart, and node 0 (the address MASTER_ADDR names) hosting the c10d store
+    conf = T.rdzv_conf(job, is_host='$([ "$NODE_RANK" = 0 ] && echo 1 || echo 0)')
+    rdzv = ['--node-rank="$NODE_RANK"', f'--log-dir={q(T.log_dir(job) + "/" + job.run_id)}/"node$NODE_RANK"',
+            "--rdzv-backend=c10d", '--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"', f'--rdzv-conf="{conf}"',
             f"--rdzv-id={q(job.run_id)}", "--tee=3"]
     wrapper = numa_wrapper(job)
     tail = (["--no-python", *wrapper] if wrapper else []) + entry_command(job)
     line = " ".join([*(q(a) for a in cmd), *rdzv, *(q(a) for a in tail)])
     log = f"logs/{job.run_id}-node$NODE_RANK.log"
+    triage = [f"export {k}={q(v)}" for k, v in T.triage_env(job).items()]
+    trace = T.trace_dir(job) + "/" + job.run_id
+    if T.sets_trace_file(job):  # flight-recorder dumps: one file per global rank (torchfrtrace DIR -p rank_)
+        triage += [f"export {T.TRACE_FILE_VAR}={q(trace + '/' + T.TRACE_PREFIX)}", f"mkdir -p {q(trace)}"]
     return "\n".join([
         "set -uo pipefail",
         *rank_prelude,
+        *triage,
         f"mkdir -p {q(job.run_dir)}/logs {q(job.run_dir)}/exit && cd {q(job.run_dir)} || exit 1",
         f'{line} 2>&1 | tee -a "{log}"',
         "rc=${PIPESTATUS[0]}",

@@ -6,8 +6,9 @@ Differences from DGXCloudExecutor, on purpose:
 - the workload command is a self-contained script given inline (`command`/`args` in the
   spec, as DGXCloudExecutor's `custom_spec` would override them), so no launch script has
   to be copied first; the run's files still go through a workspace data mover;
-- the payload is rendered here (instant) and sent as is; tests check it is byte-for-byte
-  what DGXCloudExecutor.create_training_job sends for the same settings;
+- the payload is rendered here (instant) and sent as is; tests check it is what
+  DGXCloudExecutor.create_training_job sends for the same settings except the pod count
+  (distributed_pods: nemo-run's numWorkers = nodes makes one pod too many);
 - timeouts on every request, retries on 5xx / connection errors, one clear error on a
   rejected login; the client secret only ever travels in the token request body and is
   never logged (DGXCloudExecutor logs payloads and, in a dry run, prints the executor);
@@ -82,11 +83,33 @@ def request(job) -> dict:
         "storage": {"pvc": [dict(p) for p in s.get("pvcs", [])]},
         "environmentVariables": [{"name": k, "value": v} for k, v in cloud.plain_env(job).items()] + _secret_env(job),
     }
-    if job.nodes > 1:
-        spec.update({"distributedFramework": s.get("distributed_framework") or "PyTorch",
-                     "minReplicas": job.nodes, "maxReplicas": job.nodes, "numWorkers": job.nodes})
-    return {"name": cloud.job_name(job.run_id), "useGivenNameAsPrefix": True,
+    body = {"name": cloud.job_name(job.run_id), "useGivenNameAsPrefix": True,
             "projectId": PROJECT_ID, "clusterId": CLUSTER_ID, "spec": spec}
+    if job.nodes > 1:
+        spec.update(distributed_pods(job.nodes, s.get("distributed_framework") or "PyTorch"))
+        body["masterSpecSameAsWorker"] = True
+    return body
+
+
+def distributed_pods(nodes: int, framework: str) -> dict:
+    """The spec fields that make a distributed workload exactly `nodes` pods, one torchrun each.
+
+    Run:ai's distributed PyTorch workload is a master pod plus `numWorkers` worker pods: its own
+    tutorial (run-ai-docs.nvidia.com self-hosted/tutorials/training-tutorials/distributed-pytorch:
+    "Number of workers: 1 - Configured to create two pods (1 master and 1 worker) ... the number
+    of workers is set to one fewer than the total number of nodes"; its REST example sends
+    "masterSpecSameAsWorker": true with "numWorkers": 1 for two nodes). The Kubeflow training
+    operator then numbers the pods for torchrun: the master RANK 0, worker i RANK i+1, WORLD_SIZE
+    their total, MASTER_ADDR the master's service (training-operator pkg/controller.v1/pytorch
+    envvar.go setPodEnv, master.go), which RANK_PRELUDE reads. So: numWorkers = nodes - 1 and the
+    master built from the worker spec (the request's top-level masterSpecSameAsWorker; without a
+    master no pod gets RANK). nemo-run 0.11.1's DGXCloudExecutor sends numWorkers = nodes and no
+    master field: with the master pod that makes nodes + 1 pods, the extra one a torchrun waiting
+    for a node that never joins; stating the master here leaves nothing to Run:ai's default. minReplicas
+    and maxReplicas ("the lower/upper limit for the number of worker pods ... set by the
+    autoscaler", runapy DistributedSpecSpec, applicable only for PyTorch) are left out: the job
+    has a fixed size and the documented request sends neither."""
+    return {"distributedFramework": framework, "numWorkers": nodes - 1}
 
 
 def render(job) -> Artifact:

@@ -25,16 +25,22 @@ from ..errors import LaunchError, UsageError
 from . import cloud
 from .base import Artifact, header
 
-# Lepton sets these in every worker of a job with intra-job communication: the worker index
-# and count, and worker 0's stable DNS name <service prefix>-0.<subdomain>, where the prefix
-# and subdomain default to the job name and <job name>-job-svc (the mapping Lepton's own
-# lepton_env_to_pytorch.sh makes, inlined so that nothing is downloaded at start).
+# Lepton sets these in every worker of a job with intra-job communication: the worker index and
+# the stable DNS name of worker 0. Lepton's own launch script (leptonai/scripts
+# lepton_env_to_pytorch.sh, which nemo-run 0.11.1's LeptonExecutor downloads at start) builds it
+# as ${LEPTON_JOB_WORKER_PREFIX}-0.${LEPTON_SUBDOMAIN} since 55412730 (2025-07-21, "update lepton
+# preset environment variables"); before that (f67164d2 and earlier) as
+# ${LEPTON_JOB_SERVICE_PREFIX:-$LEPTON_JOB_NAME}-0.${LEPTON_SUBDOMAIN:-$LEPTON_JOB_NAME-job-svc}
+# .ws-${LEPTON_WORKSPACE_ID}.svc.cluster.local. The current names come first, the old ones are
+# the fallback (older workspaces); inlined, so that nothing is downloaded at start.
 RANK_PRELUDE = [
     'export NODE_RANK="${LEPTON_JOB_WORKER_INDEX:-0}"',
-    'service_prefix="${LEPTON_JOB_SERVICE_PREFIX:-${LEPTON_JOB_NAME:-}}"',
-    'subdomain="${LEPTON_SUBDOMAIN:-${LEPTON_JOB_NAME:+${LEPTON_JOB_NAME}-job-svc}}"',
-    'if [ -n "$service_prefix" ] && [ -n "$subdomain" ]; then',
-    '  export MASTER_ADDR="${service_prefix}-0.${subdomain}"',
+    'if [ -n "${LEPTON_JOB_WORKER_PREFIX:-}" ] && [ -n "${LEPTON_SUBDOMAIN:-}" ]; then',
+    '  export MASTER_ADDR="${LEPTON_JOB_WORKER_PREFIX}-0.${LEPTON_SUBDOMAIN}"',
+    'elif [ -n "${LEPTON_JOB_SERVICE_PREFIX:-${LEPTON_JOB_NAME:-}}" ]; then',
+    '  service_prefix="${LEPTON_JOB_SERVICE_PREFIX:-$LEPTON_JOB_NAME}"',
+    '  subdomain="${LEPTON_SUBDOMAIN:-${LEPTON_JOB_NAME:-}-job-svc}"',
+    '  export MASTER_ADDR="${service_prefix}-0.${subdomain}${LEPTON_WORKSPACE_ID:+.ws-${LEPTON_WORKSPACE_ID}.svc.cluster.local}"',
     'else',
     '  export MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"  # a single worker outside Lepton',
     'fi',
@@ -53,6 +59,24 @@ _STATES = {
 
 def _mounts(s: dict) -> list:
     return [dict(m) for m in s.get("mounts", [])]
+
+
+def segment_config(job) -> dict | None:
+    """Lepton's NVL72 placement: "Workers within the same segment are scheduled into one NVL72
+    domain" (leptonai 0.27.3 cli/job.py --segment-count; spec field LeptonJobSegmentConfig
+    count_per_segment, api/v1/types/job.py). The segment size follows the same rule as Slurm's
+    --segment (slurm.segment_size, Megatron-Bridge's: all workers when they fit in one domain,
+    else the largest divisor of the worker count that does). The CLI accepts only a segment count
+    in [1, workers) that divides the workers, i.e. a segment of 2 or more workers; a job of one
+    worker, or one whose only fitting divisor is 1 (a prime worker count above the domain size),
+    gets none: no placement keeps its workers together."""
+    from .slurm import segment_size
+
+    domain = int(job.profile.get("nvlink_domain_nodes") or 0)
+    if not job.scheduler.get("segment", True) or domain <= 1 or job.nodes <= 1:
+        return None
+    size = segment_size(job.nodes, domain)
+    return {"count_per_segment": size} if size > 1 else None
 
 
 def request(job) -> dict:
@@ -74,6 +98,9 @@ def request(job) -> dict:
         "image_pull_secrets": list(s.get("image_pull_secrets", [])),
         "intra_job_communication": True,
     }
+    segment = segment_config(job)
+    if segment:
+        spec["segment_config"] = segment
     if s.get("can_be_preempted"):
         spec["queue_config"] = {"priority_class": s.get("queue_priority") or "mid-4000", "can_be_preempted": True}
     if s.get("node_reservation"):

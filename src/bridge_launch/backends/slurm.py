@@ -18,6 +18,7 @@ from ..failures import DETERMINISTIC, grep_pattern
 from ..images import pyxis_ref
 from ..resolve import BRIDGE_IN_CONTAINER
 from ..workloads import trainer_protocol as P
+from . import torchrun_opts as T
 from .base import Artifact, Tree, entry_command, export_lines, header, log_tail, numa_wrapper, progress, q, runtime_env
 from . import slurm_secrets
 
@@ -82,7 +83,7 @@ def directives(job) -> list[tuple[str, str | None]]:
 # children through /proc works for every torch version and needs neither procps nor torchrun flags;
 # a pyxis container shares the host's PID namespace, so the same holds inside it.
 _NODE_CHAIN = (
-    'stop=$1 sig=$2; shift 2; {launcher} --node-rank="$SLURM_NODEID" "$@" & tr=$!; '
+    'stop=$1 sig=$2; shift 2; {launcher} {node_args} "$@" & tr=$!; '
     'while kill -0 "$tr" 2>/dev/null; do '
     'if [ -e "$stop" ]; then pids=""; '
     'for p in /proc/[0-9]*; do s=$(cat "$p/stat" 2>/dev/null) || continue; s=${{s##*) }}; set -- $s; '
@@ -90,6 +91,17 @@ _NODE_CHAIN = (
     'echo "bridge-launch: $(hostname): SIG$sig to the training processes$pids (torchrun $tr is left alone)" >&2; '
     '[ -n "$pids" ] && kill -s "$sig" $pids; break; fi; sleep 1; done; wait "$tr"'
 )
+
+
+def _node_args(job) -> str:
+    """The torchrun flags that differ per node, expanded inside the task (from the Slurm step's
+    own environment): the node rank, this node's log dir under the run dir (torchrun_opts: --tee
+    files and error.json survive the container) and the rendezvous settings, where the first node
+    of the allocation (SLURM_NODEID 0, the batch host whose address the script resolved) hosts
+    the c10d store."""
+    conf = T.rdzv_conf(job, is_host='$([ "$SLURM_NODEID" = 0 ] && echo 1 || echo 0)')
+    return (f'--node-rank="$SLURM_NODEID" --log-dir={q(T.log_dir(job))}/"$SLURM_JOB_ID/node$SLURM_NODEID" '
+            f'--rdzv-conf="{conf}"')
 
 
 def torchrun_command(job) -> list:
@@ -101,14 +113,14 @@ def torchrun_command(job) -> list:
     prefix = (f"export PYTHONPATH={BRIDGE_IN_CONTAINER}/src:{BRIDGE_IN_CONTAINER}/3rdparty/Megatron-LM"
               "${PYTHONPATH:+:$PYTHONPATH}; " if job.bridge_src else "")
     if job.chain:
-        head = ["bash", "-c", prefix + _NODE_CHAIN.format(launcher=launcher), "node-launch", Raw('"$stop_file"'),
-                job.chain["exit_signal"]]
+        head = ["bash", "-c", prefix + _NODE_CHAIN.format(launcher=launcher, node_args=_node_args(job)),
+                "node-launch", Raw('"$stop_file"'), job.chain["exit_signal"]]
     else:
-        head = ["bash", "-c", f'{prefix}exec {launcher} --node-rank="$SLURM_NODEID" "$@"', "node-launch"]
+        head = ["bash", "-c", f'{prefix}exec {launcher} {_node_args(job)} "$@"', "node-launch"]
     cmd = [
         *head,
         f"--nnodes={job.nodes}", f"--nproc-per-node={job.gpus_per_node}",
-        "--rdzv-backend=c10d", Raw('--rdzv-endpoint="$head_node:$rdzv_port"'), Raw('--rdzv-id="$SLURM_JOB_ID"'),
+        "--rdzv-backend=c10d", Raw('--rdzv-endpoint="$rdzv_host:$rdzv_port"'), Raw('--rdzv-id="$SLURM_JOB_ID"'),
         "--tee=3",
     ]
     wrapper = numa_wrapper(job)
@@ -273,11 +285,26 @@ def _chain_block(job, srun) -> list[str]:
     ]
 
 
+# The rendezvous host, resolved once, here on the batch host (the allocation's first node): the
+# node's address as Slurm knows it (NodeAddr; NodeName where unset), then an IPv4 address for it
+# that is not a loopback one (Debian-style /etc/hosts maps a host's own name to 127.0.1.1, which
+# the other nodes cannot reach); the name itself when neither answers.
+_HEAD_LINES = [
+    'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+    'head_addr=$(scontrol show node "$head_node" 2>/dev/null | sed -n \'s/.*NodeAddr=\\([^ ]*\\).*/\\1/p\' | head -n 1)',
+    'rdzv_host=$(getent ahostsv4 "${head_addr:-$head_node}" 2>/dev/null | awk \'$1 !~ /^127\\./ {print $1; exit}\')',
+    'rdzv_host=${rdzv_host:-${head_addr:-$head_node}}',
+]
+_RDZV_NOTE = 'echo "bridge-launch: rendezvous on $rdzv_host:$rdzv_port ($head_node hosts the store)" >&2'
+
+
 def render(job) -> Artifact:
     run_dir = job.run_dir
     env = runtime_env(job)
     # torchrun tees every worker's output with its global rank in front (rank-prefixed logs).
     env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "[rank${rank}]: "
+    env.update(T.triage_env(job))  # NCCL hang triage: flight recorder on, dumped on a timeout
+    trace = T.sets_trace_file(job)
     s = job.scheduler
     srun = ["srun", f"--nodes={job.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
             f"--output={run_dir}/logs/%j-%N.log"]
@@ -285,8 +312,12 @@ def render(job) -> Artifact:
         srun += [f"--container-image={pyxis_ref(job.container)}"]
         if job.mounts:
             srun += [f"--container-mounts={','.join(job.mounts)}"]
-        srun += [f"--container-env={','.join([*env, *job.secrets])}", f"--container-workdir={run_dir}"]
-    srun += [f"--mpi={s.get('mpi') or 'none'}", *s.get("srun_args", [])]
+        names = [*env, *([T.TRACE_FILE_VAR] if trace else []), *job.secrets]
+        srun += [f"--container-env={','.join(names)}", f"--container-workdir={run_dir}"]
+    # --cpu-bind (clusters.py): a site's autobind would pin the node's one task, and so every worker
+    # and DataLoader process under it, to the task's CPUs before the NUMA wrapper binds each worker
+    bind = s.get("cpu_bind", "none")
+    srun += [*([f"--cpu-bind={bind}"] if bind else []), f"--mpi={s.get('mpi') or 'none'}", *s.get("srun_args", [])]
     secret_lines = slurm_secrets.script_lines(job)
     if secret_lines:  # each step's srun gets the secrets read from their sources (a subshell, then exec srun)
         srun[0] = Raw("with_secrets srun")
@@ -295,14 +326,23 @@ def render(job) -> Artifact:
     through_env = [n for n in job.secrets if n not in (job.secret_sources or {})]
     if through_env:
         lines.append(f"# Secrets passed by name from the submitting environment: {' '.join(through_env)}")
+    port = (f"rdzv_port={s['rdzv_port']}" if s.get("rdzv_port") else
+            f"rdzv_port=$(({T.RDZV_PORT_BASE} + SLURM_JOB_ID % {T.RDZV_PORT_SPAN}))  "
+            f"# below Linux's ephemeral ports ({T.EPHEMERAL_PORTS[0]}-{T.EPHEMERAL_PORTS[1]})")
+    mkdirs = [run_dir + "/logs", run_dir + "/exit"]
     lines += [
         "set -uo pipefail",
         "",
         *export_lines(env),
+    ]
+    if trace:  # one flight-recorder file per global rank, per job (torchfrtrace DIR -p rank_)
+        lines.append(f'export {T.TRACE_FILE_VAR}={q(T.trace_dir(job))}/"$SLURM_JOB_ID"/{T.TRACE_PREFIX}')
+    lines += [
         "",
-        'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-        f"rdzv_port={s['rdzv_port']}" if s.get("rdzv_port") else "rdzv_port=$((20000 + SLURM_JOB_ID % 20000))",
-        f"mkdir -p {q(run_dir + '/logs')} {q(run_dir + '/exit')}",
+        *_HEAD_LINES,
+        port,
+        _RDZV_NOTE,
+        f"mkdir -p {' '.join(q(d) for d in mkdirs)}" + (f' {q(T.trace_dir(job))}/"$SLURM_JOB_ID"' if trace else ""),
         *secret_lines,
         "",
         *(_chain_block(job, srun) if job.chain else _single_block(job, srun)),
@@ -322,12 +362,15 @@ _STATES = {
     "PREEMPTED": "PREEMPTED", "FAILED": "FAILED", "NODE_FAIL": "FAILED", "BOOT_FAIL": "FAILED",
     "OUT_OF_MEMORY": "FAILED", "SPECIAL_EXIT": "FAILED", "REVOKED": "CANCELLED",
 }
-_MIN_SEGMENT_VERSION = (24, 11)
+# sbatch --segment: added in 24.05 (SchedMD/slurm 47e72dea, "Add segment_size to slurm_opt_t"), but
+# until 24.05.3 its option entry carried --send-libs' code (slurm_opt.c `.val = LONG_OPT_SEND_LIBS`,
+# fixed by a3115c60, first in slurm-24-05-3-1).
+_MIN_SEGMENT_VERSION = (24, 5, 3)
 
 
 def _version(text: str) -> tuple:
-    m = re.search(r"(\d+)\.(\d+)", text)
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else (0, 0, 0)
 
 
 class Backend:
@@ -429,12 +472,16 @@ class Backend:
     def submit(self, job, run, artifact, secrets: dict) -> list[str]:
         s = job.scheduler
         script = f"{job.run_dir}/{artifact.filename}"
-        if "\n#SBATCH --segment=" in artifact.text:
+        segment = re.search(r"^#SBATCH --segment=(\d+)$", artifact.text, re.M)
+        if segment:
             ver = self._run(s, ["sbatch", "--version"])
             if ver.returncode or _version(ver.stdout) < _MIN_SEGMENT_VERSION:
                 raise UsageError(f"cluster '{job.cluster}' runs {(ver.stdout or '').strip() or 'an unknown Slurm'}, "
-                                 "which has no --segment (needs 24.11 with topology/block); set [slurm] segment = false "
-                                 "in the profile")
+                                 "whose sbatch has no working --segment (needs 24.05.3 with topology/block); set "
+                                 "[slurm] segment = false in the profile")
+        from . import slurm_topology  # is --segment read at all, and do the job's NVLink groups need it
+
+        slurm_topology.emit(slurm_topology.check(self, job, int(segment.group(1)) if segment else None))
         values = self._secret_values(job, secrets)  # what goes through sbatch's environment: no sourced secret
         hidden = [n for n in job.secrets if n not in values]
         test = self._run(s, ["sbatch", "--test-only", script], drop=job.secrets)

@@ -74,7 +74,46 @@ def query_fabric():
     }
 
 
-def mnnvl_status(fabric_by_host: dict, nodes: int):
+# Multi-node NVLink (MNNVL) memory is shared through IMEX channels: a process needs a channel
+# device, /dev/nvidia-caps-imex-channels/channel<N>, to import another node's memory. enroot bind-
+# mounts that directory into the container from 4.0.0 on (NVIDIA/enroot 48c750e, "Add support for
+# IMEX channels in hook 98-nvidia.sh", 2025-09-29; conf/hooks/98-nvidia.sh, only when
+# NVIDIA_DRIVER_CAPABILITIES includes compute, `nofail`: silently absent where the host has none);
+# enroot 3.x does not, and then NCCL cannot use MNNVL inside the container.
+IMEX_CHANNELS = "/dev/nvidia-caps-imex-channels"
+IMEX_HINT = ("enroot mounts it only from 4.0 (hook 98-nvidia.sh, with NVIDIA_DRIVER_CAPABILITIES including "
+             "compute); with older enroot add it to the profile's container_mounts, and the host needs the IMEX "
+             "daemon's channels")
+
+
+def imex_channels(root: str = IMEX_CHANNELS) -> dict:
+    """Whether the IMEX channel directory is visible here (in the container) and its channels."""
+    try:
+        names = sorted(n for n in os.listdir(root) if n.startswith("channel"))
+    except FileNotFoundError:
+        return {"visible": False, "channels": []}
+    except OSError as exc:
+        return {"visible": False, "channels": [], "error": exc.strerror or str(exc)}
+    return {"visible": True, "channels": names}
+
+
+def imex_line(imex_by_host: dict) -> str:
+    """The preflight's line: is /dev/nvidia-caps-imex-channels visible on every node, with channels."""
+    missing = sorted(h for h, i in imex_by_host.items() if not (i or {}).get("visible"))
+    empty = sorted(h for h, i in imex_by_host.items() if (i or {}).get("visible") and not i.get("channels"))
+    n = len(imex_by_host)
+    if not missing and not empty:
+        chans = sorted({c for i in imex_by_host.values() for c in i["channels"]})
+        return f"imex channels: {IMEX_CHANNELS} visible on {n}/{n} node(s) ({', '.join(chans)})"
+    parts = []
+    if missing:
+        parts.append(f"not visible in the container on {', '.join(missing)} ({IMEX_HINT})")
+    if empty:
+        parts.append(f"visible but without a channel on {', '.join(empty)} (the host's IMEX daemon made none)")
+    return f"imex channels: {IMEX_CHANNELS} {'; '.join(parts)}: multi-node NVLink needs an IMEX channel"
+
+
+def mnnvl_status(fabric_by_host: dict, nodes: int, imex_by_host: dict | None = None):
     """Return (status, reason).  status: likely / no / disabled / unknown."""
     env = os.environ.get("NCCL_MNNVL_ENABLE")
     env_desc = f"NCCL_MNNVL_ENABLE={env}" if env is not None else "NCCL_MNNVL_ENABLE unset (NCCL auto)"
@@ -90,6 +129,10 @@ def mnnvl_status(fabric_by_host: dict, nodes: int):
         if nodes <= 1:
             return "no", f"single node: NVLink fabric registered but MNNVL needs >1 node; {env_desc}"
         cliques = {(f.get("cluster_uuid"), f.get("clique_id")) for f in fabric_by_host.values()}
+        no_imex = sorted(h for h, i in (imex_by_host or {}).items() if not ((i or {}).get("visible") and i.get("channels")))
+        if len(cliques) == 1 and None not in next(iter(cliques)) and no_imex:
+            return "no", (f"all {nodes} nodes share NVLink clique {next(iter(cliques))[1]}, but {IMEX_CHANNELS} has no "
+                          f"channel in the container on {', '.join(no_imex)} (see the imex line); {env_desc}")
         if len(cliques) == 1 and None not in next(iter(cliques)):
             return "likely", (
                 f"all {nodes} nodes share NVLink clique {next(iter(cliques))[1]} "

@@ -33,7 +33,8 @@ Knobs of its own: ``smoke.step_sleep`` (seconds added to every step), ``smoke.sa
 (seconds every rank spends writing its shard), ``smoke.fail_at_step`` / ``fail_rank`` /
 ``fail_message`` (an injected failure), ``smoke.busbw_sizes`` / ``busbw_iters`` (the preflight).
 
-Preflight: host / rank / backend (NCCL on CUDA, else gloo on CPU), GPU model, NCCL version,
+Preflight: host / rank / backend (NCCL on CUDA, else gloo on CPU), whether the IMEX channels
+(/dev/nvidia-caps-imex-channels) are visible in the container, GPU model, NCCL version,
 multi-node NVLink status, and an all-reduce bus-bandwidth sweep (preflight.py). Rank 0 writes a
 JSON summary to ``$BRIDGE_LAUNCH_RUN_DIR/summary.json`` (or ``./smoke_summary.json``).
 Bad arguments exit with status 2 and a one-line ``smoke.py: error: ...`` message.
@@ -449,6 +450,7 @@ class Smoke:
             "python": sys.executable,
             "busbw": [],
             "gpu": None,
+            "imex": None,  # host -> whether /dev/nvidia-caps-imex-channels is visible, and its channels
             "argv": list(sys.argv),
             # Which of the secrets bridge-launch passed by name are present (never their values).
             "secrets_present": {
@@ -542,15 +544,18 @@ class Smoke:
             f"backend={self.backend} device={self.device}" + (f" gpu={gpu_name!r}" if gpu_name else "")
         )
         fabric = preflight.query_fabric() if (self.cuda and self.local_rank == 0) else None
+        imex = preflight.imex_channels() if self.local_rank == 0 else None
         info = {"host": self.host, "rank": self.rank, "local_rank": self.local_rank,
-                "gpu": gpu_name, "fabric": fabric}
+                "gpu": gpu_name, "fabric": fabric, "imex": imex}
         infos = self.all_gather_objects(info)
         hosts = [i["host"] for i in infos]
         self.summary["hosts"] = hosts
         self.summary["nodes"] = len(set(hosts))
+        imex_by_host = {i["host"]: i["imex"] for i in infos if i["local_rank"] == 0}
+        self.summary["imex"] = imex_by_host
         if self.cuda:
             fabric_by_host = {i["host"]: i["fabric"] for i in infos if i["local_rank"] == 0}
-            mnnvl, reason = preflight.mnnvl_status(fabric_by_host, self.summary["nodes"])
+            mnnvl, reason = preflight.mnnvl_status(fabric_by_host, self.summary["nodes"], imex_by_host)
             props = torch.cuda.get_device_properties(self.local_rank)
             self.summary["gpu"] = {
                 "name": gpu_name,
@@ -567,6 +572,7 @@ class Smoke:
         if self.rank == 0:
             _note(f"torch {torch.__version__} world_size={self.world} nodes={self.summary['nodes']} "
                   f"backend={self.backend} hosts={sorted(set(hosts))}")
+            _note(preflight.imex_line(imex_by_host))
             g = self.summary["gpu"]
             if g:
                 _note(f"gpu={g['name']!r} x{g['devices_per_node']}/node ({g['memory_gib']} GiB, cc {g['capability']}) "
