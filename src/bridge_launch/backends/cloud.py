@@ -162,3 +162,14 @@ def load_job(run):
 
 def staged_files(files: dict) -> dict:
     return dict(files)
+
+
+def log_progress(backend, run) -> dict:
+    """Status fields (step, loss, ...) from the tails of the logs the backend fetches; {} when
+    they cannot be read (status still has the platform's state)."""
+    from .base import log_tail, progress
+
+    try:
+        return progress(log_tail(p) for p in backend.log_files(run))
+    except LaunchError:
+        return {}

@@ -1,0 +1,183 @@
+"""Watching runs: their logs as texts (from whatever each backend already fetches), live metrics
+for `status RUN`, `status --watch`, and the filters of `logs --rank/--grep/--tail`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+
+from . import backends
+from .errors import UsageError
+from .logread import Log, strip_prefix
+from .runs import TERMINAL
+
+TAIL = 65536  # bytes of each log that status reads (the iteration line, the last save, an error)
+
+
+def read_logs(run, tail: int | None = None) -> list:
+    """A run's log texts in order (batch output then each node's, segment by segment), whole or
+    the last `tail` bytes of each, through its backend (SSH, a platform API, local files)."""
+    be = backends.backend(run.backend)
+    if hasattr(be, "log_texts"):
+        return be.log_texts(run, tail)
+    out = []
+    for path in be.log_files(run):
+        try:
+            with open(path, "rb") as fh:
+                if tail:
+                    fh.seek(max(0, os.path.getsize(path) - tail))
+                out.append(fh.read())
+        except OSError:
+            continue
+    return out
+
+
+def lineage(reg, run) -> list:
+    """The runs of `run`'s chain up to and including it (a resume continues its predecessor)."""
+    chain = reg.chain(run.chain) if run.chain else [run]
+    return [r for r in chain if r.created <= run.created] or [run]
+
+
+def lineage_log(reg, run) -> Log:
+    """Everything the run and the runs it resumed printed, in order."""
+    texts = []
+    for r in lineage(reg, run):
+        texts += read_logs(r)
+    return Log(texts)
+
+
+def _seq_length(job) -> int | None:
+    for key in ("dataset.seq_length", "model.seq_length", "dataset.sequence_length"):
+        v = job.config.get(key) if job else None
+        if isinstance(v, int) and v > 0:
+            return v
+    return None
+
+
+def metrics(run, job=None, texts=None) -> dict:
+    """Live metrics of one run from the tails of its logs: step, train_iters, loss, grad_norm,
+    step_time_s, tflops_per_gpu, tokens_per_s, eta_s (while it runs), saved (the last checkpoint
+    saved), error (the first error line of the failing rank)."""
+    if texts is None:
+        try:
+            texts = read_logs(run, TAIL)
+        except Exception as exc:  # noqa: BLE001 - the logs may be unreachable; say so, show the rest
+            return {"logs": f"unreadable: {exc}"}
+    m = Log(texts).progress()
+    total = m.get("train_iters")
+    if job is not None and not total:
+        t = job.config.get("train.train_iters")
+        total = t if isinstance(t, int) else None
+        if total:
+            m["train_iters"] = total
+    seq = _seq_length(job)
+    st = m.get("step_time_s")
+    if st and seq and isinstance(m.get("global_batch"), int):
+        m["tokens_per_s"] = m["global_batch"] * seq / st
+    if st and total and m.get("step") is not None and run.state not in TERMINAL:
+        m["eta_s"] = max(0, total - m["step"]) * st
+    return m
+
+
+def duration(seconds: float) -> str:
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def _num(v, digits: int = 4) -> str:
+    if isinstance(v, float):
+        return f"{v:.{digits}g}" if abs(v) < 1e5 else f"{v:,.0f}"
+    return str(v)
+
+
+def metric_lines(m: dict, run) -> list[str]:
+    """The metrics block of `status RUN`."""
+    lines = []
+    if m.get("logs"):
+        lines.append(f"logs        {m['logs']}")
+    if m.get("step") is not None:
+        total = m.get("train_iters")
+        pct = f" ({100 * m['step'] / total:.0f}%)" if total else ""
+        eta = f"   ETA {duration(m['eta_s'])}" if m.get("eta_s") is not None else ""
+        lines.append(f"step        {m['step']}/{total or '?'}{pct}{eta}")
+        parts = []
+        if m.get("loss") is not None:
+            parts.append(f"{m.get('loss_key', 'lm loss')} {_num(m['loss'], 6)}")
+        if m.get("grad_norm") is not None:
+            parts.append(f"grad norm {_num(m['grad_norm'])}")
+        if m.get("lr") is not None:
+            parts.append(f"lr {m['lr']:.3g}" if isinstance(m["lr"], float) else f"lr {m['lr']}")
+        if parts:
+            lines.append("loss        " + "   ".join(parts))
+        speed = []
+        if m.get("step_time_s") is not None:
+            speed.append(f"{m['step_time_s']:.3g} s/step")
+        if m.get("tflops_per_gpu") is not None:
+            speed.append(f"{_num(m['tflops_per_gpu'])} TFLOP/s/GPU")
+        if m.get("tokens_per_s") is not None:
+            speed.append(f"{m['tokens_per_s']:,.0f} tokens/s")
+        if speed:
+            lines.append("speed       " + "   ".join(speed))
+    elif run.state in ("RUNNING", "PENDING"):
+        lines.append("step        (no iteration line yet)")
+    if m.get("saved") is not None:
+        lines.append(f"saved       iteration {m['saved']} (the last checkpoint saved)")
+    if m.get("error"):
+        lines.append(f"error       {m['error']}")
+    return lines
+
+
+# ------------------------------------------------------------------------------------------------
+# logs --rank --grep --tail
+# ------------------------------------------------------------------------------------------------
+def line_filter(rank: int | None, grep: str | None):
+    """A predicate over log lines: from rank `rank` (by its prefix) and matching `grep`."""
+    rx = None
+    if grep is not None:
+        try:
+            rx = re.compile(grep)
+        except re.error as exc:
+            raise UsageError(f"--grep {grep!r} is not a regular expression: {exc}") from None
+    if rank is not None and rank < 0:
+        raise UsageError(f"--rank {rank}: ranks start at 0")
+
+    def keep(line: str) -> bool:
+        if rank is not None and strip_prefix(line)[0] != rank:
+            return False
+        return rx is None or rx.search(line) is not None
+
+    return keep
+
+
+# ------------------------------------------------------------------------------------------------
+# status --watch
+# ------------------------------------------------------------------------------------------------
+def watch(frame, *, interval: float, json_mode: bool) -> int:
+    """Call frame() -> (text or JSON object, done) every `interval` seconds until done. On a
+    terminal the text is redrawn in place; piped, each refresh follows the last; with JSON, each
+    refresh is one object on one line."""
+    tty = sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+    try:
+        while True:
+            shown, done = frame()
+            if json_mode:
+                sys.stdout.write(json.dumps(shown, default=str, separators=(",", ":")) + "\n")
+            elif tty:
+                sys.stdout.write("\x1b[H\x1b[2J" + shown)
+            else:
+                sys.stdout.write(shown + ("" if shown.endswith("\n") else "\n") + "\n")
+            sys.stdout.flush()
+            if done:
+                return 0
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return 0
