@@ -35,13 +35,25 @@ LOSS = P.LOSS_KEY
 # lines
 # ------------------------------------------------------------------------------------------------
 def strip_prefix(line: str) -> tuple[int | None, str]:
-    """(rank, line without its prefixes). The rank is torchrun's (`[rankN]`: global; `[defaultN]`:
-    local to its node), else srun --label's task number, else None."""
-    m = P.RANK_PREFIX_RE.match(line)
-    if not m:
+    """(rank, line without its prefixes). The rank is torchrun's `[rankN]` (global) where there is
+    one, else `[defaultN]` (local to its node), else srun --label's task number, else None."""
+    label = P.SRUN_LABEL_RE.match(line)
+    ranks: dict = {}
+    if label:
+        ranks["srun"] = int(label.group(1))
+        line = line[label.end():]
+    while True:
+        m = P.RANK_PREFIX_RE.match(line)
+        if not m:
+            break
+        ranks.setdefault(m.group(1), int(m.group(2)))
+        line = line[m.end():]
+    if not ranks:
         return None, line
-    rank = m.group(3) if m.group(3) is not None else m.group(4) if m.group(4) is not None else m.group(1)
-    return (int(rank) if rank is not None else None), line[m.end():]
+    for kind in ("rank", "default", "srun"):
+        if kind in ranks:
+            return ranks[kind], line
+    return None, line
 
 
 def number(value: str):

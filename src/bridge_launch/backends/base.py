@@ -11,6 +11,9 @@ from .. import __version__
 
 WORKLOAD_DIR = "workload"  # the smoke workload and its modules, staged into the run dir
 SMOKE_FILE = f"{WORKLOAD_DIR}/smoke.py"
+# torchrun --tee's line prefix with the global rank (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; read back
+# by trainer_protocol.RANK_PREFIX_RE): what `logs --rank` and the failing rank's first error go by.
+RANK_PREFIX_TEMPLATE = "[rank${rank}]: "
 
 
 def last_step(text: str):

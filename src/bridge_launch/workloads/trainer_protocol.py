@@ -358,8 +358,8 @@ MEMORY_RE = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \((GB|
 # MC core/distributed/param_and_grad_buffer.py:358,366 "found NaN/Inf in local grad norm for bucket #i ...".
 NAN_CHECK_MARK = "Unexpected result"
 NAN_CHECK_RE = re.compile(
-    r"(?:Rank (\d+), node \S+, device \d+, iteration #?(\d+): Unexpected result (\S+) \(message='([^']*)'\)"
-    r"|Unexpected result (\S+) on rank (\d+) at iteration #(\d+) invocation #\d+ \(message='([^']*)'\))")
+    r"(?:Rank (\d+), node \S+, device \d+, iteration #?(-?\d+): Unexpected result (\S+) \(message='([^']*)'\)"
+    r"|Unexpected result (\S+) on rank (\d+) at iteration #(-?\d+) invocation #\d+ \(message='([^']*)'\))")
 
 # The older save line (Megatron-LM before cbb9c05c06, May 2024: megatron/training/checkpointing.py:345
 # "  successfully saved checkpoint at iteration {:7d} to {}"); SAVED_RE above reads both forms, and MC
@@ -377,8 +377,12 @@ EXIT_KINDS = (("after receiving SIGTERM", "signal"), ("minutes", "duration"), ("
 #    Slurm script sets): the GLOBAL rank (T distributed/elastic/agent/server/local_elastic_agent.py:438-447);
 #  - torchrun --tee without it: f"[{role}{local_rank}]:" with role "default", the LOCAL rank, no space
 #    (T distributed/elastic/multiprocessing/tail_log.py:130);
-#  - srun --label: the task number right-aligned to the widest one, then ": " (" 0: ", "11: ").
-RANK_PREFIX_RE = re.compile(r"(?:\s*(\d+): )?\[(rank|default)(\d+)\]: ?|\s*(\d+): ")
+#  - srun --label: the task number right-aligned to the widest one, then ": " (" 0: ", "11: ");
+#  - torch's own "[rankN]: " on tracebacks inside a "[defaultN]:" line, and a launcher's "task/N "
+#    in front (e.g. "i.pretrain/0 [default2]:[rank2]: RuntimeError: ...", NVIDIA-NeMo/Speech#14348).
+# The reader strips them one after another (logread.strip_prefix).
+RANK_PREFIX_RE = re.compile(r"(?:[\w.-]+/\d+ (?=\[))?(?:\[(rank|default)(\d+)\]: ?)")
+SRUN_LABEL_RE = re.compile(r"\s*(\d+): ")
 
 # torchrun's summary when a worker fails (T distributed/elastic/multiprocessing/errors/__init__.py:184-202):
 # "Root Cause (first observed failure):" then "[0]:", "  time      : ...", "  host      : ...",
