@@ -276,3 +276,23 @@ def test_last_step_and_progress_keep_their_old_contract():
     assert last_step(MLM_756) == (73, 100, 1.798953)
     assert last_step("nothing") is None
     assert progress([MLM_756, None])["step"] == 73
+
+
+@pytest.mark.parametrize("line,what", [
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "out of memory"),
+    ("RuntimeError: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)", "out of memory"),
+    ("slurmstepd: error: Detected 1 oom-kill event(s) in StepId=12.0", "out of memory"),
+    ("hydra.errors.ConfigCompositionException: Could not override 'x'", "invalid configuration"),
+    ("FileNotFoundError: [Errno 2] No such file or directory: '/lustre/x'", "missing data or file"),
+    ("ValueError: Dataset path /lustre/clevr2 does not exist", "missing data or file"),
+    ("ValueError: micro_batch_size must be a divisor of global_batch_size", "invalid configuration"),
+    ("ModuleNotFoundError: No module named 'megatron'", "import error"),
+    ("[E ProcessGroupNCCL.cpp:1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9)", "NCCL timeout"),
+    ("torch.distributed.DistBackendError: NCCL error in: x.cpp:1, unhandled system error, ncclSystemError", "NCCL error"),
+    ("NVRM: Xid (PCI:0000:1b:00): 79, pid=1, GPU has fallen off the bus.", "ECC error"),
+    ("srun: error: node2: task 1: Killed", "lost node"),
+    ("torch.distributed.DistNetworkError: Connection reset by peer", "network error"),
+])
+def test_every_failure_class_is_found_behind_its_rank_prefix(line, what):
+    err = first_error_detail(["[rank5]: some output\n", f"[rank5]: {line}\n"])
+    assert err is not None and err.rank == 5 and err.what == what, err

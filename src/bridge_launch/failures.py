@@ -17,7 +17,8 @@ DETERMINISTIC = {
 FLAKY = {
     "NCCL timeout": r"Watchdog caught collective operation timeout|NCCL (communicator|operation).*timed? ?out|HYBRID-EP .*TIMEOUT",
     "NCCL error": r"NCCL error|ncclInternalError|ncclSystemError|ncclRemoteError",
-    "ECC error": r"ECC error|uncorrectable ECC|Xid[ :]+(48|63|64|74|79|92|94|95)",
+    # the kernel's "NVRM: Xid (PCI:0000:1b:00): 79, pid=..., GPU has fallen off the bus."
+    "ECC error": r"ECC error|uncorrectable ECC|Xid( \([^)]*\))?[ :]+(48|63|64|74|79|92|94|95)\b",
     "lost node": r"Node failure|NODE_FAIL|srun: error: .*: task .*: Killed|lost connection to node",
     "network error": r"DistNetworkError|RendezvousConnectionError|Connection reset by peer|Socket Timeout|Broken pipe",
 }

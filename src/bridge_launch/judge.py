@@ -35,8 +35,6 @@ def _is_golden(path: str) -> bool:
 def sources(reg, words: list[str], *, expand_experiments: bool = True) -> tuple[list[Source], str | None]:
     """Each word as a run (id or unique prefix), an experiment (its runs, in order), a log file
     or a golden-values file; (sources, the experiment's name when one word named one)."""
-    from . import launch
-
     out, group = [], None
     for w in words:
         if os.path.isfile(w):
@@ -54,6 +52,8 @@ def sources(reg, words: list[str], *, expand_experiments: bool = True) -> tuple[
         hits = reg.find(w) if reg is not None else []
         if not hits:
             raise UsageError(f"'{w}' is not a run, an experiment or a file; list runs with 'bridge-launch status'")
+        from . import launch
+
         run = launch.find_run(reg, w)
         out.append(Source("run", run.run_id, run=run))
     return out, group
@@ -86,7 +86,7 @@ def _criteria(values) -> set:
 # check
 # ------------------------------------------------------------------------------------------------
 def check(words, *, steps, only, skip, metric, export_golden, output) -> int:
-    from . import gate, launch
+    from . import gate
 
     only_set, skip_set = _criteria(only), _criteria(skip)
     if steps is not None and steps < 1:
@@ -107,6 +107,8 @@ def check(words, *, steps, only, skip, metric, export_golden, output) -> int:
             raise UsageError(f"{src.label}: a golden-values file has no log lines to check; check a run or a log")
         finished = None
         if src.kind == "run":
+            from . import launch
+
             src.run = launch.refresh(reg, [src.run])[0]
             finished = src.run.finished
         log = _log_of(reg, src)

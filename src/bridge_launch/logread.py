@@ -383,13 +383,13 @@ class Log:
 
     # -- whole-log questions answered without parsing every line (the gate on long logs) ---------
     def tally(self, metric: str = LOSS) -> dict:
-        """Counts over the raw texts, by substring search alone: iteration lines, lines whose skipped
-        and NaN counters are both 0, lines carrying `metric`, and where a loss or norm is not finite.
-        Exact for Megatron's formats; a mismatch sends the caller to the line-by-line reading."""
-        lines = counters = zero = with_metric = 0
+        """Counts over the raw texts, by substring search alone: iteration lines (by their skipped
+        counter, which every Megatron iteration line has), lines whose skipped and NaN counters are
+        both 0, lines carrying `metric`, and where a loss or norm is not finite. Exact for
+        Megatron's formats; a mismatch sends the caller to the line-by-line reading."""
+        counters = zero = with_metric = 0
         nonfinite = []
         for ti, raw in enumerate(self.raw):
-            lines += raw.count(_enc(raw, P.ITERATION_MARK))
             counters += raw.count(_enc(raw, P.FIELD_SKIPPED + ":"))
             zero += raw.count(_enc(raw, P.ZERO_COUNTERS))
             with_metric += raw.count(_enc(raw, f"| {metric}: "))
@@ -397,7 +397,7 @@ class Log:
                 m = (rx[1] if isinstance(raw, (bytes, bytearray)) else rx[0]).search(raw)
                 if m:
                     nonfinite.append((ti, m.start()))
-        return {"lines": lines, "counters": counters, "zero_counters": zero, "with_metric": with_metric,
+        return {"lines": counters, "counters": counters, "zero_counters": zero, "with_metric": with_metric,
                 "nonfinite": nonfinite}
 
     def _tail_iterations(self, raw, first: bool = False) -> list:
@@ -553,6 +553,14 @@ _COLLATERAL = re.compile(
     r"bridge-launch: |^\[W |UserWarning|FutureWarning|DeprecationWarning")
 
 
+# Substrings without which a text holds no error line _candidates would yield (cheap to rule out).
+_SUSPECT_WORDS = ("rror", "RROR", "xception", "Traceback", "FATAL", "Killed", "Unexpected result", "Segmentation",
+                  "core dumped", "imeout", "TIMEOUT", "NCCL", "ECC", "Xid", "NODE_FAIL", "oom-kill", "No such file",
+                  "lost connection", "Broken pipe", "reset by peer", "Interrupt", "Failure", "out of memory",
+                  "ALLOC_FAILED", "Watchdog", "HYBRID-EP", "Node failure", "Dataset path", "not a valid Energon",
+                  "Connection reset")
+
+
 @dataclass
 class ErrorLine:
     rank: int | None
@@ -620,6 +628,8 @@ def first_error_detail(texts) -> ErrorLine | None:
     by_rank: dict = {}
     order: list = []
     for ti, text in enumerate(texts):
+        if not any(word in text for word in _SUSPECT_WORDS):
+            continue  # a healthy log: no line-by-line reading
         for rank, line, i, raised in _candidates(_scan_window(text)):
             if rank not in by_rank:
                 by_rank[rank] = []

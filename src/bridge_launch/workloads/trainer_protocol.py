@@ -336,8 +336,6 @@ NONFINITE_MARKS = ("nan |", "NAN |", "inf |", "INF |")
 ZERO_SKIPPED = f"{FIELD_SKIPPED}:   0 |"
 ZERO_NAN = f"{FIELD_NAN}:   0 |"
 ZERO_COUNTERS = f"{ZERO_SKIPPED} {ZERO_NAN}"
-# Every iteration line has exactly one elapsed-time field (MB :1093, MC :2966-2968).
-ITERATION_MARK = f"| {FIELD_ELAPSED_MS}: "
 # A loss ("lm loss: ", "load_balancing_loss: ", "mtp_1 loss: ") or a norm ("grad norm: ", "params
 # norm: ") whose value is not finite; as str and as bytes patterns.
 NONFINITE_RES = tuple((re.compile(p), re.compile(p.encode()))
