@@ -163,7 +163,7 @@ def test_experiments_show_and_compare_together(home, cli, tmp_path):
     assert order == [lone.run_id, c.run_id, b.run_id, a.run_id]  # the experiment's runs together
     r = cli("status", "lr-sweep")
     assert r.code == 0, r.err
-    assert r.out.startswith("experiment  lr-sweep: 3 runs")
+    assert r.out.splitlines()[0].split()[:2] == ["RUN", "MEMBER"] and "\nexperiment  lr-sweep: 3 runs" in r.out
     assert "optimizer.lr=0.003" in r.out and r.out.count("step        100/100") == 3
     r = cli("compare", "lr-sweep", "--plot", tmp_path / "sweep.png", "-o", "json")
     assert r.code == 1  # the third run is 30% off the first

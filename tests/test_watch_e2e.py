@@ -138,7 +138,7 @@ def test_an_experiment_submitted_shown_and_compared_together(cluster, home, tmp_
     assert [x["state"] for x in runs] == ["COMPLETED", "COMPLETED"]
     assert all(x["info"]["experiment"] == name and x["metrics"]["step"] == 12 for x in runs)
     text = run_cli("status", name).out
-    assert text.startswith(f"experiment  {name}: 2 runs") and text.count("step        12/12") == 2, text
+    assert f"\nexperiment  {name}: 2 runs" in text and text.count("step        12/12") == 2, text
     table = run_cli("status").out.splitlines()
     assert table[0].split()[:2] == ["RUN", "EXPERIMENT"]
     rows = [ln for ln in table[1:] if name in ln]

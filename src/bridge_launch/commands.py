@@ -48,63 +48,6 @@ def submit(recipe, overrides, *, cluster, overlays, nodes, time, partition, acco
     return _submitted(launch.submit(job), job, follow, output)
 
 
-def submit_group(recipe, overrides, *, sweep, experiment, follow, output, dry_run, **options) -> int:
-    """An experiment: one run per recipe x combination of swept values, resolved and validated
-    all before any is submitted, recorded as a named group (experiments.py)."""
-    from . import backends, experiments, launch, resolve
-    from .runs import Registry
-
-    recipes_, rest = experiments.split_recipes(recipe, overrides)
-    members = experiments.expand(recipes_, rest, sweep=sweep)
-    name = experiments.check_name(experiment) if experiment else experiments.new_name(recipes_[0])
-    opts = dict(options)
-    base = dict(cluster=opts.pop("cluster"), overlays=tuple(opts.pop("overlays")), env=tuple(opts.pop("env")),
-                secrets=tuple(opts.pop("secrets")), **opts)
-    jobs = []
-    for m in members:
-        job = resolve.resolve(m.recipe, resolve.Options(overrides=tuple(m.overrides), **base), for_submit=not dry_run)
-        if job.errors:
-            for e in job.errors:
-                _err(f"{m.label}: {e}")
-            return 2
-        jobs.append((m, job))
-    if dry_run:
-        if output == "json":
-            views.dump_json({"experiment": name, "runs": [dict(views.job_view(j, backends.render(j)), label=m.label)
-                                                           for m, j in jobs]})
-            return 0
-        print(f"experiment {name}: {len(jobs)} runs")
-        for i, (m, j) in enumerate(jobs, 1):
-            print(f"\n=== run {i}/{len(jobs)}: {m.label} ===")
-            views.print_job(j, backends.render(j), resolve.RUN_ID_PLACEHOLDER)
-        return 0
-    reg = Registry()
-    reg.add_experiment(name, {"recipes": recipes_, "overrides": list(overrides), "sweep": sweep,
-                              "labels": [m.label for m, _ in jobs]})
-    submitted = []
-    try:
-        for i, (m, job) in enumerate(jobs):
-            run = launch.submit(job, reg)
-            reg.add_to_experiment(name, run.run_id, i, m.label)
-            run = reg.update(run.run_id, info=dict(run.info, experiment=name, member=m.label))
-            submitted.append((m, run))
-    finally:
-        if not submitted:
-            reg.drop_experiment(name)
-    if output == "json":
-        views.dump_json({"experiment": name, "runs": [{"run_id": r.run_id, "label": m.label, "job_ids": r.job_ids,
-                                                       "state": r.state, "run_dir": r.run_dir, "recipe": r.recipe}
-                                                      for m, r in submitted]})
-    else:
-        print(f"experiment {name}: {len(submitted)} runs submitted")
-        for m, r in submitted:
-            print(f"  {r.run_id}  {m.label}  ({r.backend} job {', '.join(r.job_ids)})")
-        print(f"watch them: bridge-launch status {name} --watch   compare them: bridge-launch compare {name}")
-    if not follow:
-        return 0
-    return status(name, all_runs=False, state=None, recipe=None, output=output, watch=True, interval=5.0)
-
-
 def resume(run_ref, overrides, *, follow, output) -> int:
     from . import launch
     from .runs import Registry
@@ -181,134 +124,42 @@ def _follow(run, job) -> int:
     return 0 if final.state == "COMPLETED" else 1
 
 
-def status(run_ref, *, all_runs, state, recipe, output, watch=False, interval=5.0) -> int:
-    from .runs import STATES
+def status(run_ref, *, all_runs, state, recipe, output, watch=False, interval=5.0, shown=None) -> int:
+    from . import launch, monitor
+    from .runs import STATES, Registry
 
     if state and state.upper() not in STATES:
         raise UsageError(f"--state {state!r} is not a state; valid: {', '.join(STATES)}")
-    if watch:
-        import contextlib
-        import io
-
-        from . import monitor
-
-        if interval <= 0:
-            raise UsageError(f"--interval {interval}: must be more than 0 seconds")
-
-        def frame():
-            from .runs import Registry
-
-            reg = Registry()
-            runs, group = _status_runs(reg, run_ref, all_runs, state, recipe)
-            done = all(r.finished for r in runs)
-            if output == "json":
-                shown = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "runs": _status_dicts(reg, runs, run_ref, group)}
-                return shown, done
-            buf = io.StringIO()
-            with contextlib.redirect_stdout(buf):
-                _status_print(reg, runs, group, run_ref)
-            return f"{time.strftime('%H:%M:%S')}  (every {interval:g}s; Ctrl-C stops)\n" + buf.getvalue(), done
-
-        return monitor.watch(frame, interval=interval, json_mode=output == "json")
-    from .runs import Registry
-
+    if watch:  # each refresh is this function's output (monitor.watch_status)
+        return monitor.watch_status(lambda out, seen: status(run_ref, all_runs=all_runs, state=state, recipe=recipe,
+                                                             output=out, shown=seen), output=output, interval=interval)
     reg = Registry()
-    runs, group = _status_runs(reg, run_ref, all_runs, state, recipe)
+    group = reg.experiment(run_ref) if run_ref else None  # an experiment's name: its runs
+    runs = [r for r, _ in group["runs"]] if group else [launch.find_run(reg, run_ref)] if run_ref else reg.recent(
+        None if all_runs else 50, state=state and state.upper(), recipe=recipe)
+    runs = launch.refresh(reg, runs)
+    if shown is not None:  # status --watch: which runs this view showed
+        shown.extend(runs)
     if output == "json":
-        views.dump_json(_status_dicts(reg, runs, run_ref, group))
+        views.dump_json([monitor.run_view(reg, r, metrics=bool(run_ref)) for r in runs])
         return 0
-    _status_print(reg, runs, group, run_ref)
-    return 0
-
-
-def _status_runs(reg, run_ref, all_runs, state, recipe):
-    """The runs `status` shows, refreshed: one run, an experiment's runs, or the recent ones."""
-    from . import launch
-
-    group = reg.experiment(run_ref) if run_ref else None
-    if group is not None:
-        runs = [r for r, _ in group["runs"]]
-    else:
-        runs = [launch.find_run(reg, run_ref)] if run_ref else reg.recent(None if all_runs else 50,
-                                                                         state=state and state.upper(), recipe=recipe)
-    return launch.refresh(reg, runs), group
-
-
-def _run_metrics(reg, r) -> dict:
-    from . import launch, monitor
-
-    try:
-        job = launch.load_job(reg, r)
-    except Exception:  # noqa: BLE001 - a record without its job file still has logs
-        job = None
-    return monitor.metrics(r, job)
-
-
-def _status_dicts(reg, runs, run_ref, group) -> list:
-    out = []
-    for r in runs:
-        d = r.to_dict()
-        if run_ref:  # one run or an experiment: live metrics from the logs
-            d["metrics"] = _run_metrics(reg, r)
-        out.append(d)
-    return out
-
-
-def _status_print(reg, runs, group, run_ref) -> None:
-    from . import launch
 
     def step(r):
         i = r.info
         return f"{i['step']}/{i['train_iters']}" if i.get("step") is not None and i.get("train_iters") else ""
 
-    def loss(r):
-        v = r.info.get("loss")
-        return f"{v:.4f}" if isinstance(v, float) else ("" if v is None else str(v))
-
-    labels = {r.run_id: label for r, label in group["runs"]} if group else {}
-    if group is not None:
-        print(f"experiment  {group['name']}: {len(runs)} runs, submitted "
-              f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(group['created']))}")
-    with_exp = group is None and any(r.info.get("experiment") for r in runs)
-    if with_exp:  # runs of one experiment next to each other, at the place of its newest run
-        first: dict = {}
-        for i, r in enumerate(runs):
-            first.setdefault(r.info.get("experiment") or r.run_id, i)
-        runs = sorted(runs, key=lambda r: first[r.info.get("experiment") or r.run_id])
-    rows = []
-    for r in runs:
-        row = [r.run_id, r.state, r.recipe, r.cluster, ",".join(r.job_ids), r.info.get("elapsed", ""),
-               r.info.get("nodes", ""), step(r), loss(r), r.reason or "",
-               time.strftime("%m-%d %H:%M", time.localtime(r.created))]
-        if group is not None:
-            row.insert(1, labels.get(r.run_id, ""))
-        elif with_exp:
-            row.insert(1, r.info.get("experiment") or "")
-        rows.append(row)
-    columns = ["run", "state", "recipe", "cluster", "job ids", "elapsed", "nodes", "step", "loss", "reason", "submitted"]
-    if group is not None:
-        columns.insert(1, "member")
-    elif with_exp:
-        columns.insert(1, "experiment")
-    views.table("runs", columns, rows)
-    if group is not None:
-        from . import monitor
-
-        for r in runs:
-            lines = monitor.metric_lines(_run_metrics(reg, r), r)
-            if lines:
-                print(f"\n{r.run_id} ({labels.get(r.run_id) or r.recipe})")
-                for line in lines:
-                    print("  " + line)
-        return
-    if run_ref and runs:
-        from . import monitor
-
+    runs, extra = monitor.group_column(runs, group)  # experiments: a column, their runs next to each other
+    rows = [[r.run_id, *extra(r), r.state, r.recipe, r.cluster, ",".join(r.job_ids), r.info.get("elapsed", ""),
+             r.info.get("nodes", ""), step(r), monitor.loss_text(r), r.reason or "",
+             time.strftime("%m-%d %H:%M", time.localtime(r.created))] for r in runs]
+    views.table("runs", ["run", *extra(None), "state", "recipe", "cluster", "job ids", "elapsed", "nodes", "step",
+                         "loss", "reason", "submitted"], rows)
+    if group:
+        monitor.print_group(reg, group, runs)
+    elif run_ref and runs:
         r = runs[0]
         lineage = reg.chain(r.chain)
         print(f"run dir     {r.run_dir}")
-        if r.info.get("experiment"):
-            print(f"experiment  {r.info['experiment']}")
         if r.info.get("container"):
             print(f"container   {r.info['container']}")
         if r.info.get("image_digest"):
@@ -325,8 +176,8 @@ def _status_print(reg, runs, group, run_ref) -> None:
             if r.info.get("checkpoint") is not None:
                 print(f"checkpoint  iteration {r.info['checkpoint']} (the newest complete one)")
             print(f"restarts    {r.info.get('restarts', 0)} of {limit}")
-        for line in monitor.metric_lines(_run_metrics(reg, r), r):
-            print(line)
+        monitor.print_metrics(reg, r)
+    return 0
 
 
 def logs(run_ref, *, follow, rank=None, grep=None, tail=None) -> int:

@@ -137,6 +137,68 @@ def metric_lines(m: dict, run) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------
+# what `status` adds to its views
+# ------------------------------------------------------------------------------------------------
+def run_metrics(reg, run) -> dict:
+    from . import launch
+
+    try:
+        job = launch.load_job(reg, run)
+    except Exception:  # noqa: BLE001 - a record without its job file still has logs
+        job = None
+    return metrics(run, job)
+
+
+def run_view(reg, run, *, metrics: bool) -> dict:
+    """A run as `status -o json` shows it; with metrics (one run, an experiment) its live metrics."""
+    d = run.to_dict()
+    if metrics:
+        d["metrics"] = run_metrics(reg, run)
+    return d
+
+
+def loss_text(run) -> str:
+    v = run.info.get("loss")
+    return f"{v:.4f}" if isinstance(v, float) else ("" if v is None else str(v))
+
+
+def group_column(runs: list, group):
+    """(runs, extra) for the runs table: with an experiment shown, its member labels; with runs of
+    experiments among recent ones, their experiment's name, each experiment's runs together at the
+    place of its newest. extra(run) gives the added cells (extra(None): the added headers)."""
+    if group is not None:
+        labels = {r.run_id: label for r, label in group["runs"]}
+        return runs, lambda r: ["member"] if r is None else [labels.get(r.run_id, "")]
+    if not any(r.info.get("experiment") for r in runs):
+        return runs, lambda r: []
+    first: dict = {}
+    for i, r in enumerate(runs):
+        first.setdefault(r.info.get("experiment") or r.run_id, i)
+    runs = sorted(runs, key=lambda r: first[r.info.get("experiment") or r.run_id])
+    return runs, lambda r: ["experiment"] if r is None else [r.info.get("experiment") or ""]
+
+
+def print_group(reg, group, runs) -> None:
+    print(f"\nexperiment  {group['name']}: {len(runs)} runs, submitted "
+          f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(group['created']))}")
+    labels = {r.run_id: label for r, label in group["runs"]}
+    for r in runs:
+        lines = metric_lines(run_metrics(reg, r), r)
+        if lines:
+            print(f"\n{r.run_id} ({labels.get(r.run_id) or r.recipe})")
+            for line in lines:
+                print("  " + line)
+
+
+def print_metrics(reg, run) -> None:
+    """The live-metrics block of `status RUN`."""
+    if run.info.get("experiment"):
+        print(f"experiment  {run.info['experiment']} ({run.info.get('member', '')})")
+    for line in metric_lines(run_metrics(reg, run), run):
+        print(line)
+
+
+# ------------------------------------------------------------------------------------------------
 # logs --rank --grep --tail
 # ------------------------------------------------------------------------------------------------
 def line_filter(rank: int | None, grep: str | None):
@@ -161,6 +223,29 @@ def line_filter(rank: int | None, grep: str | None):
 # ------------------------------------------------------------------------------------------------
 # status --watch
 # ------------------------------------------------------------------------------------------------
+def watch_status(show, *, output: str, interval: float) -> int:
+    """`status --watch`: show(output, shown) prints one view of status, refreshing the runs it
+    shows and adding them to `shown`; repeated until every one of them has ended. With JSON,
+    each view is one object on one line: {"time", "runs"}."""
+    import contextlib
+    import io
+
+    if interval <= 0:
+        raise UsageError(f"--interval {interval}: give more than 0 seconds")
+
+    def frame():
+        buf, seen = io.StringIO(), []
+        with contextlib.redirect_stdout(buf):
+            show(output, seen)
+        done = all(r.finished for r in seen)
+        if output == "json":
+            return {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "runs": json.loads(buf.getvalue())}, done
+        head = f"{time.strftime('%H:%M:%S')}  every {interval:g}s" + ("" if done else "; Ctrl-C stops") + "\n"
+        return head + buf.getvalue(), done
+
+    return watch(frame, interval=interval, json_mode=output == "json")
+
+
 def watch(frame, *, interval: float, json_mode: bool) -> int:
     """Call frame() -> (text or JSON object, done) every `interval` seconds until done. On a
     terminal the text is redrawn in place; piped, each refresh follows the last; with JSON, each
