@@ -352,7 +352,7 @@ MEMORY_RE = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \((GB|
 # raises RuntimeError(f"Rank {rank}, node {node}, device {device}, iteration {it}: Unexpected result
 # {result} (message='{message}')") with reruns disabled (the default); with reruns enabled it logs
 # f"Unexpected result {result} on rank {rank} at iteration #{it} invocation #{n} (message='{message}')"
-# (:600-609). Messages: MB training/losses.py:76 "found NaN in local forward loss calculation",
+# (:605-611). Messages: MB training/losses.py:76 "found NaN in local forward loss calculation",
 # MC core/distributed/param_and_grad_buffer.py:358,366 "found NaN/Inf in local grad norm for bucket #i ...".
 NAN_CHECK_MARK = "Unexpected result"
 NAN_CHECK_RE = re.compile(
