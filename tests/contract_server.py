@@ -23,14 +23,14 @@ DGX_TOKEN = "dgx-access-token"
 
 
 def _replica_log(replica: str) -> str:
-    """What a replica of a Bridge job prints through `torchrun --tee=3` (torchrun's "[defaultN]:"
-    prefix): rank 0's Step Time line on the first replica, the last rank's iteration line on the
-    last (Megatron-Bridge's formats, trainer_protocol.py)."""
+    """What a replica of a Bridge job prints through `torchrun --tee=3` with the job's prefix
+    template ("[rankN]: "): rank 0's Step Time line on the first replica, the last rank's
+    iteration line on the last (Megatron-Bridge's formats, trainer_protocol.py)."""
     from bridge_launch.workloads import trainer_protocol as P
 
     if replica.split("-")[-2] == "0":
-        return "[default0]:" + P.step_time_line(2.5, 512.0)
-    return "[default7]:" + P.iteration_line(iteration=5, train_iters=50, consumed=40, elapsed_ms=2500.0, lr=1e-4,
+        return "[rank0]: " + P.step_time_line(2.5, 512.0)
+    return "[rank15]: " + P.iteration_line(iteration=5, train_iters=50, consumed=40, elapsed_ms=2500.0, lr=1e-4,
                                             global_batch=8, losses={"lm loss": 1.234}, loss_scale=1.0, grad_norm=0.5,
                                             skipped=0, nan=0, stamp="2026-01-01 12:00:00")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .. import paths
 from ..errors import LaunchError
-from .base import entry_command, numa_wrapper, q, runtime_env
+from .base import RANK_PREFIX_TEMPLATE, entry_command, numa_wrapper, q, runtime_env
 
 LOOKUP = "@looked-up-at-submit:{}@"  # placeholders submit replaces with ids it asks the platform for
 MASK = "****"
@@ -37,8 +37,11 @@ def secret_refs(job) -> dict:
 
 def plain_env(job) -> dict:
     """Non-secret env: runtime_env minus anything named like a secret (belt and braces:
-    resolve already refuses secret values in [env])."""
-    return {k: v for k, v in runtime_env(job).items() if k not in job.secrets}
+    resolve already refuses secret values in [env]), plus torchrun's line prefix with the global
+    rank (each replica's --tee would otherwise print "[defaultN]:", the rank on its node)."""
+    env = {k: v for k, v in runtime_env(job).items() if k not in job.secrets}
+    env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = RANK_PREFIX_TEMPLATE
+    return env
 
 
 def job_script(job, rank_prelude: list[str]) -> str:
