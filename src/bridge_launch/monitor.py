@@ -9,9 +9,7 @@ import re
 import sys
 import time
 
-from . import backends
 from .errors import UsageError
-from .logread import Log, strip_prefix
 from .runs import TERMINAL
 
 TAIL = 65536  # bytes of each log that status reads (the iteration line, the last save, an error)
@@ -20,6 +18,8 @@ TAIL = 65536  # bytes of each log that status reads (the iteration line, the las
 def read_logs(run, tail: int | None = None) -> list:
     """A run's log texts in order (batch output then each node's, segment by segment), whole or
     the last `tail` bytes of each, through its backend (SSH, a platform API, local files)."""
+    from . import backends
+
     be = backends.backend(run.backend)
     if hasattr(be, "log_texts"):
         return be.log_texts(run, tail)
@@ -41,8 +41,10 @@ def lineage(reg, run) -> list:
     return [r for r in chain if r.created <= run.created] or [run]
 
 
-def lineage_log(reg, run) -> Log:
+def lineage_log(reg, run) -> "Log":  # noqa: F821 - logread is imported lazily
     """Everything the run and the runs it resumed printed, in order."""
+    from .logread import Log
+
     texts = []
     for r in lineage(reg, run):
         texts += read_logs(r)
@@ -61,6 +63,8 @@ def metrics(run, job=None, texts=None) -> dict:
     """Live metrics of one run from the tails of its logs: step, train_iters, loss, grad_norm,
     step_time_s, tflops_per_gpu, tokens_per_s, eta_s (while it runs), saved (the last checkpoint
     saved), error (the first error line of the failing rank)."""
+    from .logread import Log
+
     if texts is None:
         try:
             texts = read_logs(run, TAIL)
@@ -211,6 +215,7 @@ def line_filter(rank: int | None, grep: str | None):
             raise UsageError(f"--grep {grep!r} is not a regular expression: {exc}") from None
     if rank is not None and rank < 0:
         raise UsageError(f"--rank {rank}: ranks start at 0")
+    from .logread import strip_prefix
 
     def keep(line: str) -> bool:
         if rank is not None and strip_prefix(line)[0] != rank:
