@@ -22,6 +22,19 @@ DGX_CLIENT = ("dgx-client-id", "dgx-client-secret-value")
 DGX_TOKEN = "dgx-access-token"
 
 
+def _replica_log(replica: str) -> str:
+    """What a replica of a Bridge job prints through `torchrun --tee=3` with the job's prefix
+    template ("[rankN]: "): rank 0's Step Time line on the first replica, the last rank's
+    iteration line on the last (Megatron-Bridge's formats, trainer_protocol.py)."""
+    from bridge_launch.workloads import trainer_protocol as P
+
+    if replica.split("-")[-2] == "0":
+        return "[rank0]: " + P.step_time_line(2.5, 512.0)
+    return "[rank15]: " + P.iteration_line(iteration=5, train_iters=50, consumed=40, elapsed_ms=2500.0, lr=1e-4,
+                                            global_batch=8, losses={"lm loss": 1.234}, loss_scale=1.0, grad_norm=0.5,
+                                            skipped=0, nan=0, stamp="2026-01-01 12:00:00")
+
+
 class ShapeError(AssertionError):
     pass
 
@@ -118,7 +131,7 @@ class Contract:
             return 200, [{"metadata": {"id": f"{jid}-{i}-abcde"}, "id": f"{jid}-{i}-abcde"} for i in range(n)]
         m = re.fullmatch(r"/jobs/([^/]+)/replicas/([^/]+)/log", path)
         if m and method == "GET":
-            return 200, f"replica {m.group(2)}: iteration        5/       50 | lm loss: 1.234\n".encode()
+            return 200, (_replica_log(m.group(2)) + "\n").encode()
         return 404, {"message": f"no endpoint {method} {path}"}
 
     def _check_lepton_job(self, body):

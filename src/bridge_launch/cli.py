@@ -94,10 +94,23 @@ def submit(
     follow: bool = typer.Option(False, "--follow", "-f", help="Stream progress until the job ends (Ctrl-C detaches)."),
     no_memory_check: bool = typer.Option(False, "--no-memory-check",
                                          help="Submit even when plan's memory estimate exceeds the GPU (a warning, not an error)."),
+    sweep: bool = typer.Option(False, "--sweep", help="Expand Hydra sweeps (key=a,b, choice(...), range(...)): one run per combination, as one experiment."),
+    experiment: Optional[str] = typer.Option(None, "--experiment", help="Submit as a named experiment (a group of runs: a sweep, or several recipes given as RECIPE RECIPE...)."),
     output: Output = OUTPUT,
 ):
-    """Resolve RECIPE on a cluster, validate it, and submit it (or print it with --dry-run)."""
+    """Resolve RECIPE on a cluster, validate it, and submit it (or print it with --dry-run).
+    Several recipes (RECIPE RECIPE ...) or --sweep submit an experiment: a named group of runs."""
     from . import commands
+
+    if sweep or experiment or _more_recipes(overrides or []):
+        from . import experiments
+
+        raise typer.Exit(experiments.submit_group(
+            recipe, overrides or [], sweep=sweep, experiment=experiment, follow=follow, output=output.value,
+            dry_run=dry_run, cluster=cluster, overlays=overlay or [], nodes=nodes, time=time, partition=partition,
+            account=account, container=container, env=env or [], secrets=secret or [], bridge_src=bridge_src,
+            until_done=until_done, max_restarts=max_restarts, signal_lead=signal_lead, max_segments=max_segments,
+            step_time=step_time, memory_check=not no_memory_check))
 
     raise typer.Exit(commands.submit(
         recipe, overrides or [], cluster=cluster, overlays=overlay or [], nodes=nodes, time=time,
@@ -107,27 +120,82 @@ def submit(
         memory_check=not no_memory_check))
 
 
+def _more_recipes(words: list[str]) -> bool:
+    """Whether the positional words name more recipes (an experiment of several recipes)."""
+    bare = [w for w in words if "=" not in w and not w.startswith(("~", "+"))]
+    if not bare:
+        return False
+    from .experiments import looks_like_recipe
+
+    return any(looks_like_recipe(w) for w in bare)
+
+
 @app.command()
 def status(
-    run: Optional[str] = typer.Argument(None, help="A run id (or a unique prefix)."),
+    run: Optional[str] = typer.Argument(None, help="A run id (or a unique prefix), or an experiment's name."),
     all_: bool = typer.Option(False, "--all", "-a", help="All runs, not only the 50 most recent."),
     state: Optional[str] = typer.Option(None, "--state", help="Only runs in this state (e.g. RUNNING)."),
     recipe: Optional[str] = typer.Option(None, "--recipe", help="Only runs of this recipe."),
+    watch: bool = typer.Option(False, "--watch", "-w", help="Refresh until every run shown has ended (with -o json: one object per line per refresh)."),
+    interval: float = typer.Option(5.0, "--interval", help="With --watch: seconds between refreshes."),
     output: Output = OUTPUT,
 ):
-    """Show recent runs and their states."""
+    """Show recent runs and their states; with RUN, its live metrics (step, loss, grad norm, speed,
+    ETA, the last checkpoint, the first error line)."""
     from . import commands
 
-    raise typer.Exit(commands.status(run, all_runs=all_, state=state, recipe=recipe, output=output.value))
+    raise typer.Exit(commands.status(run, all_runs=all_, state=state, recipe=recipe, output=output.value,
+                                     watch=watch, interval=interval))
 
 
 @app.command()
 def logs(run: str = typer.Argument(..., help="A run id (or a unique prefix)."),
-         follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends.")):
+         follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
+         rank: Optional[int] = typer.Option(None, "--rank", "-r", help="Only this rank's lines (by their [rankN]: prefix)."),
+         grep: Optional[str] = typer.Option(None, "--grep", "-g", help="Only lines matching this regular expression."),
+         tail: Optional[int] = typer.Option(None, "--tail", "-n", help="Only the last N (matching) lines.")):
     """Print a run's output."""
     from . import commands
 
-    raise typer.Exit(commands.logs(run, follow=follow))
+    raise typer.Exit(commands.logs(run, follow=follow, rank=rank, grep=grep, tail=tail))
+
+
+@app.command()
+def check(
+    sources: List[str] = typer.Argument(..., help="Runs (id or prefix), experiments, or log files."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="The expected number of iterations (default: the total the iteration lines print)."),
+    only: Optional[List[str]] = typer.Option(None, "--only", help="Only these criteria (repeatable or comma-separated): steps, finite, skipped, nan, checkpoint, validation, test, no-signal."),
+    skip: Optional[List[str]] = typer.Option(None, "--skip", help="Leave these criteria out (as --only)."),
+    metric: str = typer.Option("lm loss", "--metric", help="The loss that must be on every iteration line."),
+    export_golden: Optional[str] = typer.Option(None, "--export-golden", help="Also write the run's values as Megatron-LM golden values (JSON)."),
+    output: Output = OUTPUT,
+):
+    """The hardware gate: last iteration equals its total, every loss and grad norm finite, no
+    skipped or NaN iterations, a checkpoint at the last iteration, validation and test lines, no
+    SIGTERM exit. Each criterion with its evidence; exit 0 passes, 1 fails."""
+    from . import judge
+
+    raise typer.Exit(judge.check(sources, steps=steps, only=only, skip=skip, metric=metric,
+                                 export_golden=export_golden, output=output.value))
+
+
+@app.command()
+def compare(
+    sources: List[str] = typer.Argument(..., help="A B (runs, log files or Megatron-LM golden-values JSON; A is judged against B), or an experiment's name."),
+    metric: str = typer.Option("lm loss", "--metric", help="The iteration-line field to compare."),
+    rtol: float = typer.Option(0.02, "--rtol", help="Relative tolerance of each aligned step."),
+    atol: float = typer.Option(0.0, "--atol", help="Absolute tolerance added to it (as numpy.isclose)."),
+    allowed: Optional[int] = typer.Option(None, "--allowed", help="Steps allowed outside the tolerance (default: min(max(N//100, 1), 50), Megatron-LM's)."),
+    final_rtol: float = typer.Option(0.03, "--final-rtol", help="Relative tolerance of the final value."),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Draw the curves and their relative difference: FILE.png, .svg or .html (the 'plot' extra), or - for a terminal chart."),
+    output: Output = OUTPUT,
+):
+    """Loss parity: aligned per-step comparison, correlation, final difference, first step out of
+    tolerance. Exit 0 in parity, 1 not."""
+    from . import judge
+
+    raise typer.Exit(judge.compare(sources, metric=metric, rtol=rtol, atol=atol, allowed=allowed,
+                                   final_rtol=final_rtol, plot=plot, output=output.value))
 
 
 @app.command()

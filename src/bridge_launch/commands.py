@@ -125,30 +125,39 @@ def _follow(run, job) -> int:
     return 0 if final.state == "COMPLETED" else 1
 
 
-def status(run_ref, *, all_runs, state, recipe, output) -> int:
-    from . import launch
+def status(run_ref, *, all_runs, state, recipe, output, watch=False, interval=5.0, shown=None) -> int:
+    from . import launch, monitor
     from .runs import STATES, Registry
 
     if state and state.upper() not in STATES:
         raise UsageError(f"--state {state!r} is not a state; valid: {', '.join(STATES)}")
+    if watch:  # each refresh is this function's output (monitor.watch_status)
+        return monitor.watch_status(lambda out, seen: status(run_ref, all_runs=all_runs, state=state, recipe=recipe,
+                                                             output=out, shown=seen), output=output, interval=interval)
     reg = Registry()
-    runs = [launch.find_run(reg, run_ref)] if run_ref else reg.recent(None if all_runs else 50,
-                                                                     state=state and state.upper(), recipe=recipe)
+    group = reg.experiment(run_ref) if run_ref else None  # an experiment's name: its runs
+    runs = [r for r, _ in group["runs"]] if group else [launch.find_run(reg, run_ref)] if run_ref else reg.recent(
+        None if all_runs else 50, state=state and state.upper(), recipe=recipe)
     runs = launch.refresh(reg, runs)
+    if shown is not None:  # status --watch: which runs this view showed
+        shown.extend(runs)
     if output == "json":
-        views.dump_json([r.to_dict() for r in runs])
+        views.dump_json([monitor.run_view(reg, r, metrics=bool(run_ref)) for r in runs])
         return 0
 
     def step(r):
         i = r.info
         return f"{i['step']}/{i['train_iters']}" if i.get("step") is not None and i.get("train_iters") else ""
 
-    rows = [[r.run_id, r.state, r.recipe, r.cluster, ",".join(r.job_ids), r.info.get("elapsed", ""),
-             r.info.get("nodes", ""), step(r), r.reason or "",
+    runs, extra = monitor.group_column(runs, group)  # experiments: a column, their runs next to each other
+    rows = [[r.run_id, *extra(r), r.state, r.recipe, r.cluster, ",".join(r.job_ids), r.info.get("elapsed", ""),
+             r.info.get("nodes", ""), step(r), monitor.loss_text(r), r.reason or "",
              time.strftime("%m-%d %H:%M", time.localtime(r.created))] for r in runs]
-    views.table("runs", ["run", "state", "recipe", "cluster", "job ids", "elapsed", "nodes", "step", "reason",
-                         "submitted"], rows)
-    if run_ref and runs:
+    views.table("runs", ["run", *extra(None), "state", "recipe", "cluster", "job ids", "elapsed", "nodes", "step",
+                         "loss", "reason", "submitted"], rows)
+    if group:
+        monitor.print_group(reg, group, runs)
+    elif run_ref and runs:
         r = runs[0]
         lineage = reg.chain(r.chain)
         print(f"run dir     {r.run_dir}")
@@ -168,23 +177,39 @@ def status(run_ref, *, all_runs, state, recipe, output) -> int:
             if r.info.get("checkpoint") is not None:
                 print(f"checkpoint  iteration {r.info['checkpoint']} (the newest complete one)")
             print(f"restarts    {r.info.get('restarts', 0)} of {limit}")
+        monitor.print_metrics(reg, r)
     return 0
 
 
-def logs(run_ref, *, follow) -> int:
+def logs(run_ref, *, follow, rank=None, grep=None, tail=None) -> int:
     from . import backends, launch
     from .runs import Registry
 
+    keep = None
+    if rank is not None or grep is not None:
+        from .monitor import line_filter
+
+        keep = line_filter(rank, grep)
+    if tail is not None and tail < 0:
+        raise UsageError(f"--tail {tail}: give a number of lines, 0 or more")
     reg = Registry()
     run = launch.find_run(reg, run_ref)
+    lines = launch.Tail(lambda: backends.backend(run.backend).log_files(reg.get(run.run_id) or run))
+    shown = (line for line in lines.lines() if keep is None or keep(line))
+    if tail is not None:
+        import collections
+
+        shown = iter(collections.deque(shown, maxlen=tail))
+    for line in shown:
+        print(line)
     if follow:
+        sys.stdout.flush()
         try:
-            final = launch.wait_until_done(reg, run, lambda line: print(line, flush=True))
+            final = launch.wait_until_done(reg, run, lambda line: (keep is None or keep(line)) and print(line, flush=True),
+                                           tail=lines)
         except KeyboardInterrupt:
             return 0
         return 0 if final.state == "COMPLETED" else 1
-    for line in launch.Tail(lambda: backends.backend(run.backend).log_files(run)).lines():
-        print(line)
     return 0
 
 

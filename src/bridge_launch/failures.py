@@ -17,7 +17,8 @@ DETERMINISTIC = {
 FLAKY = {
     "NCCL timeout": r"Watchdog caught collective operation timeout|NCCL (communicator|operation).*timed? ?out|HYBRID-EP .*TIMEOUT",
     "NCCL error": r"NCCL error|ncclInternalError|ncclSystemError|ncclRemoteError",
-    "ECC error": r"ECC error|uncorrectable ECC|Xid[ :]+(48|63|64|74|79|92|94|95)",
+    # the kernel's "NVRM: Xid (PCI:0000:1b:00): 79, pid=..., GPU has fallen off the bus."
+    "ECC error": r"ECC error|uncorrectable ECC|Xid( \([^)]*\))?[ :]+(48|63|64|74|79|92|94|95)\b",
     "lost node": r"Node failure|NODE_FAIL|srun: error: .*: task .*: Killed|lost connection to node",
     "network error": r"DistNetworkError|RendezvousConnectionError|Connection reset by peer|Socket Timeout|Broken pipe",
 }
@@ -27,8 +28,34 @@ def grep_pattern(table: dict) -> str:
     return "|".join(f"({p})" for p in table.values())
 
 
+def known_re() -> re.Pattern:
+    """Every class's pattern in one regex (what the log reader looks for first)."""
+    global _KNOWN
+    if _KNOWN is None:
+        _KNOWN = re.compile("|".join(f"(?:{p})" for table in (DETERMINISTIC, FLAKY) for p in table.values()))
+    return _KNOWN
+
+
+_KNOWN = None
+
+
+def classify_line(line: str) -> tuple[str, str] | None:
+    """('deterministic'|'flaky', what) for one log line, else None."""
+    for kind, table in (("deterministic", DETERMINISTIC), ("flaky", FLAKY)):
+        for what, pattern in table.items():
+            if re.search(pattern, line):
+                return kind, what
+    return None
+
+
 def classify(text: str) -> tuple[str, str] | None:
-    """('deterministic'|'flaky', what) for the first known failure in a log, else None."""
+    """('deterministic'|'flaky', what) of a log's failure: the class of the failing rank's first
+    error line (logread.first_error_detail), else the first known failure anywhere in the log."""
+    from .logread import first_error_detail
+
+    err = first_error_detail([text])
+    if err is not None and err.kind:
+        return err.kind, err.what
     for kind, table in (("deterministic", DETERMINISTIC), ("flaky", FLAKY)):
         for what, pattern in table.items():
             if re.search(pattern, text):

@@ -208,11 +208,13 @@ class Tail:
                 yield line
 
 
-def wait_until_done(reg: Registry, run: Run, on_line=None, poll: float = 0.5, status_every: float = 2.0) -> Run:
+def wait_until_done(reg: Registry, run: Run, on_line=None, poll: float = 0.5, status_every: float = 2.0,
+                    tail: Tail | None = None) -> Run:
     """Stream the run's log lines to on_line until it reaches a final state. Logs are read
-    every `poll` seconds; the backend (squeue, an API) is asked every `status_every`."""
+    every `poll` seconds; the backend (squeue, an API) is asked every `status_every`. `tail`:
+    a Tail that already read part of the logs (their lines are not sent again)."""
     be = backends.backend(run.backend)
-    tail = Tail(lambda: be.log_files(reg.get(run.run_id)))
+    tail = tail or Tail(lambda: be.log_files(reg.get(run.run_id)))
     emit = on_line or (lambda line: None)
     asked = 0.0
     while True:

@@ -303,10 +303,13 @@ class _Quoted:
 class _Call:
     """A function call, evaluated after the whole override has parsed (as Hydra's visitor does)."""
 
-    __slots__ = ("name", "args", "kwargs", "text", "pos", "error")
+    __slots__ = ("name", "args", "kwargs", "text", "pos", "error", "shadowed")
 
-    def __init__(self, name, args, kwargs, text, pos, error):
+    def __init__(self, name, args, kwargs, text, pos, error, shadowed=()):
         self.name, self.args, self.kwargs, self.text, self.pos, self.error = name, args, kwargs, text, pos, error
+        # a keyword argument given twice: the later value wins, but Hydra's visitor has already
+        # evaluated the earlier one (and raised its errors), so it is evaluated too
+        self.shadowed = shadowed
 
 
 class _PendingDict:
@@ -478,12 +481,14 @@ class _Parser:
         toks = self.toks
         _, name, pos = toks[self.i]
         self.i += 2
-        args, kwargs, error = [], {}, None
+        args, kwargs, error, shadowed = [], {}, None, []
         if toks[self.i][0] is not PCLOSE:
             while True:
                 if toks[self.i][0] is ID and toks[self.i + 1][0] is EQUAL:
                     arg_name = toks[self.i][1]
                     self.i += 2
+                    if arg_name in kwargs:
+                        shadowed.append(kwargs[arg_name])
                     kwargs[arg_name] = self.element()
                 else:
                     if kwargs and error is None:
@@ -498,7 +503,7 @@ class _Parser:
         self.i += 1
         self.has_call = True
         end = toks[self.i][2]
-        return _Call(name, args, kwargs, self.raw[pos:end], pos, error)
+        return _Call(name, args, kwargs, self.raw[pos:end], pos, error, tuple(shadowed))
 
 
 # --------------------------------------------------------------------------- functions
@@ -759,6 +764,8 @@ def _evaluate(v, raw: str, unsupported: list):
         return replace(v, items=tuple(_evaluate(x, raw, unsupported) for x in v.items))
     if t is not _Call:
         return v
+    for a in v.shadowed:
+        _evaluate(a, raw, unsupported)
     args = [_unquote(_evaluate(a, raw, unsupported)) for a in v.args]
     kwargs = {k: _unquote(_evaluate(a, raw, unsupported)) for k, a in v.kwargs.items()}
     if v.error:

@@ -157,7 +157,8 @@ def _apply_cli(layers: _Layers, tokens, deleted: list) -> None:
             raise UsageError(str(exc)) from None
         where = f"override '{text}'"
         if ov.is_sweep:
-            raise UsageError(f"{where}: sweeps are not supported (one job runs one configuration); give a single value")
+            raise UsageError(f"{where}: sweeps are not supported (one job runs one configuration); give a single value, "
+                             "or add --sweep to submit one run per value")
         key = ov.key
         in_schema = schema.lookup(key) is not None
         if ov.op == "delete":

@@ -38,6 +38,22 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS runs_created ON runs (created DESC);
 """
+# Experiments (named groups of runs submitted together), beside `runs`: older state dirs gain these
+# tables on first open and older bridge-launch versions never read them.
+_EXPERIMENTS = """
+CREATE TABLE IF NOT EXISTS experiments (
+    name    TEXT PRIMARY KEY,
+    created REAL NOT NULL,
+    spec    TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE IF NOT EXISTS experiment_runs (
+    experiment TEXT NOT NULL,
+    run_id     TEXT NOT NULL,
+    position   INTEGER NOT NULL,
+    label      TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (experiment, run_id)
+);
+"""
 
 
 class ChainBusy(UsageError):
@@ -86,6 +102,7 @@ class Registry:
         if self.db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             self.db.execute("PRAGMA journal_mode = WAL")
         self.db.executescript(_SCHEMA)
+        self.db.executescript(_EXPERIMENTS)
 
     def close(self) -> None:
         self.db.close()
@@ -147,6 +164,9 @@ class Registry:
         ids = [row[0] for row in self.db.execute(f"SELECT run_id FROM runs WHERE {where}", (cutoff, *TERMINAL))]
         for run_id in ids:
             self.db.execute(f"DELETE FROM runs WHERE run_id = ? AND {where}", (run_id, cutoff, *TERMINAL))
+        if ids:  # experiments forget the runs that are gone, and go when none is left
+            self.db.execute("DELETE FROM experiment_runs WHERE run_id NOT IN (SELECT run_id FROM runs)")
+            self.db.execute("DELETE FROM experiments WHERE name NOT IN (SELECT experiment FROM experiment_runs)")
         return ids
 
     # -- reads --------------------------------------------------------------------------
@@ -181,6 +201,46 @@ class Registry:
         if limit:
             sql += f" LIMIT {int(limit)}"
         return [Run.from_row(r) for r in self.db.execute(sql, args).fetchall()]
+
+    # -- experiments ----------------------------------------------------------------------
+    def add_experiment(self, name: str, spec: dict) -> None:
+        """Create an experiment (its name must be new)."""
+        try:
+            self.db.execute("INSERT INTO experiments (name, created, spec) VALUES (?, ?, ?)",
+                            (name, time.time(), json.dumps(spec)))
+        except sqlite3.IntegrityError:
+            raise UsageError(f"experiment '{name}' already exists; choose another --experiment name") from None
+
+    def add_to_experiment(self, name: str, run_id: str, position: int, label: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO experiment_runs (experiment, run_id, position, label) VALUES (?, ?, ?, ?)",
+                        (name, run_id, position, label))
+
+    def drop_experiment(self, name: str) -> None:
+        self.db.execute("DELETE FROM experiment_runs WHERE experiment = ?", (name,))
+        self.db.execute("DELETE FROM experiments WHERE name = ?", (name,))
+
+    def experiment(self, name: str) -> dict | None:
+        """{"name", "created", "spec", "runs": [(Run, label)] in submission order}, or None."""
+        row = self.db.execute("SELECT * FROM experiments WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            return None
+        members = self.db.execute(
+            "SELECT r.*, e.label AS _label FROM experiment_runs e JOIN runs r ON r.run_id = e.run_id "
+            "WHERE e.experiment = ? ORDER BY e.position", (name,)).fetchall()
+        runs = []
+        for m in members:
+            d = dict(m)
+            label = d.pop("_label")
+            runs.append((Run.from_row(d), label))
+        return {"name": row["name"], "created": row["created"], "spec": json.loads(row["spec"]), "runs": runs}
+
+    def experiments(self, limit: int | None = 50) -> list[dict]:
+        """[{"name", "created", "runs": n}] newest first."""
+        sql = ("SELECT x.name, x.created, COUNT(e.run_id) AS n FROM experiments x "
+               "LEFT JOIN experiment_runs e ON e.experiment = x.name GROUP BY x.name ORDER BY x.created DESC")
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return [{"name": r[0], "created": r[1], "runs": r[2]} for r in self.db.execute(sql).fetchall()]
 
     def jobs_dir(self) -> Path:
         d = self.root / "jobs"

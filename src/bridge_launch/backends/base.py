@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shlex
 from dataclasses import dataclass
 from typing import Protocol
@@ -12,20 +11,16 @@ from .. import __version__
 
 WORKLOAD_DIR = "workload"  # the smoke workload and its modules, staged into the run dir
 SMOKE_FILE = f"{WORKLOAD_DIR}/smoke.py"
-_LOSS = re.compile(r"lm loss: ([0-9.eE+-]+|nan|inf)")
+# torchrun --tee's line prefix with the global rank (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; read back
+# by trainer_protocol.RANK_PREFIX_RE): what `logs --rank` and the failing rank's first error go by.
+RANK_PREFIX_TEMPLATE = "[rank${rank}]: "
 
 
 def last_step(text: str):
-    """(step, total, loss) of the last iteration line (trainer_protocol.ITERATION_RE), or None."""
-    from ..workloads.trainer_protocol import ITERATION_RE
+    """(step, total, loss) of the last iteration line, or None (read by logread, the one log reader)."""
+    from ..logread import last_step as read
 
-    hit = None
-    for hit in ITERATION_RE.finditer(text):
-        pass
-    if hit is None:
-        return None
-    loss = _LOSS.search(hit.group(3))
-    return int(hit.group(1)), int(hit.group(2)), float(loss.group(1)) if loss else None
+    return read(text)
 
 
 def children(pid: int) -> list[int]:
@@ -55,13 +50,11 @@ def log_tail(path, size: int = 65536) -> str | None:
 
 
 def progress(texts) -> dict:
-    """The furthest training step that any of these log texts shows, as status fields."""
-    best = None
-    for text in texts:
-        hit = last_step(text) if text else None
-        if hit and (best is None or hit[0] > best[0]):
-            best = hit
-    return {"step": best[0], "train_iters": best[1]} if best else {}
+    """Status fields from the tails of a run's logs (logread: step, train_iters, loss, grad norm,
+    step time, TFLOP/s/GPU, the last checkpoint saved, the first error line)."""
+    from ..logread import progress as read
+
+    return read([t for t in texts if t])
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 from .. import paths
 from ..errors import LaunchError
 from . import torchrun_opts as T
-from .base import entry_command, numa_wrapper, q, runtime_env
+from .base import RANK_PREFIX_TEMPLATE, entry_command, numa_wrapper, q, runtime_env
 
 LOOKUP = "@looked-up-at-submit:{}@"  # placeholders submit replaces with ids it asks the platform for
 MASK = "****"
@@ -38,8 +38,11 @@ def secret_refs(job) -> dict:
 
 def plain_env(job) -> dict:
     """Non-secret env: runtime_env minus anything named like a secret (belt and braces:
-    resolve already refuses secret values in [env])."""
-    return {k: v for k, v in runtime_env(job).items() if k not in job.secrets}
+    resolve already refuses secret values in [env]), plus torchrun's line prefix with the global
+    rank (each replica's --tee would otherwise print "[defaultN]:", the rank on its node)."""
+    env = {k: v for k, v in runtime_env(job).items() if k not in job.secrets}
+    env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = RANK_PREFIX_TEMPLATE
+    return env
 
 
 def job_script(job, rank_prelude: list[str]) -> str:
@@ -172,3 +175,14 @@ def load_job(run):
 
 def staged_files(files: dict) -> dict:
     return dict(files)
+
+
+def log_progress(backend, run) -> dict:
+    """Status fields (step, loss, ...) from the tails of the logs the backend fetches; {} when
+    they cannot be read (status still has the platform's state)."""
+    from .base import log_tail, progress
+
+    try:
+        return progress(log_tail(p) for p in backend.log_files(run))
+    except LaunchError:
+        return {}

@@ -282,6 +282,8 @@ class Backend:
                 mapped = "FAILED"
             reason = "" if mapped in ("RUNNING", "COMPLETED") else f"DGX Cloud: {phase}"
             out[run.run_id] = {"state": mapped, "reason": reason, "platform_state": phase}
+            if mapped in ("RUNNING", "COMPLETED", "FAILED"):  # from the PVC, where it is reachable
+                out[run.run_id].update(cloud.log_progress(self, run))
         return out
 
     def log_files(self, run) -> list[Path]:

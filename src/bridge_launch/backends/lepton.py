@@ -245,7 +245,10 @@ class Backend:
             mapped, reason = "PENDING", f"Lepton: Running, {j.status.ready}/{j.status.active} workers ready"
         if mapped == "CANCELLED" and not run.info.get("cancelled"):
             mapped = "FAILED"
-        return {"state": mapped, "reason": reason, "platform_state": state}
+        out = {"state": mapped, "reason": reason, "platform_state": state}
+        if mapped in ("RUNNING", "COMPLETED", "FAILED"):  # live metrics from the replica logs it serves
+            out.update(cloud.log_progress(self, run))
+        return out
 
     def log_files(self, run) -> list[Path]:
         """Lepton serves each replica's log over its API: fetch them into the local log

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from ..errors import LaunchError
-from .base import Artifact, children, entry_command, export_lines, header, log_tail, numa_wrapper, progress, q, runtime_env
+from .base import RANK_PREFIX_TEMPLATE, Artifact, children, entry_command, export_lines, header, log_tail, numa_wrapper, progress, q, runtime_env
 
 def log_path(run_id: str) -> str:
     return f"logs/{run_id}.log"
@@ -29,7 +29,8 @@ def exit_path(run_id: str) -> str:
 def render(job) -> Artifact:
     run_dir = job.run_dir
     torchrun = [job.python, "-m", "torch.distributed.run"] if not job.container else ["torchrun"]
-    cmd = [*torchrun, "--standalone", f"--nnodes={job.nodes}", f"--nproc-per-node={job.gpus_per_node}"]
+    # --tee with the rank template: every worker's line carries "[rankN]: ", as on Slurm (logs --rank)
+    cmd = [*torchrun, "--standalone", f"--nnodes={job.nodes}", f"--nproc-per-node={job.gpus_per_node}", "--tee=3"]
     wrapper = numa_wrapper(job)
     if wrapper:
         cmd += ["--no-python", *wrapper]
@@ -41,7 +42,7 @@ def render(job) -> Artifact:
         "set -uo pipefail",
         f"cd {q(run_dir)}",
         "mkdir -p exit",
-        *export_lines(runtime_env(job)),
+        *export_lines(dict(runtime_env(job), TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=RANK_PREFIX_TEMPLATE)),
         # A trap (rather than the default action) makes bash wait for torchrun and record its exit code.
         "trap 'echo \"bridge-launch: SIGTERM received; waiting for the workers to exit\" >&2' TERM",
         " \\\n    ".join(q(a) for a in cmd),

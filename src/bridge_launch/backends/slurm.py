@@ -669,6 +669,23 @@ class Backend:
             return [b.decode("utf-8", "replace") for b in self._remote_logs(s, run, tail=65536).values()]
         return [log_tail(p) for p in self._local_logs(run)]
 
+    def log_texts(self, run, tail: int | None = None) -> list:
+        """The run's logs as texts, in log_files' order; with `tail`, the last `tail` bytes of each
+        (over SSH, in one call, without keeping a copy)."""
+        s = _job_of(run).scheduler if run.job_ids else {}
+        if tail and s.get("login_host"):
+            return list(self._remote_logs(s, run, tail=tail).values())
+        out = []
+        for path in self.log_files(run):
+            if tail:
+                out.append(log_tail(path, tail))
+                continue
+            try:
+                out.append(Path(path).read_bytes())
+            except OSError:
+                continue
+        return out
+
     # -- logs and cancel --------------------------------------------------------------------
     def log_files(self, run) -> list:
         """The run's logs, batch output first then the per-node logs, job by job. On a login host

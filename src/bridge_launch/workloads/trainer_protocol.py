@@ -168,8 +168,9 @@ def iteration_line(*, iteration: int, train_iters: int, consumed: int, elapsed_m
                    skipped: int, nan: int, skipped_samples: int = 0, tflops: float | None = None,
                    num_zeros: int | None = None, params_norm: float | None = None, stamp: str | None = None) -> str:
     """The per-iteration line, printed by the LAST rank every logger.log_interval iterations
-    (MB training/utils/train_utils.py:1018, 1088-1140). `losses` in print order; a loss below 0
-    is left out (:1120-1125); skipped/nan are counts over the log interval."""
+    (MB training/utils/train_utils.py:1018, 1088-1140). `losses` in print order; a loss whose
+    interval average is below 0 or NaN is left out (:1120-1125); skipped/nan are counts over the
+    log interval."""
     s = f" [{stamp or _now()}]"
     s += " iteration {:8d}/{:8d} |".format(iteration, train_iters)
     s += " consumed samples: {:12d} |".format(consumed)
@@ -181,7 +182,7 @@ def iteration_line(*, iteration: int, train_iters: int, consumed: int, elapsed_m
     s += f" learning rate: {lr:.6E} |"
     s += f" global batch size: {global_batch:5d} |"
     for key, value in losses.items():
-        if value >= 0.0 or value != value:  # NaN losses are printed (as nan)
+        if value >= 0.0:  # MB :1122-1124 `if avg >= 0.0`: a NaN (or negative) average is not printed at all
             s += " {}: {:.6E} |".format(key, value)
     s += f" loss scale: {loss_scale:.1f} |"
     if grad_norm is not None:
@@ -195,8 +196,11 @@ def iteration_line(*, iteration: int, train_iters: int, consumed: int, elapsed_m
     return s
 
 
-# One iteration line: the step, its total and the rest of the fields (parsed by the log reader).
-ITERATION_RE = re.compile(r"iteration\s+(\d+)/\s*(\d+)\s*\|(.*)$", re.M)
+# One iteration line: the step, its total and the rest of the fields (parsed by the log reader,
+# bridge_launch/logread.py). " iteration {:8d}/{:8d} |" in MB train_utils.py:1089 and MC
+# training/training.py:2960; the head alone is what the reader scans a whole log for.
+ITERATION_HEAD = r"iteration +(\d+)/ *(\d+) \|"
+ITERATION_RE = re.compile(ITERATION_HEAD + r"([^\n]*)")
 FIELD_RE = re.compile(r"\s*([^|:]+?):\s*([^|]*?)\s*\|")
 
 
@@ -223,7 +227,9 @@ def validation_lines(prefix: str, losses: dict) -> list:
     return [dashes, s, dashes]
 
 
-VALIDATION_RE = re.compile(r"validation loss at (iteration (\d+)(?: on (validation|test) set)?) \|(.*)$", re.M)
+# MC training/training.py:4536 prints " validation{suffix} loss at {prefix} | ", suffix "-<name>" for
+# several validation sets (:4515-4520); prefixes as above (MC :1540, :1571, :4135).
+VALIDATION_RE = re.compile(r"validation(?:-[\w.-]+)? loss at (iteration (\d+)(?: on (validation|test) set)?) \|(.*)$", re.M)
 
 
 def saving_line(step: int, save_dir: str, ckpt_format: str = "torch_dist") -> str:
@@ -286,3 +292,98 @@ def received_signal_line(signum: int) -> str:
 PRETRAIN_FAILED = ("Pretrain failed on rank={rank} with {kind}: {error}. Bridge is aborting framework-owned "
                    "distributed resources because peer ranks may be blocked in collectives.")
 BENIGN_EXIT_RE = re.compile(r"Pretrain failed on rank=\d+ with SystemExit: 0\b|^SystemExit: 0$")
+
+# ---------------------------------------------------------------------------------------------
+# Reading a run's output (bridge_launch/logread.py, the launcher's one log reader). Facts about
+# lines the stand-in does not write, or writes only in part, from the same pinned sources and
+# from the older Megatron-LM releases whose logs people still compare against.
+# ---------------------------------------------------------------------------------------------
+# The stamp in front of " iteration": MB train_utils.py:1088 '%Y-%m-%d %H:%M:%S'; MC
+# training/training.py:2959 '%Y-%m-%d %H:%M:%S.%f' (microseconds); Megatron-LM before 2024 printed
+# none (e.g. NVIDIA/nccl#743). The same two forms come after "datetime: " in barrier_and_log lines
+# (MC training/utils/log_utils.py:139-148, MC training/training.py:294-302 print_datetime).
+STAMP_RE = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\]\s*$")
+STAMP_FORMATS = ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S")
+
+# Iteration-line fields that are not losses, in print order (MB train_utils.py:1089-1136; MC
+# training.py:2960-3012). Every other "key: value" field before "loss scale" is a loss average
+# (:1120-1125 / MC :2991-2999): "lm loss", MoE auxiliary losses ("load_balancing_loss",
+# "seq_load_balancing_loss", "global_load_balancing_loss", "z_loss", named by
+# moe_router_load_balancing_type, MB :975-986) and "mtp_N loss" (multi-token prediction).
+FIELD_CONSUMED = "consumed samples"
+FIELD_SKIPPED_SAMPLES = "skipped samples"
+FIELD_ELAPSED_MS = "elapsed time per iteration (ms)"
+FIELD_TFLOPS = "throughput per GPU (TFLOP/s/GPU)"  # only with logger.log_throughput (MB :1095-1096)
+FIELD_LR = "learning rate"  # MC omits it when the learning rate is None (MC :2988-2989)
+FIELD_GBS = "global batch size"
+FIELD_LOSS_SCALE = "loss scale"
+FIELD_GRAD_NORM = "grad norm"  # "{:.3f}": nan and inf print as "nan" / "inf"
+FIELD_NUM_ZEROS = "num zeros"
+FIELD_PARAMS_NORM = "params norm"
+FIELD_SKIPPED = "number of skipped iterations"  # per log interval, reset after each line (MB :1137-1139)
+FIELD_NAN = "number of nan iterations"  # per log interval: MC counts a NaN/inf loss of a SKIPPED iteration (MC :2724-2735)
+NOT_LOSSES = frozenset({
+    FIELD_CONSUMED, FIELD_SKIPPED_SAMPLES, FIELD_ELAPSED_MS, FIELD_TFLOPS, "energy per GPU (J/iter/GPU)",
+    "power per GPU (W/GPU)", FIELD_LR, FIELD_GBS, FIELD_LOSS_SCALE, FIELD_GRAD_NORM, FIELD_NUM_ZEROS,
+    FIELD_PARAMS_NORM, "max attention logit", FIELD_SKIPPED, FIELD_NAN,
+})
+# A loss average is "{:.6E}" (NAN / INF when not finite, though NaN averages are not printed:
+# MB :1122-1124); norms are "{:.3f}" (nan / inf). A number never ends in a letter, so a value that
+# is not finite is a letter right before " |".
+NONFINITE_MARKS = ("nan |", "NAN |", "inf |", "INF |")
+# Both counters are "{:3d}": zero is "  0", and they end the line one after the other
+# (MB :1135-1136, MC :3009-3012).
+ZERO_SKIPPED = f"{FIELD_SKIPPED}:   0 |"
+ZERO_NAN = f"{FIELD_NAN}:   0 |"
+ZERO_COUNTERS = f"{ZERO_SKIPPED} {ZERO_NAN}"
+# A loss ("lm loss: ", "load_balancing_loss: ", "mtp_1 loss: ") or a norm ("grad norm: ", "params
+# norm: ") whose value is not finite; as str and as bytes patterns.
+NONFINITE_RES = tuple((re.compile(p), re.compile(p.encode()))
+                      for p in (r"loss: [-+]?(?:nan|inf|NAN|INF)\b", r"norm: [-+]?(?:nan|inf|NAN|INF)\b"))
+COUNTER_NONZERO_RE = re.compile(r"number of (skipped|nan) iterations: +([1-9]\d*) \|")
+
+# Memory after the first iterations, by the first data-parallel rank of each model-parallel group:
+# MB train_utils.py:1141-1150 "[Rank R] (after N iterations) memory (GB) | mem-allocated-gigabytes: V | ..."
+# (keys from MEMORY_KEYS, :166-177, "bytes" -> "gigabytes"); MC training/utils/common_utils.py:313-335
+# "[Rank R] (after N iterations) memory (MB) | allocated: V | max allocated: V | reserved: V | max reserved: V".
+MEMORY_RE = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \((GB|MB)\)([^\n]*)")
+
+# NaN/Inf checks (check_for_nan_in_loss_and_grad, on by default): MC core/rerun_state_machine.py:518-535
+# raises RuntimeError(f"Rank {rank}, node {node}, device {device}, iteration {it}: Unexpected result
+# {result} (message='{message}')") with reruns disabled (the default); with reruns enabled it logs
+# f"Unexpected result {result} on rank {rank} at iteration #{it} invocation #{n} (message='{message}')"
+# (:605-611). Messages: MB training/losses.py:76 "found NaN in local forward loss calculation",
+# MC core/distributed/param_and_grad_buffer.py:358,366 "found NaN/Inf in local grad norm for bucket #i ...".
+NAN_CHECK_MARK = "Unexpected result"
+NAN_CHECK_RE = re.compile(
+    r"(?:Rank (\d+), node \S+, device \d+, iteration #?(-?\d+): Unexpected result (\S+) \(message='([^']*)'\)"
+    r"|Unexpected result (\S+) on rank (\d+) at iteration #(-?\d+) invocation #\d+ \(message='([^']*)'\))")
+
+# The older save line (Megatron-LM before cbb9c05c06, May 2024: megatron/training/checkpointing.py:345
+# "  successfully saved checkpoint at iteration {:7d} to {}"); SAVED_RE above reads both forms, and MC
+# 2a75ac12 training/checkpointing.py:1053-1059 puts a stamp in front of "successfully saved".
+SAVED_MARK = "successfully saved"
+LOADED_MARK = "successfully loaded checkpoint"
+STARTING_RE = re.compile(r"Starting training loop at iteration (\d+)")  # MB train.py:337
+VALIDATION_MARK = " loss at iteration "
+EXIT_MARK = "xiting program"  # "exiting program ..." (MB train.py:1426,1490,1509) and "Exiting program due to straggler detection."
+EXIT_KINDS = (("after receiving SIGTERM", "signal"), ("minutes", "duration"), ("at iteration", "interval"),
+              ("straggler", "straggler"))
+
+# Rank prefixes in front of each line of the job's output:
+#  - torchrun --tee with TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[rank${rank}]: " (what bridge-launch's
+#    Slurm script sets): the GLOBAL rank (T distributed/elastic/agent/server/local_elastic_agent.py:438-447);
+#  - torchrun --tee without it: f"[{role}{local_rank}]:" with role "default", the LOCAL rank, no space
+#    (T distributed/elastic/multiprocessing/tail_log.py:130);
+#  - srun --label: the task number right-aligned to the widest one, then ": " (" 0: ", "11: ");
+#  - torch's own "[rankN]: " on tracebacks inside a "[defaultN]:" line, and a launcher's "task/N "
+#    in front (e.g. "i.pretrain/0 [default2]:[rank2]: RuntimeError: ...", NVIDIA-NeMo/Speech#14348).
+# The reader strips them one after another (logread.strip_prefix).
+RANK_PREFIX_RE = re.compile(r"(?:[\w.-]+/\d+ (?=\[))?(?:\[(rank|default)(\d+)\]: ?)")
+SRUN_LABEL_RE = re.compile(r"\s*(\d+): ")
+
+# torchrun's summary when a worker fails (T distributed/elastic/multiprocessing/errors/__init__.py:184-202):
+# "Root Cause (first observed failure):" then "[0]:", "  time      : ...", "  host      : ...",
+# "  rank      : R (local_rank: L)", "  exitcode  : C (pid: P)" ...; a negative exit code is a signal.
+ROOT_CAUSE_RE = re.compile(r"Root Cause \(first observed failure\):\s*\n(?:[^\n]*\n){0,3}?\s*rank\s*: (\d+) "
+                           r"\(local_rank: \d+\)\s*\n\s*exitcode\s*: (-?\d+)")

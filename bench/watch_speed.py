@@ -1,0 +1,120 @@
+"""Issue 16 performance goals, each a ratio against its anchor measured in the same run.
+
+  bridge-launch status with 1,000 recorded runs        vs  python -c "import typer"      goal <= 3x
+  bridge-launch status RUN of a finished 10,000-step run
+    (live metrics from the tail of its log)           vs  python -c "import typer"      goal <= 4x
+  bridge-launch check LOG of a 100,000-iteration log
+    (every criterion of the hardware gate)            vs  python -c 're.findall(r"lm loss: (\\S+)", open(LOG).read())'
+                                                                                          goal <= 2x
+
+The logs are what the smoke workload prints on Slurm (trainer_protocol's builders, rank-prefixed):
+a Step Time line and an iteration line every step, a save every 1,000 steps, the post-training
+validation and test lines. Run: .venv/bin/python bench/watch_speed.py [--repeats N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+from _timing import bench_env, compare, report  # noqa: E402
+
+PY = sys.executable
+BL = [PY, "-m", "bridge_launch.cli"]
+
+
+def write_log(path: Path, n: int) -> None:
+    from bridge_launch.workloads import trainer_protocol as P
+
+    with open(path, "w") as fh:
+        fh.write(P.starting_line(0) + "\n")
+        for s in range(1, n + 1):
+            fh.write("[rank0]: " + P.step_time_line(1.23, 456.7) + "\n")
+            fh.write("[rank7]: " + P.iteration_line(
+                iteration=s, train_iters=n, consumed=s * 512, elapsed_ms=1230.4, lr=3e-4, global_batch=512,
+                losses={"lm loss": 10.0 * math.exp(-s / (n / 4)) + 2.0, "load_balancing_loss": 1.01}, loss_scale=1.0,
+                grad_norm=1.2345, skipped=0, nan=0, stamp="2026-01-01 12:00:00") + "\n")
+            if s % 1000 == 0 or s == n:
+                fh.write("[rank0]: " + P.saving_line(s, "/ckpt") + "\n[rank0]: " + P.saved_line(s, "/ckpt") + "\n")
+        fh.write("[rank0]: " + P.barrier_and_log(P.TRAINING_DONE, stamp="2026-01-01 13:00:00") + "\n")
+        for which in ("validation", "test"):
+            for line in P.validation_lines(f"iteration {n} on {which} set", {"lm loss": 2.1}):
+                fh.write("[rank7]: " + line + "\n")
+
+
+def populate(home: str, n: int) -> None:
+    from bridge_launch.runs import Registry
+
+    reg = Registry(Path(home))
+    now = time.time() - n
+    with reg.db:
+        reg.db.execute("BEGIN")
+        reg.db.executemany(
+            "INSERT INTO runs (run_id, created, updated, recipe, cluster, backend, state, job_ids, run_dir, chain, info)"
+            " VALUES (?, ?, ?, 'smoke', 'local-slurm', 'slurm', 'COMPLETED', ?, ?, ?, ?)",
+            [(f"smoke-0101-{i:05x}", now + i, now + i, f'["{1000 + i}"]', f"/runs/smoke-0101-{i:05x}",
+              f"smoke-0101-{i:05x}", '{"step": 100, "train_iters": 100, "loss": 2.345678}') for i in range(n)])
+        reg.db.execute("COMMIT")
+    reg.close()
+
+
+def finished_run(home: str, steps: int) -> str:
+    """A finished local run of `steps` iterations, recorded as submit and status leave it."""
+    os.environ["BRIDGE_LAUNCH_HOME"] = home
+    os.environ["XDG_CONFIG_HOME"] = os.path.join(home, "config")
+    from bridge_launch import launch, resolve
+    from bridge_launch.runs import Registry
+
+    reg = Registry(Path(home))
+    run = reg.reserve("smoke", "local", "local")
+    job = resolve.resolve("smoke", resolve.Options(overrides=(f"train.train_iters={steps}",))).with_run_id(run.run_id)
+    (reg.jobs_dir() / f"{run.run_id}.json").write_text(launch.job_json(job))
+    logs = Path(job.run_dir) / "logs"
+    logs.mkdir(parents=True)
+    write_log(logs / f"{run.run_id}.log", steps)
+    reg.update(run.run_id, state="COMPLETED", run_dir=job.run_dir, job_ids=["1"],
+               info={"step": steps, "train_iters": steps})
+    reg.close()
+    return run.run_id
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=11)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as many, tempfile.TemporaryDirectory() as one, \
+            tempfile.TemporaryDirectory() as logs:
+        populate(many, 1_000)
+        run_id = finished_run(one, 10_000)
+        big = Path(logs) / "train.log"
+        write_log(big, 100_000)
+        print(f"(a 10,000-step log: {(Path(one) / 'runs' / run_id / 'logs' / (run_id + '.log')).stat().st_size / 1e6:.1f} MB;"
+              f" the 100,000-iteration log: {big.stat().st_size / 1e6:.1f} MB)")
+        env_many, env_one = bench_env(many), bench_env(one)
+        baseline = [PY, "-c", "import re, sys; re.findall(r'lm loss: (\\S+)', open(sys.argv[1]).read())", str(big)]
+        t: dict = {}
+        for _ in range(args.repeats):  # interleaved, so that load on the machine hits every case alike
+            for name, env, cmd in (("import typer", env_many, [PY, "-c", "import typer"]),
+                                   ("status 1k", env_many, [*BL, "status"]),
+                                   ("status RUN", env_one, [*BL, "status", run_id]),
+                                   ("findall", env_one, baseline),
+                                   ("check", env_one, [*BL, "check", str(big)])):
+                t.setdefault(name, []).append(compare({name: cmd}, 1, env=env)[name])
+    med = {k: sorted(v)[len(v) // 2] for k, v in t.items()}
+    print(f"(medians of {args.repeats} interleaved runs)")
+    return report([
+        ("status, 1,000 runs  vs  import typer", med["status 1k"], med["import typer"], 3.0, "max"),
+        ("status RUN, finished 10,000-step run  vs  import typer", med["status RUN"], med["import typer"], 4.0, "max"),
+        ("check, 100,000-iteration log  vs  one re.findall", med["check"], med["findall"], 2.0, "max"),
+    ])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
