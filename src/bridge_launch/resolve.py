@@ -46,6 +46,7 @@ class Options:
     signal_lead: int = 120  # seconds before the time limit that the trainer is told to save
     max_segments: int | None = None  # --until-done: an optional cap on the number of segments
     step_time: float | None = None  # seconds per training step, for sizing a chain (else plan's estimate)
+    canary: bool | None = None  # --canary / --no-canary; None: the profile's [canary] enabled
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ class ResolvedJob:
     errors: list
     image: dict | None = None  # from the image cache: {"ref", "digest", "squashfs"} (container is the squashfs)
     bridge_src: str | None = None  # the local checkout --bridge-src packs at submit
+    canary: dict | None = None  # canary.settings: the checks before the job (None: none)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -433,6 +435,9 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
                 raise UsageError(f"{flag} sizes an --until-done chain; add --until-done or drop {flag}")
     chain = _chain(opts, prof, recipe, layers, scheduler, jobsrc) if opts.until_done else None
 
+    from . import canary as _canary
+
+    canary = _canary.settings(prof, opts.canary, nodes, jobsrc)
     missing = [k for k in recipe["required"] if layers.values.get(k) in (None, "")]
     for key in missing:
         (errors if for_submit else warnings).append(
@@ -453,6 +458,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         scheduler=scheduler, profile=prof, chain=chain,
         provenance={"config": dict(layers.source), "env": envsrc, "job": jobsrc},
         missing_inputs=missing, warnings=warnings, errors=errors, image=image, bridge_src=bridge_src,
+        canary=canary,
     )
     job.errors.extend(validate.check(job, gpu_count_ok=gpu_count_ok))
     if chain is not None:

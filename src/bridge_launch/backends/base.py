@@ -12,6 +12,7 @@ from .. import __version__
 
 WORKLOAD_DIR = "workload"  # the smoke workload and its modules, staged into the run dir
 SMOKE_FILE = f"{WORKLOAD_DIR}/smoke.py"
+CANARY_FILE = f"{WORKLOAD_DIR}/canary.py"  # the canary job's entry (canary.py)
 _LOSS = re.compile(r"lm loss: ([0-9.eE+-]+|nan|inf)")
 
 
@@ -93,6 +94,8 @@ def entry_command(job) -> list[str]:
     """What torchrun starts on every worker: the script and its arguments."""
     if job.workload == "smoke":
         return [f"{job.run_dir}/{SMOKE_FILE}", *job.args]
+    if job.workload == "canary":
+        return [f"{job.run_dir}/{CANARY_FILE}", *job.args]
     return [job.entry, "--recipe", job.upstream, "--mode", job.mode, *job.args]
 
 
