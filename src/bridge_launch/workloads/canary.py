@@ -218,9 +218,11 @@ def _trainer_in_process(spec: dict) -> dict:
 
     mod.run_config = run_config
     cwd = os.getcwd()
+    argv = ["--recipe", recipe, "--mode", mode, *args]
+    sys.argv = [entry, *argv]  # as the job runs it (argparse's prog, the benchmark bootstrap's argv)
     try:
         with contextlib.redirect_stderr(err):
-            mod.main(["--recipe", recipe, "--mode", mode, *args])
+            mod.main(argv)
     except SystemExit as exc:  # argparse: the message is on stderr
         lines = [ln.strip() for ln in err.getvalue().splitlines() if ln.strip()]
         why = lines[-1] if lines else f"exit {exc.code}"
