@@ -23,6 +23,7 @@ import os
 import sys
 from pathlib import Path
 
+START_CWD = os.getcwd()  # the stand-in's probe reports it: main() moves to the repository, as upstream's does
 SCRIPT_DIR = Path(__file__).resolve().parent
 REPO_ROOT = SCRIPT_DIR.parents[1]
 if str(SCRIPT_DIR) not in sys.path:

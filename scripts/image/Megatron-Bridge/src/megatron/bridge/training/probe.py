@@ -2,7 +2,8 @@
 (runtime_config_update, as Megatron-Bridge's training/setup.py does before building the model), it
 reports what the process sees as JSON in $BRIDGE_LAUNCH_RUN_DIR/probe/<host>-<rank>.json: which
 megatron.bridge and megatron.core it imports, the variables BRIDGE_LAUNCH_PROBE_VARS names, the
-secrets' presence, length and sha256, its argv, the config it was given; and copies $PROBE_READ to
+secrets' presence, length and sha256, its argv, the directory it started in (run_recipe.py's
+START_CWD; main() then moves to the repository), the config it was given; and copies $PROBE_READ to
 $PROBE_WRITE.<rank> if set."""
 import dataclasses
 import hashlib
@@ -31,7 +32,8 @@ def run(config, mode: str) -> None:
     out = {"host": socket.gethostname(), "rank": os.environ.get("RANK"), "argv": sys.argv[1:], "mode": mode,
            "bridge_file": bridge.__file__, "bridge_origin": getattr(bridge, "ORIGIN", None),
            "core_file": core.__file__, "core_origin": getattr(core, "ORIGIN", None),
-           "pythonpath": os.environ.get("PYTHONPATH"), "cwd": os.getcwd(),
+           "pythonpath": os.environ.get("PYTHONPATH"),
+           "cwd": getattr(sys.modules.get("__main__"), "START_CWD", None) or os.getcwd(), "repo_cwd": os.getcwd(),
            "env": {k: os.environ.get(k) for k in os.environ.get("BRIDGE_LAUNCH_PROBE_VARS", "").split(",") if k},
            "secrets": {k: {"present": k in os.environ, "length": len(os.environ.get(k, "")),
                            "sha256": hashlib.sha256(os.environ.get(k, "").encode()).hexdigest()}
