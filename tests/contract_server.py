@@ -37,6 +37,7 @@ class Contract:
         self.errors = []  # shape violations seen by the server
         self.phases = {}  # job/workload id -> remaining phases (the last one sticks)
         self.script = ["Queueing", "Running", "Completed"]  # phases a new training job goes through
+        self.replica_log = "replica {replica}: iteration        5/       50 | lm loss: 1.234\n"  # what a Lepton replica logged
         self.inject = []  # [(method, path regex, action)] action: int status or ("hang", seconds); used once
         self.jobs = {}
         self.deleted = set()
@@ -117,7 +118,7 @@ class Contract:
             return 200, [{"metadata": {"id": f"{jid}-{i}-abcde"}, "id": f"{jid}-{i}-abcde"} for i in range(n)]
         m = re.fullmatch(r"/jobs/([^/]+)/replicas/([^/]+)/log", path)
         if m and method == "GET":
-            return 200, f"replica {m.group(2)}: iteration        5/       50 | lm loss: 1.234\n".encode()
+            return 200, self.replica_log.format(replica=m.group(2)).encode()
         return 404, {"message": f"no endpoint {method} {path}"}
 
     def _check_lepton_job(self, body):

@@ -401,3 +401,39 @@ def test_canary_under_torchrun_writes_its_report(tmp_path, energon_dataset):
     report = json.loads((tmp_path / "run" / "canary" / "r1.json").read_text())
     assert report["verdict"] == "fail" and report["first_failure"]["check"] == "trainer"
     assert "bridge-launch canary: FAIL at trainer: override application failed" in proc.stdout
+
+
+def test_lepton_run_with_a_canary_stages_it_and_status_names_the_failing_check(home, tmp_path, monkeypatch):
+    """Through the Lepton contract server: the canary's files reach the run dir, the job's script
+    runs it first, and a job its canary stopped is FAILED with the check in `status`."""
+    from contract_server import LEPTON_TOKEN, Server
+
+    from bridge_launch import launch, resolve
+    from bridge_launch.runs import Registry
+
+    with Server() as server:
+        monkeypatch.setenv("HOME", str(tmp_path / "userhome"))
+        monkeypatch.setenv("LEPTON_WORKSPACE_ID", "ws-test")
+        monkeypatch.setenv("LEPTON_WORKSPACE_TOKEN", LEPTON_TOKEN)
+        monkeypatch.setenv("LEPTON_WORKSPACE_URL", server.url + "/lepton")
+        write(home / "clusters" / "lep.toml", 'name = "lep"\nextends = "lepton-gb200"\n[lepton]\nrequest_timeout = 1\n'
+                                              "retries = 3\nretry_wait = 0\npoll_interval = 0\n[canary]\nenabled = true\n")
+        server.contract.script = ["Queueing", "Running", "Failed"]
+        server.contract.replica_log = ("bridge-launch canary: data: FAIL: dataset.path /mnt/x does not exist in the container\n"
+                                       "bridge-launch canary: FAIL at data: dataset.path /mnt/x does not exist in the "
+                                       "container; report /mnt/shared/r.json\n")
+        job = resolve.resolve("smoke", resolve.Options(cluster="lep", nodes=2), for_submit=True)
+        run = launch.submit(job)
+        staged = server.contract.staged[run.run_dir]
+        spec = json.loads(staged[f"canary/{run.run_id}.spec.json"])
+        assert spec["report"] == f"{run.run_dir}/canary/{run.run_id}.json" and "workload/canary.py" in staged
+        script = server.contract.calls("POST", r"^/lepton/jobs$")[-1][4]["spec"]["container"]["command"][2]
+        assert script.index(f"--rdzv-id={run.run_id}-canary") < script.index(f"--rdzv-id={run.run_id} ")
+        reg = Registry()
+        states = [launch.refresh(reg, [reg.get(run.run_id)])[0] for _ in range(3)]
+        final = states[-1]
+        assert [s.state for s in states[:2]] == ["PENDING", "RUNNING"] and final.state == "FAILED"
+        assert final.reason == "canary failed at data: dataset.path /mnt/x does not exist in the container"
+        assert final.info["canary"]["verdict"] == "fail"
+        shown = run_cli("status", run.run_id).out
+        assert "canary      first step: FAILED at data: dataset.path /mnt/x does not exist in the container" in shown
