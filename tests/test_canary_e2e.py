@@ -164,3 +164,50 @@ def test_cancel_takes_the_canary_with_the_run(cluster, vl):  # noqa: F811
         time.sleep(2)
     assert all(s.startswith("CANCELLED") for s in states), states
     assert st["state"] == "CANCELLED"
+
+
+def test_a_later_segments_own_dependency_replaces_the_canarys(cluster, tmp_path):  # noqa: F811
+    """--until-done: the first segment's script holds the canary's dependency; a later segment is
+    submitted from it with --dependency=afterany on the command line, which replaces the script's
+    #SBATCH line, so the canary (long gone, or failed) never holds it."""
+    env = {"SLURM_CONF": SLURM_CONF, "PATH": "/usr/bin:/bin"}
+
+    def sbatch(*args, script):
+        path = tmp_path / f"s{len(list(tmp_path.iterdir()))}.sh"
+        path.write_text(script)
+        out = subprocess.run(["sbatch", "--parsable", *args, str(path)], capture_output=True, text=True, env=env)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip().split(";")[0]
+
+    head = f"#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --time=00:02:00\n#SBATCH --output={tmp_path}/%j.out\n"
+    failed = sbatch(script=head + "exit 3\n")
+    ok = sbatch(script=head + "exit 0\n")
+    segment = head + f"#SBATCH --dependency=afterok:{failed}\n#SBATCH --kill-on-invalid-dep=yes\necho ran\n"
+    later = sbatch(f"--dependency=afterany:{ok}", script=segment)
+    first = sbatch(script=segment)
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        states = {j: _slurm_state(j).get("state", "") for j in (later, first)}
+        if all(s in ("COMPLETED", "FAILED") or s.startswith("CANCELLED") for s in states.values()):
+            break
+        time.sleep(2)
+    assert states[later] == "COMPLETED" and (tmp_path / f"{later}.out").read_text() == "ran\n", states
+    assert states[first].startswith("CANCELLED") and not (tmp_path / f"{first}.out").exists(), states
+
+
+def test_through_the_login_host(cluster, vl, home):  # noqa: F811
+    """The canary's files staged over SSH, its report and logs read back over SSH."""
+    write(home / "clusters" / "pyxis-canary-ssh.toml", f'''
+        extends = "pyxis-canary"
+        job_root = "{STATE}/jobs"
+        [slurm]
+        login_host = "local-slurm-login"
+        ssh_config = "{STATE}/etc/ssh_config"
+        ''')
+    sub = _submit("canary-vl", "-c", "pyxis-canary-ssh", "dataset.path=/nonexistent/clevr2", vl[1])
+    st = _wait(sub["run_id"], timeout=600)
+    assert st["state"] == "FAILED", (st, run_cli("logs", sub["run_id"]).out[-4000:])
+    assert st["reason"].startswith("canary failed at data: dataset.path /nonexistent/clevr2 does not exist"), st
+    _never_started(st)
+    logs = run_cli("logs", sub["run_id"]).out
+    assert "bridge-launch canary: FAIL at data: dataset.path /nonexistent/clevr2" in logs

@@ -238,8 +238,14 @@ def _settle_slurm(be, run, c: dict) -> dict:
     if c["state"] in ("PENDING", "RUNNING"):
         c.update(verdict="running" if c["state"] == "RUNNING" else "pending", first_failure=None)
         return c
-    if report is not None and verdict in ("pass", "fail"):
+    if report is not None and verdict == "fail" or verdict == "pass" and c["state"] == "COMPLETED":
         c.update(verdict=verdict, first_failure=first)
+        return c
+    if verdict == "pass":  # rank 0 passed every check, yet the job failed: another rank or node did
+        c.update(verdict="fail", first_failure={"check": "canary", "status": "fail", "detail": (
+            f"every check passed on rank 0, but the canary job ended {c['state']}"
+            f"{' (' + info['reason'] + ')' if info.get('reason') else ''}: another rank failed; see "
+            f"{run.run_dir}/logs/{jid}-*.log")})
         return c
     # the canary ended without a complete report: it never ran (an image that cannot be pulled) or died
     canary_run = dataclasses.replace(run, job_ids=[jid])
