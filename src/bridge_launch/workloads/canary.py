@@ -616,6 +616,7 @@ def run(spec_path: str) -> int:
     hosts, nodes, network, cuda = _distributed(spec, rank, world, local_rank)
     if rank != 0:
         return 0
+    network["seconds"] = round(time.time() - started, 2)  # the process group, the fabric facts and the sweep
     results: dict = {}
     report = spec["report"]
 
@@ -629,10 +630,13 @@ def run(spec_path: str) -> int:
     record(network)
     for name, fn in (("trainer", lambda: check_trainer(spec, spec_path)), ("data", lambda: check_data(spec, spec_path)),
                      ("checkpoint", lambda: check_checkpoint(spec)), ("hf_cache", lambda: check_hf_cache(spec))):
+        t0 = time.time()
         try:
-            record(fn())
+            result = fn()
         except Exception as exc:  # noqa: BLE001 - a check that crashed is a failed check
-            record(_result(name, "fail", f"the check itself failed: {_error(exc)}"))
+            result = _result(name, "fail", f"the check itself failed: {_error(exc)}")
+        result["seconds"] = round(time.time() - t0, 2)
+        record(result)
     write_report(report, spec, results, started, done=True)
     v = verdict(results)
     if v["verdict"] == "pass":
