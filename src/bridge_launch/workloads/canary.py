@@ -387,16 +387,18 @@ def check_checkpoint(spec: dict) -> dict:
             meta = json.load(open(meta_path, encoding="utf-8"))
         except (OSError, ValueError) as exc:
             return _result("checkpoint", "fail", f"{meta_path} is not readable JSON: {_error(exc)}")
-        fmt = "torch_dist"
-        missing = [f for f in (P.DIST_METADATA,) if not os.path.exists(os.path.join(it_dir, f))]
-        detail = f"metadata.json {json.dumps(meta, sort_keys=True)}"
+        fmt, detail = "torch_dist", f"metadata.json {json.dumps(meta, sort_keys=True)}"
     elif os.path.exists(os.path.join(it_dir, P.DIST_METADATA)):
-        fmt, meta, missing, detail = "fsdp_dtensor", None, [], ".metadata only"
+        fmt, meta, detail = "fsdp_dtensor", None, ".metadata only"
     elif _is_hf_dir(it_dir):
-        fmt, meta, missing, detail = "hf", None, [], "config.json and weights"
+        fmt, meta, detail = "hf", None, "config.json and weights"
     else:
         return _result("checkpoint", "fail", f"{path}: {where}: {P.UNKNOWN_FORMAT.format(path=it_dir)} "
                        f"(no {P.MCORE_METADATA}, no {P.DIST_METADATA}, no HuggingFace weights)")
+    # the files a complete checkpoint of that format always has, but train_state.pt: a load without it
+    # rebuilds the train state from the checkpoint's state dict (MB training/checkpointing.py:3066-3072)
+    missing = [] if fmt == "hf" else [f for f in P.complete_files(fmt) if f != P.TRAIN_STATE
+                                      and not os.path.exists(os.path.join(it_dir, f))]
     if missing:
         return _result("checkpoint", "fail", f"{path}: {where}: format {fmt} but {', '.join(missing)} is missing in "
                        f"{it_dir} (an incomplete checkpoint)", format=fmt, metadata=meta)
