@@ -970,6 +970,22 @@ def dump(doc: dict) -> str:
     return text
 
 
+def package_version(tree: "Tree", package: str) -> str | None:
+    """``__version__`` as ``<package>/package_info.py`` builds it from MAJOR, MINOR, PATCH and
+    PRE_RELEASE (read with ast; the "+<git hash>" suffix it adds in a checkout is left out)."""
+    text = tree.files.get(f"{package}.package_info")
+    if text is None:
+        return None
+    values = {}
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            if isinstance(node.value, ast.Constant):
+                values[node.targets[0].id] = node.value.value
+    if not all(k in values for k in ("MAJOR", "MINOR", "PATCH")):
+        return None
+    return f"{values['MAJOR']}.{values['MINOR']}.{values['PATCH']}{values.get('PRE_RELEASE') or ''}"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("bridge", help="Megatron-Bridge checkout or (bare) git repository")
@@ -1027,7 +1043,9 @@ def main(argv=None) -> int:
             "Omitted as derived (field(init=False), recomputed at finalize/setup): "
             + ", ".join(sorted(b.skipped_init_false)) + ".")
     doc = {
-        "source": {"megatron_bridge": bridge_id, "megatron_core": mcore_id, "note": note},
+        "source": {"megatron_bridge": bridge_id, "megatron_core": mcore_id,
+                   "megatron_bridge_version": package_version(bridge, "megatron.bridge"),
+                   "megatron_core_version": package_version(mcore, "megatron.core"), "note": note},
         "sections": {k: sections[k] for k in sorted(sections)},
         "fields": {k: fields[k] for k in sorted(fields)},
     }

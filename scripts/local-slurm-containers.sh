@@ -13,15 +13,19 @@
 #     SLURM_CONF's directory). The plugin stays wired on later plain starts; it acts only on jobs
 #     that name an image.
 #   - builds $H/containers/images/local-torch.sqsh: Debian bookworm (debootstrap minbase) with
-#     Python, a venv holding torch==2.13.0 (the CPU wheel this machine has) and, as the image's
-#     "installed" Megatron-Bridge, a small stand-in at /opt/Megatron-Bridge (see image_probe
-#     below). Cached by $H/containers/images/local-torch.key.
+#     Python, a venv holding torch==2.13.0 (the CPU wheel this machine has), megatron-energon, hydra-core
+#     and omegaconf (as NeMo images have them) and, as the image's "installed" Megatron-Bridge, the
+#     stand-in in scripts/image/Megatron-Bridge at /opt/Megatron-Bridge (its README says what it
+#     follows). Cached by $H/containers/images/local-torch.sqsh.key, which covers the stand-in's files;
+#     built under temporary names and renamed into place, so jobs running in the old image keep it.
 
 CT=$H/containers
 IMAGE=$CT/images/local-torch.sqsh
 CT_RECIPE=3        # bump when the build steps below change (forces a rebuild)
-IMAGE_RECIPE=4     # bump when the image contents change
+IMAGE_RECIPE=5     # bump when the image contents change (5: energon, hydra, the Megatron-Bridge stand-in tree)
 TORCH_VERSION=2.13.0
+ENERGON_VERSION=7.4.1  # pyproject's `data` extra
+HYDRA_VERSION=1.3.8 OMEGACONF_VERSION=2.3.1 ANTLR_VERSION=4.9.3  # hydra-core pins antlr4 4.9.*, published as an sdist only
 CT_PACKAGES=(libslurm-dev gcc make libc6-dev musl-tools musl-dev linux-libc-dev makeself squashfs-tools
              squashfuse fuse-overlayfs jq parallel zstd pigz curl libcap2-bin debootstrap)
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -35,7 +39,7 @@ ct_sources() { # -> sets PYXIS_SRC ENROOT_SRC; fails with one line when they are
 
 src_hash() { # tarball or tree -> sha256 of its contents
   if [[ -d $1 ]]; then
-    (cd "$1" && find . -type f ! -path './.git/*' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
+    (cd "$1" && find . -type f ! -path './.git/*' ! -path '*/__pycache__/*' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
   else
     sha256sum "$1" | cut -d' ' -f1
   fi
@@ -120,49 +124,23 @@ ct_build() { # build and install pyxis and enroot unless the cached build matche
 }
 
 # --- the image -------------------------------------------------------------------------------
-image_probe() { # the image's stand-in for Megatron-Bridge's scripts/training/run_recipe.py
-  cat <<'EOF'
-"""Stand-in for Megatron-Bridge's scripts/training/run_recipe.py in bridge-launch's local test
-image (scripts/local-slurm --containers). It trains nothing: it reports what the process sees
-(which megatron.bridge and megatron.core it imports, the variables BRIDGE_LAUNCH_PROBE_VARS
-names, the secrets' presence, length and sha256, its argv) as JSON in
-$BRIDGE_LAUNCH_RUN_DIR/probe/<host>-<rank>.json, and copies $PROBE_READ to $PROBE_WRITE if set."""
-import hashlib, json, os, socket, sys
-import megatron.bridge as bridge
-import megatron.core as core
-out = {"host": socket.gethostname(), "rank": os.environ.get("RANK"), "argv": sys.argv[1:],
-       "bridge_file": bridge.__file__, "bridge_origin": getattr(bridge, "ORIGIN", None),
-       "core_file": core.__file__, "core_origin": getattr(core, "ORIGIN", None),
-       "pythonpath": os.environ.get("PYTHONPATH"), "cwd": os.getcwd(),
-       "env": {k: os.environ.get(k) for k in os.environ.get("BRIDGE_LAUNCH_PROBE_VARS", "").split(",") if k},
-       "secrets": {k: {"present": k in os.environ, "length": len(os.environ.get(k, "")),
-                       "sha256": hashlib.sha256(os.environ.get(k, "").encode()).hexdigest()}
-                   for k in os.environ.get("BRIDGE_LAUNCH_SECRET_NAMES", "").split(",") if k}}
-if os.environ.get("PROBE_READ"):
-    with open(os.environ["PROBE_READ"]) as fh:
-        out["read"] = fh.read()
-    with open(os.environ["PROBE_WRITE"] + f".{out['rank']}", "w") as fh:
-        fh.write(f"written by rank {out['rank']} on {out['host']}\n")
-d = os.path.join(os.environ["BRIDGE_LAUNCH_RUN_DIR"], "probe")
-os.makedirs(d, exist_ok=True)
-with open(os.path.join(d, f"{out['host']}-{out['rank']}.json"), "w") as fh:
-    json.dump(out, fh, indent=1)
-print(f"probe: rank {out['rank']} on {out['host']}: megatron.bridge from {bridge.__file__}", flush=True)
-EOF
-}
+STANDIN=$REPO_ROOT/scripts/image/Megatron-Bridge  # the image's Megatron-Bridge (a stand-in)
 
 ct_image() { # build the squashfs image unless the cached one matches
-  local key root wheels t0
-  key="recipe=$IMAGE_RECIPE torch=$TORCH_VERSION"
+  local key root wheels t0 tmp
+  [[ -d $STANDIN/src/megatron/bridge ]] || die "the image's Megatron-Bridge stand-in is missing: $STANDIN"
+  key="recipe=$IMAGE_RECIPE torch=$TORCH_VERSION energon=$ENERGON_VERSION hydra=$HYDRA_VERSION standin=$(src_hash "$STANDIN")"
   if [[ -r $IMAGE.key && "$(<"$IMAGE.key")" == "$key" && -s $IMAGE ]]; then return 0; fi
   t0=$(now)
-  root=$CT/build/rootfs wheels=$CT/build/wheels
+  root=$CT/build/rootfs wheels=$CT/build/wheels tmp=$IMAGE.$$.tmp
   mkdir -p "$CT/images" "$wheels"
   say "building $IMAGE: debootstrap, torch==$TORCH_VERSION, mksquashfs (a few minutes; log: $LOG/build-image.log)" >&2
   (
     set -e
     # the wheels as this machine's pip configuration finds them (the CPU torch wheel lies on disk here)
-    python3 -m pip download -q --only-binary=:all: -d "$wheels" "torch==$TORCH_VERSION" numpy
+    python3 -m pip wheel -q --no-deps -w "$wheels" "antlr4-python3-runtime==$ANTLR_VERSION"  # pure Python
+    python3 -m pip download -q --only-binary=:all: --find-links "$wheels" -d "$wheels" "torch==$TORCH_VERSION" numpy \
+      "megatron-energon==$ENERGON_VERSION" "hydra-core==$HYDRA_VERSION" "omegaconf==$OMEGACONF_VERSION"
     ls "$wheels"/torch-"$TORCH_VERSION"*cpu*.whl >/dev/null || { echo "the CPU wheel of torch $TORCH_VERSION was not found"; exit 1; }
     rm -rf "$root"
     debootstrap --variant=minbase --include=python3,python3-venv,numactl,procps bookworm "$root" http://deb.debian.org/debian
@@ -172,14 +150,13 @@ ct_image() { # build the squashfs image unless the cached one matches
     # a clean environment: this machine's PIP_* settings name directories the chroot does not have
     env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root chroot "$root" /usr/bin/python3 -m venv /venv
     env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root chroot "$root" /venv/bin/pip install -q --no-index \
-      --find-links /wheels "torch==$TORCH_VERSION" numpy
+      --find-links /wheels "torch==$TORCH_VERSION" numpy "megatron-energon==$ENERGON_VERSION" \
+      "hydra-core==$HYDRA_VERSION" "omegaconf==$OMEGACONF_VERSION"
     umount "$root/wheels"; rmdir "$root/wheels"; trap - EXIT
-    # the image's "installed" Megatron-Bridge: a stand-in, on the venv's path like an install
-    mkdir -p "$root/opt/Megatron-Bridge/src/megatron/bridge" "$root/opt/Megatron-Bridge/3rdparty/Megatron-LM/megatron/core" \
-      "$root/opt/Megatron-Bridge/scripts/training"
-    echo 'ORIGIN = "image"' >"$root/opt/Megatron-Bridge/src/megatron/bridge/__init__.py"
-    echo 'ORIGIN = "image"' >"$root/opt/Megatron-Bridge/3rdparty/Megatron-LM/megatron/core/__init__.py"
-    image_probe >"$root/opt/Megatron-Bridge/scripts/training/run_recipe.py"
+    # the image's "installed" Megatron-Bridge: the stand-in tree, on the venv's path like an install
+    mkdir -p "$root/opt/Megatron-Bridge"
+    cp -a "$STANDIN/." "$root/opt/Megatron-Bridge/"
+    find "$root/opt/Megatron-Bridge" -name __pycache__ -prune -exec rm -rf {} +
     printf '%s\n' /opt/Megatron-Bridge/src /opt/Megatron-Bridge/3rdparty/Megatron-LM \
       >"$root/venv/lib/python3.11/site-packages/megatron-bridge.pth"
     # python and torchrun on the login PATH: enroot starts a login environment whose PATH comes
@@ -193,12 +170,13 @@ ct_image() { # build the squashfs image unless the cached one matches
     printf '%s\n' "PATH=/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
       "TOKENIZERS_PARALLELISM=true" "BRIDGE_LAUNCH_IMAGE=local-torch" >"$root/etc/environment"
     rm -rf "$root/var/cache/apt/archives/"*.deb "$root/root/.cache"
-    mksquashfs "$root" "$IMAGE.tmp" -noappend -comp lzo -noD -quiet -no-progress
-    mv -f "$IMAGE.tmp" "$IMAGE"
+    # a temporary name, then a rename: a container started from the old file keeps reading it
+    mksquashfs "$root" "$tmp" -noappend -comp lzo -noD -quiet -no-progress
+    mv -f "$tmp" "$IMAGE"
     rm -rf "$root"
   ) >"$LOG/build-image.log" 2>&1 &
-  wait $! || { umount "$root/wheels" 2>/dev/null || true; tail -n 20 "$LOG/build-image.log" >&2; die "building the image failed (log: $LOG/build-image.log)"; }
-  printf '%s\n' "$key" >"$IMAGE.key"
+  wait $! || { umount "$root/wheels" 2>/dev/null || true; rm -f "$tmp"; tail -n 20 "$LOG/build-image.log" >&2; die "building the image failed (log: $LOG/build-image.log)"; }
+  printf '%s\n' "$key" >"$IMAGE.key.$$" && mv -f "$IMAGE.key.$$" "$IMAGE.key"
   say "image $IMAGE ($(du -m "$IMAGE" | cut -f1) MB) built in $(( ($(now) - t0) / 1000 )) s" >&2
 }
 

@@ -50,6 +50,7 @@ class Contract:
         self.errors = []  # shape violations seen by the server
         self.phases = {}  # job/workload id -> remaining phases (the last one sticks)
         self.script = ["Queueing", "Running", "Completed"]  # phases a new training job goes through
+        self.replica_log = None  # what a Lepton replica logged ("{replica}" filled in); None: _replica_log
         self.inject = []  # [(method, path regex, action)] action: int status or ("hang", seconds); used once
         self.jobs = {}
         self.deleted = set()
@@ -131,6 +132,8 @@ class Contract:
             return 200, [{"metadata": {"id": f"{jid}-{i}-abcde"}, "id": f"{jid}-{i}-abcde"} for i in range(n)]
         m = re.fullmatch(r"/jobs/([^/]+)/replicas/([^/]+)/log", path)
         if m and method == "GET":
+            if self.replica_log is not None:
+                return 200, self.replica_log.format(replica=m.group(2)).encode()
             return 200, (_replica_log(m.group(2)) + "\n").encode()
         return 404, {"message": f"no endpoint {method} {path}"}
 

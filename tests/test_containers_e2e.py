@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +19,7 @@ pytestmark = pytest.mark.slow
 SCRIPT = REPO / "scripts" / "local-slurm"
 STATE = Path("/var/lib/bridge-launch-slurm")
 IMAGE = STATE / "containers" / "images" / "local-torch.sqsh"
+STANDIN = REPO / "scripts" / "image" / "Megatron-Bridge"  # the image's Megatron-Bridge
 FAST = ["smoke.busbw_sizes=[1024]", "smoke.busbw_iters=1"]
 
 
@@ -44,6 +46,9 @@ def cluster():
     if status.returncode or "pyxis wired" not in status.stdout or "(missing)" in status.stdout:
         started = subprocess.run([str(SCRIPT), "start", "--containers"], capture_output=True, text=True, timeout=1800)
         assert started.returncode == 0, started.stdout + started.stderr
+    else:  # the image this checkout builds (cached: about a second when it is current; no daemon restarts)
+        built = subprocess.run([str(SCRIPT), "build-containers"], capture_output=True, text=True, timeout=1800)
+        assert built.returncode == 0, built.stdout + built.stderr
     return str(STATE / "etc" / "slurm.conf")
 
 
@@ -174,17 +179,20 @@ def test_recipe_profile_and_secret_values_reach_the_container_and_a_mount_works(
 
 
 def _bridge_checkout(root: Path) -> Path:
+    """A Megatron-Bridge checkout: the image's stand-in tree, its origin marks and probe line changed."""
     mb = root / "Megatron-Bridge"
-    write(mb / "src" / "megatron" / "bridge" / "__init__.py", 'ORIGIN = "checkout-committed"\n')
-    write(mb / "3rdparty" / "Megatron-LM" / "megatron" / "core" / "__init__.py", 'ORIGIN = "checkout"\n')
-    probe = subprocess.run(["bash", "-c", f"source {REPO}/scripts/local-slurm-containers.sh && image_probe"],
-                           capture_output=True, text=True, check=True).stdout
-    write(mb / "scripts" / "training" / "run_recipe.py", probe.replace("probe: rank", "checkout probe: rank"))
+    shutil.copytree(STANDIN, mb, ignore=shutil.ignore_patterns("__pycache__"))
+    init = mb / "src" / "megatron" / "bridge" / "__init__.py"
+    init.write_text(init.read_text().replace('ORIGIN = "image"', 'ORIGIN = "checkout-committed"'))
+    core = mb / "3rdparty" / "Megatron-LM" / "megatron" / "core" / "__init__.py"
+    core.write_text(core.read_text().replace('ORIGIN = "image"', 'ORIGIN = "checkout"'))
+    probe = mb / "src" / "megatron" / "bridge" / "training" / "probe.py"
+    probe.write_text(probe.read_text().replace('f"probe: rank', 'f"checkout probe: rank'))
     git = ["git", "-C", str(mb), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
     subprocess.run([*git, "commit", "-qm", "local work"], check=True)
-    (mb / "src" / "megatron" / "bridge" / "__init__.py").write_text('ORIGIN = "checkout-uncommitted"\n')
+    init.write_text(init.read_text().replace('"checkout-committed"', '"checkout-uncommitted"'))
     return mb
 
 

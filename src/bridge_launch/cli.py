@@ -90,6 +90,7 @@ def submit(
     signal_lead: int = typer.Option(120, "--signal-lead", help="With --until-done: seconds before the time limit to save."),
     max_segments: Optional[int] = typer.Option(None, "--max-segments", help="With --until-done: stop after this many segments."),
     step_time: Optional[float] = typer.Option(None, "--step-time", help="With --until-done: seconds per step, for sizing (default: plan's estimate)."),
+    canary: Optional[bool] = typer.Option(None, "--canary/--no-canary", help="First check on the cluster, in the job's image, what no local check can (recipe and overrides, data, checkpoint, HF cache, NVLink, busbw); the job waits for it. Default: the profile's [canary] enabled."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved job and the exact launch artifact; submit nothing."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Stream progress until the job ends (Ctrl-C detaches)."),
     no_memory_check: bool = typer.Option(False, "--no-memory-check",
@@ -110,14 +111,14 @@ def submit(
             dry_run=dry_run, cluster=cluster, overlays=overlay or [], nodes=nodes, time=time, partition=partition,
             account=account, container=container, env=env or [], secrets=secret or [], bridge_src=bridge_src,
             until_done=until_done, max_restarts=max_restarts, signal_lead=signal_lead, max_segments=max_segments,
-            step_time=step_time, memory_check=not no_memory_check))
+            step_time=step_time, memory_check=not no_memory_check, canary=canary))
 
     raise typer.Exit(commands.submit(
         recipe, overrides or [], cluster=cluster, overlays=overlay or [], nodes=nodes, time=time,
         partition=partition, account=account, container=container, env=env or [], secrets=secret or [],
         bridge_src=bridge_src, until_done=until_done, max_restarts=max_restarts, signal_lead=signal_lead,
         max_segments=max_segments, step_time=step_time, dry_run=dry_run, follow=follow, output=output.value,
-        memory_check=not no_memory_check))
+        memory_check=not no_memory_check, canary=canary))
 
 
 def _more_recipes(words: list[str]) -> bool:

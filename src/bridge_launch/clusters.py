@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from . import paths
+from .canary import PROFILE_KEYS as _CANARY
 from .catalog import Catalog
 from .errors import UsageError, suggest
 
@@ -40,6 +41,7 @@ _TOP = {
     "numa_bind": (bool, False), "containers": (bool, True), "hf_home": (str, ""), "env": (dict, {}), "secrets": (list, []),
     "required_secrets": (list, []), "config": (dict, {}),
     "slurm": (dict, {}), "lepton": (dict, {}), "dgxcloud": (dict, {}),
+    "canary": (dict, {}),  # canary.py: the checks before the job (submit --canary)
 }
 _SLURM = {
     "account": (str, ""), "partition": (str, ""), "qos": (str, ""), "time": (str, "01:00:00"),
@@ -78,7 +80,7 @@ _DGXC = {
     "local_job_root": (str, ""), "request_timeout": ((int, float), 30), "retries": (int, 3),
     "retry_wait": ((int, float), 2.0), "poll_interval": ((int, float), 5.0), "mover_timeout": ((int, float), 600),
 }
-_SECTIONS = {"slurm": _SLURM, "lepton": _LEPTON, "dgxcloud": _DGXC}
+_SECTIONS = {"slurm": _SLURM, "lepton": _LEPTON, "dgxcloud": _DGXC, "canary": _CANARY}
 
 
 def _check(where: str, data: dict, spec: dict) -> dict:
@@ -144,6 +146,11 @@ def _validate(data: dict, path) -> dict:
                          "so a rendezvous port there may already be taken)")
     if prof["rdzv_join_timeout"] < 0:
         raise UsageError(f"{where}: rdzv_join_timeout must be >= 0 seconds (0: derived)")
+    from .canary import check_profile
+
+    check_profile(where, prof["canary"])
+    if prof["canary"]["enabled"] and prof["backend"] == "local":
+        raise UsageError(f"{where}: [canary] enabled: the local backend runs on this machine; a canary checks a cluster")
     prof["arch"] = GPU_ARCH[prof["gpu_type"]]
     prof["path"] = str(path)
     return prof

@@ -16,14 +16,14 @@ def _err(msg: str) -> None:
 
 def submit(recipe, overrides, *, cluster, overlays, nodes, time, partition, account, container, env, secrets,
            bridge_src, until_done=False, max_restarts=3, signal_lead=120, max_segments=None, step_time=None, dry_run,
-           follow, output, memory_check=True) -> int:
+           follow, output, memory_check=True, canary=None) -> int:
     from . import backends, resolve
 
     opts = resolve.Options(cluster=cluster, overlays=tuple(overlays), overrides=tuple(overrides), nodes=nodes,
                            time=time, partition=partition, account=account, container=container,
                            env=tuple(env), secrets=tuple(secrets), bridge_src=bridge_src, until_done=until_done,
                            max_restarts=max_restarts, signal_lead=signal_lead, max_segments=max_segments,
-                           step_time=step_time, memory_check=memory_check)
+                           step_time=step_time, memory_check=memory_check, canary=canary)
     job = resolve.resolve(recipe, opts, for_submit=not dry_run)
     if job.bridge_src:
         from . import codepack
@@ -33,12 +33,21 @@ def submit(recipe, overrides, *, cluster, overlays, nodes, time, partition, acco
     if dry_run:
         artifact = backends.render(job)
         if output == "json":
-            views.dump_json(views.job_view(job, artifact))
+            view = views.job_view(job, artifact)
+            if job.canary:
+                from . import canary as _canary
+
+                view["canary"] = _canary.view(job)
+            views.dump_json(view)
         elif job.errors:
             for e in job.errors:
                 _err(e)
         else:
             views.print_job(job, artifact, resolve.RUN_ID_PLACEHOLDER)
+            if job.canary:
+                from . import canary as _canary
+
+                sys.stdout.write(_canary.dry_run_text(job))
         return 2 if job.errors else 0
     if job.errors:
         for e in job.errors:
@@ -165,6 +174,10 @@ def status(run_ref, *, all_runs, state, recipe, output, watch=False, interval=5.
             print(f"container   {r.info['container']}")
         if r.info.get("image_digest"):
             print(f"image       {r.info.get('image')} @ {r.info['image_digest']} (image cache)")
+        if r.info.get("canary"):
+            from . import canary
+
+            print(f"canary      {canary.status_line(r.info['canary'])}")
         if r.info.get("bridge_src"):
             dirty = " + uncommitted changes" if r.info.get("bridge_dirty") else ""
             print(f"bridge src  {r.info['bridge_src']} @ {r.info.get('bridge_commit') or 'unknown commit'}{dirty}")
@@ -194,7 +207,7 @@ def logs(run_ref, *, follow, rank=None, grep=None, tail=None) -> int:
         raise UsageError(f"--tail {tail}: give a number of lines, 0 or more")
     reg = Registry()
     run = launch.find_run(reg, run_ref)
-    lines = launch.Tail(lambda: backends.backend(run.backend).log_files(reg.get(run.run_id) or run))
+    lines = launch.Tail(lambda: launch.log_files(backends.backend(run.backend), reg.get(run.run_id) or run))
     shown = (line for line in lines.lines() if keep is None or keep(line))
     if tail is not None:
         import collections

@@ -65,8 +65,12 @@ def _launch(reg: Registry, job: ResolvedJob, run: Run, *, new_dir: bool, code: d
             f"launch/{run.run_id}.json": job_json(job),
             artifact.filename: artifact.text,
         }
-        if job.workload == "smoke":
+        if job.workload == "smoke" or job.canary:
             files.update(workload_files())
+        if job.canary:  # its spec and (Slurm) its own script
+            from . import canary
+
+            files.update(canary.files(job))
         if job.bridge_src and new_dir:  # a resume runs the tree already in the run dir
             from . import codepack
 
@@ -78,7 +82,11 @@ def _launch(reg: Registry, job: ResolvedJob, run: Run, *, new_dir: bool, code: d
         be.stage(job, files, new_dir=new_dir)
         created = new_dir
         run = reg.update(run.run_id, run_dir=job.run_dir)
-        job_ids = be.submit(job, run, artifact, secrets)
+        extra: dict = {}
+        if job.canary:  # Slurm: the canary first, the job waiting for it; elsewhere its first step
+            job_ids, extra = canary.submit(be, job, run, artifact, secrets)
+        else:
+            job_ids = be.submit(job, run, artifact, secrets)
     except BaseException:
         reg.delete(run.run_id)
         (reg.jobs_dir() / f"{run.run_id}.json").unlink(missing_ok=True)
@@ -86,7 +94,7 @@ def _launch(reg: Registry, job: ResolvedJob, run: Run, *, new_dir: bool, code: d
             be.unstage(job)
         raise
     state = "RUNNING" if job.backend == "local" else "PENDING"
-    info = dict(run.info, container=job.container, **(code or {}))
+    info = dict(run.info, container=job.container, **(code or {}), **extra)
     if job.image:
         info.update(image=job.image["ref"], image_digest=job.image["digest"])
     return reg.update(run.run_id, state=state, job_ids=job_ids, info=info)
@@ -163,7 +171,12 @@ def refresh(reg: Registry, runs: list[Run]) -> list[Run]:
     changed = {}
     for name, group in by_backend.items():
         current = {r.run_id: r for r in group}
-        for run_id, st in backends.backend(name).status(group).items():
+        be = backends.backend(name)
+        for run_id, st in be.status(group).items():
+            if current[run_id].info.get("canary"):  # the canary's verdict; FAILED when it failed
+                from . import canary
+
+                st = canary.settle(be, current[run_id], st)
             extra = {"job_ids": st["job_ids"]} if "job_ids" in st else {}
             info = dict(current[run_id].info, **{k: v for k, v in st.items() if k not in ("state", "reason", "job_ids")})
             changed[run_id] = reg.update(run_id, state=st["state"], reason=st.get("reason", ""), info=info, **extra)
@@ -177,6 +190,10 @@ def cancel(reg: Registry, run: Run) -> Run:
     info = dict(run.info, cancelled=True)
     reg.update(run.run_id, info=info)
     be = backends.backend(run.backend)
+    if run.info.get("canary"):
+        from . import canary
+
+        canary.cancel(be, run)
     be.cancel(reg.get(run.run_id))
     try:  # record what the backend now says of each job (segments), under the run's final state
         st = be.status([reg.get(run.run_id)]).get(run.run_id, {})
@@ -184,6 +201,15 @@ def cancel(reg: Registry, run: Run) -> Run:
     except Exception:  # noqa: BLE001 - the cancel itself succeeded; details can wait for the next status
         pass
     return reg.update(run.run_id, state="CANCELLED", reason="cancelled by user", info=info)
+
+
+def log_files(be, run) -> list:
+    """The run's logs; with a canary on Slurm, the canary's first."""
+    if run.info.get("canary"):
+        from . import canary
+
+        return canary.log_files(be, run)
+    return be.log_files(run)
 
 
 class Tail:
@@ -214,7 +240,7 @@ def wait_until_done(reg: Registry, run: Run, on_line=None, poll: float = 0.5, st
     every `poll` seconds; the backend (squeue, an API) is asked every `status_every`. `tail`:
     a Tail that already read part of the logs (their lines are not sent again)."""
     be = backends.backend(run.backend)
-    tail = tail or Tail(lambda: be.log_files(reg.get(run.run_id)))
+    tail = tail or Tail(lambda: log_files(be, reg.get(run.run_id)))
     emit = on_line or (lambda line: None)
     asked = 0.0
     while True:

@@ -47,6 +47,7 @@ class Options:
     max_segments: int | None = None  # --until-done: an optional cap on the number of segments
     step_time: float | None = None  # seconds per training step, for sizing a chain (else plan's estimate)
     memory_check: bool = True  # plan's memory estimate above 100% of the GPU is an error (else a warning)
+    canary: bool | None = None  # --canary / --no-canary; None: the profile's [canary] enabled
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class ResolvedJob:
     # Slurm: {NAME: {"source": "file:PATH" | "netrc:MACHINE[:PATH]", "optional", "from"}}, read on the cluster
     secret_sources: dict = field(default_factory=dict)
     upstream_status: str | None = None  # the recipe's note when its upstream function is not in Megatron-Bridge
+    canary: dict | None = None  # canary.settings: the checks before the job (None: none)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -458,6 +460,9 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         alt = ", or with --bridge-src CHECKOUT that has it" if prof["backend"] == "slurm" and container else ""
         warnings.append(f"recipe function {recipe.get('upstream')} is not in upstream Megatron-Bridge: the job runs only "
                         f"if its image ({container or 'none'}) carries it{alt}")
+    from . import canary as _canary
+
+    canary = _canary.settings(prof, opts.canary, nodes, jobsrc)
     missing = [k for k in recipe["required"] if layers.values.get(k) in (None, "")]
     for key in missing:
         (errors if for_submit else warnings).append(
@@ -479,6 +484,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         provenance={"config": dict(layers.source), "env": envsrc, "job": jobsrc},
         missing_inputs=missing, warnings=warnings, errors=errors, image=image, bridge_src=bridge_src,
         secret_sources=secret_sources, upstream_status=recipe.get("upstream_status"),
+        canary=canary,
     )
     errs, warns = validate.check(job, gpu_count_ok=gpu_count_ok, memory_check=opts.memory_check)
     job.errors.extend(errs)

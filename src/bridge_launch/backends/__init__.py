@@ -15,6 +15,10 @@ def module(backend: str):
 
 def render(job):
     """The exact launch artifact submit hands to the backend (dry-run shows the same)."""
+    if getattr(job, "canary", None) and job.backend == "slurm":  # waits for the canary (its id known at submit)
+        from .. import canary
+
+        job = canary.gated(job, canary.JOB_PLACEHOLDER)
     return module(job.backend).render(job)
 
 

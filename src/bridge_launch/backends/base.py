@@ -14,6 +14,7 @@ SMOKE_FILE = f"{WORKLOAD_DIR}/smoke.py"
 # torchrun --tee's line prefix with the global rank (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; read back
 # by trainer_protocol.RANK_PREFIX_RE): what `logs --rank` and the failing rank's first error go by.
 RANK_PREFIX_TEMPLATE = "[rank${rank}]: "
+CANARY_FILE = f"{WORKLOAD_DIR}/canary.py"  # the canary job's entry (canary.py)
 
 
 def last_step(text: str):
@@ -86,6 +87,8 @@ def entry_command(job) -> list[str]:
     """What torchrun starts on every worker: the script and its arguments."""
     if job.workload == "smoke":
         return [f"{job.run_dir}/{SMOKE_FILE}", *job.args]
+    if job.workload == "canary":
+        return [f"{job.run_dir}/{CANARY_FILE}", *job.args]
     return [job.entry, "--recipe", job.upstream, "--mode", job.mode, *job.args]
 
 

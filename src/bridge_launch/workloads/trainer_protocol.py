@@ -112,6 +112,29 @@ def complete_files(ckpt_format: str | None) -> tuple:
 #    training/setup.py:155-191, checkpoint_utils.py:260-291);
 #  - a tracker naming an incomplete iter_N fails (no metadata.json: NotImplementedError "Unknown
 #    checkpoint format", :255-287, or MC validation.py:203-213); Bridge never falls back by itself.
+
+# A pretrained checkpoint (checkpoint.pretrained_checkpoint, read by the canary): when checkpoint.load
+# holds no checkpoint, Bridge loads from it with finetune=True (MB training/checkpointing.py:2365-2389);
+# it must be an iteration directory, a directory with a tracker, or a HuggingFace model directory, else
+# FileNotFoundError(NO_CHECKPOINT). CheckpointConfig.finalize already asserts that it exists (MB
+# training/config.py:584-589).
+NO_CHECKPOINT = "No checkpoint found in load directory or pretrained directory"
+# MB training/utils/checkpoint_utils.py:155-160, 236-257: a directory holding any of these is itself an
+# iteration directory and is loaded as it is (checkpointing.py:3384-3390)
+ITERATION_DIR_MARKERS = (RUN_CONFIG, TRAIN_STATE, MCORE_METADATA, DIST_METADATA)
+# MB checkpoint_utils.py:167-181, 184-233 (is_hf_checkpoint_dir): config.json plus a weight file
+HF_CONFIG = "config.json"
+HF_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+HF_WEIGHT_GLOBS = ("model-*-of-*.safetensors", "pytorch_model-*-of-*.bin")
+# MB checkpoint_utils.py:91-110: the tracker's "release" names the directory "release", not iter_N
+RELEASE_DIR = "release"
+# MB checkpointing.py:311-338 (read_metadata): the .txt tracker holds an integer > 0 or "release";
+# other text prints "ERROR: Invalid metadata file ..." and exits; 0 fails this assertion
+TRACKER_PARSE_ERROR = "error parsing metadata file {path}"
+# MB checkpointing.py:255-287 (_get_checkpoint_format): metadata.json (megatron-core's
+# check_is_distributed_checkpoint) -> torch_dist; else .metadata -> fsdp_dtensor; else a HF model
+# directory -> hf; else UNKNOWN_FORMAT.
+
 CKPT_STEP_KEY = "checkpoint.ckpt_step"
 CKPT_STEP_MISSING = ("ckpt_step={step} specified but checkpoint directory does not exist: {path}\n"
                      "Available checkpoints can be listed with: ls {load}/iter_*")  # MB :3384-3443
