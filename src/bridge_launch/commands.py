@@ -202,10 +202,18 @@ def cancel(run_ref) -> int:
     return 0
 
 
+def _warn_broken(problems: list) -> None:
+    """Files a listing left out because they do not load: one line each, on stderr."""
+    for p in problems:
+        sys.stderr.write(f"bridge-launch: warning: left out: {p}\n")
+
+
 def recipes_list(output) -> int:
     from . import recipes
 
-    items = recipes.list_recipes()
+    problems: list = []
+    items = recipes.list_recipes(problems)
+    _warn_broken(problems)
     if output == "json":
         views.dump_json([{k: r.get(k) for k in ("name", "description", "upstream", "mode", "gpus", "container",
                                                  "aliases", "workload", "origin")} for r in items])
@@ -245,7 +253,9 @@ def recipes_show(name, output) -> int:
 def overlays_list(output) -> int:
     from . import recipes
 
-    items = recipes.list_overlays()
+    problems: list = []
+    items = recipes.list_overlays(problems)
+    _warn_broken(problems)
     if output == "json":
         views.dump_json([{k: o.get(k) for k in ("name", "description", "gpus", "config", "env")} for o in items])
         return 0
@@ -274,15 +284,17 @@ def overlays_show(name, output) -> int:
 def clusters_list(output) -> int:
     from . import clusters
 
-    items = clusters.list_profiles()
+    problems: list = []
+    items = clusters.list_profiles(problems=problems)
+    _warn_broken(problems)
     if output == "json":
         views.dump_json([{k: p.get(k) for k in ("name", "description", "backend", "gpu_type", "gpus_per_node", "nodes",
-                                                 "max_nodes", "origin")} for p in items])
+                                                 "max_nodes", "origin", "path")} for p in items])
         return 0
-    views.table("clusters", ["name", "backend", "gpu", "nodes", "description"],
+    views.table("clusters", ["name", "backend", "gpu", "nodes", "from", "description"],
                 [[p["name"], p["backend"], f"{p['gpus_per_node']}x {p['gpu_type']}",
                   p["nodes"] if p["nodes"] else f"<= {p['max_nodes']}" if p["max_nodes"] else "any",
-                  p.get("description", "")] for p in items])
+                  p["origin"], p.get("description", "")] for p in items])
     return 0
 
 
@@ -294,10 +306,13 @@ def clusters_show(name, output) -> int:
         views.dump_json(p)
         return 0
     for k, v in p.items():
+        if k in ("slurm", "lepton", "dgxcloud") and k != p["backend"]:
+            continue  # another backend's settings: all defaults, nothing this profile uses
         if isinstance(v, dict):
-            if v:
+            shown = {kk: vv for kk, vv in v.items() if vv not in (None, "", [], {})}
+            if shown:
                 print(f"[{k}]")
-                for kk, vv in v.items():
+                for kk, vv in shown.items():
                     print(f"  {kk} = {views.fmt(vv)}")
         elif v not in (None, "", []):
             print(f"{k:<20} {views.fmt(v)}")

@@ -326,7 +326,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
     # The seed-stated values first, then the upstream ones the recipe records (disjoint sets).
     for key, value in recipe["config"].items():
         _check_value(key, value, f"recipe '{recipe['name']}'")
-        layers.set(key, value, "recipe")
+        layers.set(key, value, recipe["sources"]["config"].get(key, "recipe"))  # recipe:<name>: a user's file
     for key, value in recipe["upstream_config"].items():
         _check_value(key, value, f"recipe '{recipe['name']}'")
         layers.set(key, value, "upstream")
@@ -344,7 +344,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
     for layer_env, src in ([(recipe["upstream_env"], "upstream"), (recipe["env"], "recipe")] + [(o["env"], f"overlay:{o['name']}") for o in overlays]
                            + [(prof["env"], f"cluster:{prof['name']}")]):
         for k, v in layer_env.items():
-            env[k], envsrc[k] = v, src
+            env[k], envsrc[k] = v, recipe["sources"]["env"].get(k, src) if src == "recipe" else src
     if prof["hf_home"]:
         for k, v in (("HF_HOME", prof["hf_home"]), ("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1")):
             if k not in env:
