@@ -42,6 +42,8 @@ def submit(recipe, overrides, *, cluster, overlays, nodes, time, partition, acco
     if job.errors:
         for e in job.errors:
             _err(e)
+        if output == "json":
+            views.dump_json({"error": job.errors[0], "errors": job.errors, "exit_code": 2})
         return 2
     from . import launch
 
@@ -58,19 +60,26 @@ def resume(run_ref, overrides, *, follow, output) -> int:
     return _submitted(run, launch.load_job(reg, run), follow, output)
 
 
+def _run_json(run, **extra) -> dict:
+    return {"run_id": run.run_id, "job_ids": run.job_ids, "state": run.state, "run_dir": run.run_dir,
+            "cluster": run.cluster, "recipe": run.recipe, "resumed_from": run.resumed_from, "chain": run.chain, **extra}
+
+
 def _submitted(run, job, follow, output) -> int:
+    for w in job.warnings:
+        sys.stderr.write(f"bridge-launch: warning: {w}\n")
+    what = f"resumed {run.resumed_from} as" if run.resumed_from else "submitted"
+    line = f"{what} {run.run_id} ({job.backend} job {', '.join(run.job_ids)}); run dir {run.run_dir}"
     if output == "json":
-        views.dump_json({"run_id": run.run_id, "job_ids": run.job_ids, "state": run.state, "run_dir": run.run_dir,
-                         "cluster": run.cluster, "recipe": run.recipe, "resumed_from": run.resumed_from,
-                         "chain": run.chain})
+        if not follow:  # with --follow, one object once the run has ended (logs go to stderr meanwhile)
+            views.dump_json(_run_json(run, warnings=job.warnings))
+            return 0
+        sys.stderr.write(line + "\n")
     else:
-        for w in job.warnings:
-            sys.stderr.write(f"bridge-launch: warning: {w}\n")
-        what = f"resumed {run.resumed_from} as" if run.resumed_from else "submitted"
-        print(f"{what} {run.run_id} ({job.backend} job {', '.join(run.job_ids)}); run dir {run.run_dir}")
+        print(line)
     if not follow:
         return 0
-    return _follow(run, job)
+    return _follow(run, job, output)
 
 
 def _segment_text(seg: dict) -> str:
@@ -86,7 +95,9 @@ def _segment_text(seg: dict) -> str:
     return text
 
 
-def _follow(run, job) -> int:
+def _follow(run, job, output="text") -> int:
+    """Stream the run's log lines until it ends; then its final state. In JSON mode the log lines
+    go to stderr and stdout gets one JSON object (the run, with its final state and reason)."""
     from . import launch
     from .backends.base import last_step
     from .runs import Registry
@@ -94,8 +105,9 @@ def _follow(run, job) -> int:
     reg = Registry()
     total = job.config.get("train.train_iters")
     total = total if isinstance(total, int) else None
+    as_json = output == "json"
     try:
-        if views.is_tty():
+        if views.is_tty() and not as_json:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -111,16 +123,24 @@ def _follow(run, job) -> int:
 
                 final = launch.wait_until_done(reg, run, on_line)
         else:
+            stream = sys.stderr if as_json else sys.stdout
+
             def on_line(line):
-                print(line, flush=True)
+                stream.write(line + "\n")
+                stream.flush()
 
             final = launch.wait_until_done(reg, run, on_line)
     except KeyboardInterrupt:
         sys.stderr.write(f"\ndetached from {run.run_id}; it keeps running.\n"
                          f"  follow again: bridge-launch logs {run.run_id} -f\n"
                          f"  cancel it:    bridge-launch cancel {run.run_id}\n")
+        if as_json:
+            views.dump_json(_run_json(reg.get(run.run_id) or run, reason="", detached=True))
         return 0
-    print(f"{final.run_id}: {final.state}" + (f" ({final.reason})" if final.reason else ""))
+    if as_json:
+        views.dump_json(_run_json(final, reason=final.reason, warnings=job.warnings))
+    else:
+        print(f"{final.run_id}: {final.state}" + (f" ({final.reason})" if final.reason else ""))
     return 0 if final.state == "COMPLETED" else 1
 
 
@@ -319,52 +339,88 @@ def clusters_show(name, output) -> int:
     return 0
 
 
-_SIDE_OPTS = {"-c": "cluster", "--cluster": "cluster", "--overlay": "overlays", "-N": "nodes", "--nodes": "nodes",
-              "--container": "container", "-e": "env", "--env": "env", "--secret": "secrets",
-              "-t": "time", "--time": "time", "-p": "partition", "--partition": "partition",
-              "-A": "account", "--account": "account", "--bridge-src": "bridge_src"}
+# submit's parameters that shape the job (all of them but --dry-run, --follow and --output), by
+# the name click gives them -> resolve.Options field. diff parses each side with submit's own
+# parser (cli.py), so a side accepts exactly what submit accepts.
+SIDE_FIELDS = {"cluster": "cluster", "overlay": "overlays", "overrides": "overrides", "nodes": "nodes", "time": "time",
+               "partition": "partition", "account": "account", "container": "container", "env": "env",
+               "secret": "secrets", "bridge_src": "bridge_src", "until_done": "until_done",
+               "max_restarts": "max_restarts", "signal_lead": "signal_lead", "max_segments": "max_segments",
+               "step_time": "step_time"}
+NOT_SIDE = ("dry_run", "follow", "output", "help")
 
 
-def _side(words: list[str]):
-    """RECIPE [options] [KEY=VALUE...] -> (label, ResolvedJob)."""
+def options_from(params: dict):
+    """resolve.Options from submit's parsed parameters (click names, SIDE_FIELDS)."""
     from . import resolve
 
-    if not words:
-        raise UsageError("diff: each side needs a recipe name (RECIPE [-c CLUSTER] [KEY=VALUE...] -- RECIPE ...)")
-    recipe, rest = words[0], words[1:]
-    kw: dict = {"overlays": [], "env": [], "secrets": [], "overrides": []}
-    i = 0
-    while i < len(rest):
-        word = rest[i]
-        name, eq, inline = word.partition("=") if word.startswith("--") else (word, "", "")
-        if name in _SIDE_OPTS:
-            if eq:
-                value, i = inline, i + 1
-            elif i + 1 < len(rest):
-                value, i = rest[i + 1], i + 2
-            else:
-                raise UsageError(f"diff: {word} needs a value")
-            field = _SIDE_OPTS[name]
-            if field in ("overlays", "env", "secrets"):
-                kw[field].append(value)
-            elif field == "nodes":
-                if not value.isdigit():
-                    raise UsageError(f"diff: --nodes expects a number, got {value!r}")
-                kw[field] = int(value)
-            else:
-                kw[field] = value
-        elif word.startswith("-") and not word.startswith("--") or word.startswith("--") and "=" not in word:
-            raise UsageError(f"diff: unknown option {word!r}; valid: {', '.join(sorted(set(_SIDE_OPTS)))}")
-        else:
-            kw["overrides"].append(word)
-            i += 1
-    opts = resolve.Options(**{k: tuple(v) if isinstance(v, list) else v for k, v in kw.items()})
-    job = resolve.resolve(recipe, opts)
-    return " ".join(words), job
+    kw = {}
+    for name, field in SIDE_FIELDS.items():
+        value = params.get(name)
+        if value is None:
+            continue
+        kw[field] = tuple(value) if isinstance(value, (list, tuple)) else value
+    return resolve.Options(**kw)
 
 
-def diff(argv, *, all_keys, output) -> int:
-    from . import launch
+def _without_run_id(job):
+    """The job with its run ids (its own and its run dir's, for a resume) back to the placeholder,
+    so two runs compare by what they run, not by their names."""
+    from . import resolve
+
+    data = job.to_dict()
+    for rid in {job.run_id, job.run_dir.rstrip("/").rsplit("/", 1)[-1]} - {resolve.RUN_ID_PLACEHOLDER, ""}:
+        data = resolve._replace(data, rid, resolve.RUN_ID_PLACEHOLDER)
+    return resolve.ResolvedJob.from_dict(data)
+
+
+_JOB_KEYS = ("recipe", "upstream", "mode", "workload", "entry", "cluster", "backend", "nodes", "gpus_per_node",
+             "world_size", "gpu_type", "container", "image", "overlays", "mounts", "job_root", "python", "bridge_src")
+
+
+def diff_rows(a, b) -> list[tuple]:
+    """(section, key, A, A's source, B, B's source) for everything that reaches the job: what runs
+    where (job), the scheduler's options, the chain, the config, the environment, the secrets by
+    name, the cluster profile; and, should two jobs still render different artifacts, the first
+    line where they part."""
+    from . import backends
+
+    a, b = _without_run_id(a), _without_run_id(b)
+    rows = []
+
+    def add(section, da, db, srca=None, srcb=None, missing="(unset)"):
+        for key in list(dict.fromkeys([*da, *db])):
+            rows.append((section, key, da.get(key, missing), (srca or {}).get(key, ""),
+                         db.get(key, missing), (srcb or {}).get(key, "")))
+
+    pa, pb = a.provenance, b.provenance
+    job = lambda j: {**{k: getattr(j, k) for k in _JOB_KEYS}, "until_done": j.chain is not None}  # noqa: E731
+    add("job", job(a), job(b), pa["job"], pb["job"])
+    add("scheduler", a.scheduler, b.scheduler, pa["job"], pb["job"])
+    if a.chain and b.chain:
+        chain = lambda j: {k: v for k, v in j.chain.items() if k != "estimate"}  # noqa: E731
+        add("chain", chain(a), chain(b))
+    add("config", a.config, b.config, pa["config"], pb["config"])
+    removed = lambda j: {k: "removed" for k, s in j.provenance["config"].items() if s == "cli (removed)"}  # noqa: E731
+    add("config", {k: v for k, v in removed(a).items() if k not in b.config or k in removed(b)},
+        {k: v for k, v in removed(b).items() if k not in a.config or k in removed(a)})
+    add("env", a.env, b.env, pa["env"], pb["env"])
+    add("secrets", {n: "passed by name" for n in a.secrets}, {n: "passed by name" for n in b.secrets},
+        missing="(not passed)")
+    scalar = lambda p: {k: v for k, v in p.items() if k not in ("path", "origin")}  # noqa: E731
+    add("profile", scalar(a.profile), scalar(b.profile))
+    if not any(r[2] != r[4] for r in rows):
+        ta, tb = backends.render(a).text.splitlines(), backends.render(b).text.splitlines()
+        for n, (la, lb) in enumerate(zip([*ta, *[""] * len(tb)], [*tb, *[""] * len(ta)]), 1):
+            if la != lb:
+                rows.append(("artifact", f"line {n}", la or "(none)", "", lb or "(none)", ""))
+                break
+    return rows
+
+
+def diff(argv, *, all_keys, output, parse_side) -> int:
+    """`parse_side(words)` -> submit's parsed parameters for one side (cli.py: submit's own parser)."""
+    from . import launch, resolve
     from .runs import Registry
 
     words, i = [], 0
@@ -381,24 +437,27 @@ def diff(argv, *, all_keys, output) -> int:
             i += 1
     if output not in ("text", "json"):
         raise UsageError(f"--output {output!r}: valid: text, json")
+
+    def side(part: list, label: str):
+        if not part:
+            raise UsageError(f"diff: side {label} needs a recipe name (RECIPE [OPTIONS] [KEY=VALUE...] -- RECIPE ...)")
+        params = parse_side(part)
+        for name in ("dry_run", "follow"):
+            if params.get(name):
+                raise UsageError(f"diff: --{name.replace('_', '-')} does not describe a job (side {label}); drop it")
+        return " ".join(part), resolve.resolve(params["recipe"], options_from(params))
+
     if "--" in words:
         cut = words.index("--")
-        (label_a, a), (label_b, b) = _side(words[:cut]), _side(words[cut + 1:])
-    elif len(words) == 2 and not any("=" in w for w in words):
+        (label_a, a), (label_b, b) = side(words[:cut], "A"), side(words[cut + 1:], "B")
+    elif len(words) == 2 and not any("=" in w or w.startswith("-") for w in words):
         reg = Registry()
         runs = [launch.find_run(reg, w) for w in words]
         (label_a, a), (label_b, b) = [(r.run_id, launch.load_job(reg, r)) for r in runs]
     else:
         raise UsageError("diff takes two runs (diff RUN_A RUN_B) or two sets separated by '--' "
-                         "(diff RECIPE -c CLUSTER [KEY=VALUE...] -- RECIPE -c CLUSTER [KEY=VALUE...])")
-    rows = []
-    for key in ("recipe", "upstream", "cluster", "nodes", "gpus_per_node", "world_size", "container", "overlays"):
-        va, vb = getattr(a, key), getattr(b, key)
-        rows.append(("job", key, va, a.provenance["job"].get(key, ""), vb, b.provenance["job"].get(key, "")))
-    for section, da, db in (("config", a.config, b.config), ("env", a.env, b.env)):
-        for key in list(dict.fromkeys([*da, *db])):
-            rows.append((section, key, da.get(key, "(unset)"), a.provenance[section].get(key, ""),
-                         db.get(key, "(unset)"), b.provenance[section].get(key, "")))
+                         "(diff RECIPE -c CLUSTER [OPTIONS] [KEY=VALUE...] -- RECIPE -c CLUSTER [OPTIONS] [KEY=VALUE...])")
+    rows = diff_rows(a, b)
     shown = [r for r in rows if all_keys or r[2] != r[4]]
     if output == "json":
         views.dump_json({"a": label_a, "b": label_b, "differences": [
