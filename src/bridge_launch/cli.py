@@ -280,11 +280,27 @@ def plan(
 
 
 @app.command()
-def prune(older_than: str = typer.Option("30d", "--older-than", help="Age of finished runs to forget, e.g. 30d, 12h.")):
-    """Forget finished runs older than the given age: their records and local log copies (run dirs are kept)."""
+def prune(
+    older_than: str = typer.Option("30d", "--older-than", help="Age of finished runs to forget: 1w, 30d, 12h, 90m."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List what would be forgotten; change nothing."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation (asked only on a terminal)."),
+):
+    """Forget finished runs older than the given age: their records and local log copies (run dirs are
+    kept; 'bridge-launch import RUN_DIR' registers one again). Lists them first."""
     from . import commands
 
-    raise typer.Exit(commands.prune(older_than))
+    raise typer.Exit(commands.prune(older_than, dry_run=dry_run, yes=yes))
+
+
+@app.command("import")
+def import_(
+    run_dirs: List[str] = typer.Argument(..., help="Run directories (<job_root>/<run id>) to register again."),
+    output: Output = OUTPUT,
+):
+    """Register the runs a run directory holds (e.g. after prune forgot them), with their lineage and state."""
+    from . import commands
+
+    raise typer.Exit(commands.import_runs(run_dirs, output.value))
 
 
 @image_app.command("import")

@@ -487,24 +487,60 @@ def image_import(image, cluster, *, output) -> int:
     return 0
 
 
-def prune(older_than: str) -> int:
+_AGE_UNITS = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def prune(older_than: str, *, dry_run: bool = False, yes: bool = False) -> int:
     import shutil
 
     from . import paths
     from .runs import Registry
 
-    m = re.fullmatch(r"(\d+)([dhm])", older_than.strip())
+    m = re.fullmatch(r"(\d+)([wdhms])", older_than.strip())
     if not m:
-        raise UsageError(f"--older-than {older_than!r}: expected a number with d, h or m (e.g. 30d)")
-    seconds = int(m.group(1)) * {"d": 86400, "h": 3600, "m": 60}[m.group(2)]
+        raise UsageError(f"--older-than {older_than!r}: expected a number with w, d, h, m or s (e.g. 30d, 1w, 12h)")
+    seconds = int(m.group(1)) * _AGE_UNITS[m.group(2)]
     reg = Registry()
-    gone = reg.prune(seconds)
+    runs = reg.prunable(seconds)
+    if not runs:
+        print(f"no finished run older than {older_than}; nothing to forget")
+        return 0
+    views.table("finished runs older than " + older_than, ["run", "state", "recipe", "cluster", "last update", "run dir"],
+                [[r.run_id, r.state, r.recipe, r.cluster, time.strftime("%Y-%m-%d %H:%M", time.localtime(r.updated)),
+                  r.run_dir] for r in runs])
+    n = len(runs)
+    what = f"{n} finished run{'s' if n != 1 else ''}"
+    if dry_run:
+        print(f"would forget {what} (--dry-run: nothing changed)")
+        return 0
+    if not yes and sys.stdin.isatty():
+        sys.stdout.write(f"Forget {what}? Their run dirs stay on disk. [y/N] ")
+        sys.stdout.flush()
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            print("nothing forgotten")
+            return 0
+    gone = reg.prune(seconds, only=[r.run_id for r in runs])
     for run_id in gone:  # what this machine kept of them: the resolved job, local copies of remote logs
         (reg.jobs_dir() / f"{run_id}.json").unlink(missing_ok=True)
         for kind in paths.LOG_COPIES:
             shutil.rmtree(paths.state_dir() / kind / run_id, ignore_errors=True)
     n = len(gone)
-    print(f"forgot {n} finished run{'s' if n != 1 else ''} older than {older_than} (run dirs are kept)")
+    print(f"forgot {n} finished run{'s' if n != 1 else ''} older than {older_than} (run dirs are kept; "
+          "'bridge-launch import RUN_DIR' registers one again)")
+    return 0
+
+
+def import_runs(run_dirs: list[str], output: str = "text") -> int:
+    from . import launch
+    from .runs import Registry
+
+    reg = Registry()
+    results = [(d, run_id, what) for d in run_dirs for run_id, what in launch.import_run_dir(reg, d)]
+    if output == "json":
+        views.dump_json([{"run_dir": d, "run_id": i, "result": w} for d, i, w in results])
+    else:
+        for _, run_id, what in results:
+            print(f"{run_id}: {what}")
     return 0
 
 
@@ -514,7 +550,16 @@ def plan(recipe, overrides, *, cluster, overlays, nodes, tflops, tokens, output)
 
     job = resolve.resolve(recipe, resolve.Options(cluster=cluster, overlays=tuple(overlays),
                                                   overrides=tuple(overrides), nodes=nodes))
-    result = planner.plan(job, tflops_per_gpu=tflops, token_budget=int(tokens) if tokens else None)
+    try:
+        result = planner.plan(job, tflops_per_gpu=tflops, token_budget=int(tokens) if tokens else None)
+    except UsageError:
+        if not job.errors:
+            raise
+        for e in job.errors:  # what makes the job unplannable is what submit says of it, in the same words
+            _err(e)
+        if output == "json":
+            views.dump_json({"error": job.errors[0], "errors": job.errors, "exit_code": 2})
+        return 2
     if output == "json":
         views.dump_json(result)
     else:

@@ -188,16 +188,14 @@ def _nodes(recipe: dict, overlays: list, prof: dict, opts: Options, jobsrc: dict
         nodes, jobsrc["nodes"] = opts.nodes, "cli"
         if want and nodes * gpn != want:
             warnings.append(f"running on {nodes * gpn} GPUs ({nodes} x {gpn}) instead of the {want} that {want_src} states")
+        elif not want and prof["nodes"] is not None and nodes != prof["nodes"]:  # gb200-32 --nodes 4: 16 GPUs
+            warnings.append(f"cluster '{prof['name']}' is a fixed size of {_n(prof['nodes'], 'node')} "
+                            f"({prof['nodes'] * gpn} GPUs); --nodes {nodes} runs on {_n(nodes, 'node')} ({nodes * gpn} GPUs)")
     elif prof["nodes"] is not None:
         nodes, jobsrc["nodes"] = prof["nodes"], f"cluster:{prof['name']}"
         if want and nodes * gpn != want:
-            fits = [p["name"] for p in clusters.list_profiles(skip_broken=True)
-                    if p["backend"] == prof["backend"] and p["gpu_type"] == prof["gpu_type"]
-                    and p["nodes"] and p["nodes"] * p["gpus_per_node"] == want]
-            alt = f"use --cluster {fits[0]} or" if fits else "use"
-            errors.append(
-                f"{recipe['name']} needs {want} GPUs ({want_src}) but cluster '{prof['name']}' has "
-                f"{nodes * gpn} ({nodes} nodes x {gpn}); {alt} --nodes {math.ceil(want / gpn)}")
+            errors.append(f"{recipe['name']} needs {want} GPUs ({want_src}) but cluster '{prof['name']}' has "
+                          f"{nodes * gpn} ({_n(nodes, 'node')} x {gpn}); {_size_hint(prof, want)}")
     elif want:
         if want % gpn:
             errors.append(f"{want} GPUs ({want_src}) is not a whole number of {gpn}-GPU nodes on cluster '{prof['name']}'")
@@ -207,6 +205,27 @@ def _nodes(recipe: dict, overlays: list, prof: dict, opts: Options, jobsrc: dict
     if prof["max_nodes"] is not None and nodes > prof["max_nodes"]:
         errors.append(f"{nodes} nodes exceeds cluster '{prof['name']}' maximum of {prof['max_nodes']}")
     return nodes
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _size_hint(prof: dict, want: int) -> str:
+    """What would give `want` GPUs: a profile of that size (same backend and GPU first), and
+    --nodes only where this cluster allows that many (its max_nodes)."""
+    gpn = prof["gpus_per_node"]
+    need = math.ceil(want / gpn)
+    fits = [p for p in clusters.list_profiles(skip_broken=True)
+            if not p["abstract"] and p["name"] != prof["name"] and p["nodes"] and p["nodes"] * p["gpus_per_node"] == want]
+    fits.sort(key=lambda p: (p["backend"] != prof["backend"], p["gpu_type"] != prof["gpu_type"], p["name"]))
+    grow = want % gpn == 0 and (prof["max_nodes"] is None or need <= prof["max_nodes"])
+    ways = ([f"--cluster {fits[0]['name']}"] if fits else []) + ([f"--nodes {need}"] if grow else [])
+    if grow:
+        return "use " + " or ".join(ways)
+    why = (f"cluster '{prof['name']}' allows at most {_n(prof['max_nodes'], 'node')}" if prof["max_nodes"] is not None
+           and need > prof["max_nodes"] else f"{want} GPUs is not a whole number of {gpn}-GPU nodes")
+    return f"{why}; " + (f"use {ways[0]} ({want} GPUs)" if ways else f"use a cluster with {want} GPUs")
 
 
 def _mounts(prof: dict, job_root: str) -> list:

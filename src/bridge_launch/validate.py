@@ -51,7 +51,7 @@ def rule_world(job) -> list:
             return [f"{name} must be >= 1, got {v}"]
     mp = tp * pp * cp
     if job.world_size % mp:
-        return [f"world size {job.world_size} ({job.nodes} nodes x {job.gpus_per_node}) is not divisible by "
+        return [f"world size {job.world_size} ({job.nodes} node{'s' if job.nodes != 1 else ''} x {job.gpus_per_node}) is not divisible by "
                 f"TP*PP*CP = {tp}*{pp}*{cp} = {mp}; use a GPU count that is a multiple of {mp} or change the parallel sizes"]
     return []
 
