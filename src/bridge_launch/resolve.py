@@ -257,14 +257,25 @@ def slurm_time_seconds(text: str) -> int | None:
     if not m:
         raise ValueError(text)
     days, a, b, c = m.groups()
+    # Slurm itself folds overflowing fields (99:99:99 is read as 100:40:39); a field past its clock
+    # range is almost always a typo, so it is refused here with what it would have meant.
     if days is not None:  # D-H[:M[:S]]
         h, mi, se = int(a), int(b or 0), int(c or 0)
-        return ((int(days) * 24 + h) * 60 + mi) * 60 + se
-    if c is not None:  # H:M:S
-        return (int(a) * 60 + int(b)) * 60 + int(c)
-    if b is not None:  # M:S
-        return int(a) * 60 + int(b)
-    return int(a) * 60  # M
+        total = ((int(days) * 24 + h) * 60 + mi) * 60 + se
+        over = h > 23 or mi > 59 or se > 59
+    elif c is not None:  # H:M:S
+        mi, se = int(b), int(c)
+        total, over = (int(a) * 60 + mi) * 60 + se, mi > 59 or se > 59
+    elif b is not None:  # M:S
+        total, over = int(a) * 60 + int(b), int(b) > 59
+    else:
+        return int(a) * 60  # M
+    if over:
+        d, rest = divmod(total, 86400)
+        meant = (f"{d}-" if d else "") + f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+        raise ValueError(f"hours must be below 24 after a day count, minutes and seconds below 60 (Slurm would read "
+                         f"it as {meant})")
+    return total
 
 
 MAX_NO_PROGRESS = 2  # segments in a row that end without a new complete checkpoint stop the chain
@@ -422,8 +433,9 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
     if scheduler.get("time"):
         try:
             slurm_time_seconds(scheduler["time"])
-        except ValueError:
-            raise UsageError(f"time limit {scheduler['time']!r} ({jobsrc['time']}) is not a Slurm time; valid: MM, "
+        except ValueError as exc:
+            why = f": {exc}" if str(exc) != scheduler["time"] else ""
+            raise UsageError(f"time limit {scheduler['time']!r} ({jobsrc['time']}) is not a Slurm time{why}; valid: MM, "
                              "MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED") from None
 
     job_root = (prof["job_root"] or str(paths.state_dir() / "runs")).rstrip("/")

@@ -7,6 +7,7 @@ mkdir -p exit
 export OMP_NUM_THREADS=1
 export BRIDGE_LAUNCH_RUN_DIR=<STATE>/runs/@RUN_ID@
 export BRIDGE_LAUNCH_RUN_ID=@RUN_ID@
+export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${rank}]: '
 trap 'echo "bridge-launch: SIGTERM received; waiting for the workers to exit" >&2' TERM
 <PYTHON> \
     -m \
@@ -14,6 +15,7 @@ trap 'echo "bridge-launch: SIGTERM received; waiting for the workers to exit" >&
     --standalone \
     --nnodes=1 \
     --nproc-per-node=2 \
+    --tee=3 \
     <STATE>/runs/@RUN_ID@/workload/smoke.py \
     model.num_layers=2 \
     model.hidden_size=64 \

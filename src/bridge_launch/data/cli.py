@@ -69,9 +69,11 @@ def prepare_cmd(
         dump_json(manifest)
         return
     c, t = manifest["counts"], manifest["timings_s"]
+    # the same rate as the progress bar's (samples written per second of writing), and where the rest went
     typer.echo(f"Prepared {manifest['output_dir']}: {c['train']} train + {c['val']} val samples in "
-               f"{manifest['shards']['train']} + {manifest['shards']['val']} shards "
-               f"({t['total']:.1f} s; {sum(c.values()) / max(t['total'], 1e-9):.0f} samples/s)")
+               f"{manifest['shards']['train']} + {manifest['shards']['val']} shards in {t['total']:.1f} s "
+               f"(reading and checking the source {t['plan']:.1f} s; writing {t['write']:.1f} s at "
+               f"{sum(c.values()) / max(t['write'], 1e-9):,.0f} samples/s; indexing {t['index']:.1f} s)")
     typer.echo(f"Source integrity: {'verified' if manifest['source_integrity_verified'] else 'NOT verified'} "
                f"({', '.join(f'{k}: {v}' for k, v in manifest['integrity_manifests'].items())})")
     typer.echo(f"Train with: dataset.path={manifest['output_dir']}")
@@ -104,7 +106,7 @@ class _Progress:
 
             self._p.advance(self._task, n)
             done = self._p.tasks[0].completed
-            self._p.update(self._task, rate=f"{done / max(time.perf_counter() - self._t0, 1e-9):,.0f} samples/s")
+            self._p.update(self._task, rate=f"writing {done / max(time.perf_counter() - self._t0, 1e-9):,.0f} samples/s")
 
     def stop(self):
         if self._p is not None:
@@ -129,7 +131,8 @@ def inspect_cmd(
     if recipe:
         from .. import recipes
 
-        cfg = recipes.load(recipe)["config"]
+        r = recipes.load(recipe)
+        cfg = {**r["upstream_config"], **r["config"]}  # every value the recipe runs with (upstream ones too)
     elif not Path(path).exists():
         raise UsageError(f"{path} does not exist; give a dataset prepared with 'bridge-launch data prepare'")
     if not Path(path).is_dir():
