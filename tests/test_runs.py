@@ -68,7 +68,8 @@ def test_two_concurrent_resumes_exactly_one_wins(home):
     assert len(chain) == 2 and {c["chain"] for c in chain} == {run_id}
     launch_dir = Path(winner["run_dir"]) / "launch"
     assert sorted(p.name for p in launch_dir.iterdir()) == sorted(
-        [f"{run_id}.json", f"{run_id}.sh", f"{winner['run_id']}.json", f"{winner['run_id']}.sh"])
+        [f"{run_id}.json", f"{run_id}.sh", f"{run_id}.run.json", f"{winner['run_id']}.json", f"{winner['run_id']}.sh",
+         f"{winner['run_id']}.run.json"])
     run_cli("cancel", winner["run_id"])
 
 
