@@ -21,6 +21,12 @@ class Output(str, Enum):
     json = "json"
 
 
+def _completion():
+    from .. import completion
+
+    return completion
+
+
 def _subsets(values: List[str]) -> list[str]:
     out = [s.strip() for v in values for s in v.split(",") if s.strip()]
     if not out:
@@ -42,7 +48,8 @@ def prepare_cmd(
                                         help="Convert a subset without a checksum manifest (verify its provenance first)."),
     write_manifest: bool = typer.Option(False, "--write-manifest",
                                         help="Pin the source files of unpinned subsets (sizes + sha256) so later runs verify them."),
-    cluster: Optional[str] = typer.Option(None, "--cluster", help="Write shards as a Slurm job array on this cluster profile."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="Write shards as a Slurm job array on this cluster profile.",
+                                          autocompletion=lambda incomplete: _completion().clusters(incomplete)),
     output: Output = typer.Option(Output.text, "--output", "-o", help="text or json."),
 ):
     """Convert dataset subsets to Energon-ready WebDataset shards, index them, write manifest.json."""
@@ -117,7 +124,8 @@ class _Progress:
 @app.command("inspect")
 def inspect_cmd(
     path: Path = typer.Argument(..., help="A prepared Energon dataset directory."),
-    recipe: Optional[str] = typer.Option(None, "--recipe", help="Simulate this recipe's native packing (e.g. qwen35-vl-sft)."),
+    recipe: Optional[str] = typer.Option(None, "--recipe", help="Simulate this recipe's native packing (e.g. qwen35-vl-sft).",
+                                         autocompletion=lambda incomplete: _completion().recipes(incomplete)),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Local tokenizer directory for exact text token counts."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Read at most this many samples per split."),
     output: Output = typer.Option(Output.text, "--output", "-o", help="text or json."),
