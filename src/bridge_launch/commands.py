@@ -374,6 +374,7 @@ def _without_run_id(job):
     return resolve.ResolvedJob.from_dict(data)
 
 
+_PROFILE_KEYS = ("numa_bind", "nvlink_domain_nodes", "containers")
 _JOB_KEYS = ("recipe", "upstream", "mode", "workload", "entry", "cluster", "backend", "nodes", "gpus_per_node",
              "world_size", "gpu_type", "container", "image", "overlays", "mounts", "job_root", "python", "bridge_src")
 
@@ -407,8 +408,9 @@ def diff_rows(a, b) -> list[tuple]:
     add("env", a.env, b.env, pa["env"], pb["env"])
     add("secrets", {n: "passed by name" for n in a.secrets}, {n: "passed by name" for n in b.secrets},
         missing="(not passed)")
-    scalar = lambda p: {k: v for k, v in p.items() if k not in ("path", "origin")}  # noqa: E731
-    add("profile", scalar(a.profile), scalar(b.profile))
+    # what of the profile reaches the job and is not in a section above
+    prof = lambda p: {k: p.get(k) for k in _PROFILE_KEYS}  # noqa: E731
+    add("profile", prof(a.profile), prof(b.profile))
     if not any(r[2] != r[4] for r in rows):
         ta, tb = backends.render(a).text.splitlines(), backends.render(b).text.splitlines()
         for n, (la, lb) in enumerate(zip([*ta, *[""] * len(tb)], [*tb, *[""] * len(ta)]), 1):

@@ -79,8 +79,10 @@ def directives(job) -> list[tuple[str, str | None]]:
 # only its shutdown timeout (30 s) before SIGKILL, and exits non-zero even when every worker saved,
 # which sets off srun --kill-on-bad-exit on the other nodes (trainer_protocol.py, torchrun). Finding
 # children through /proc works for every torch version and needs neither procps nor torchrun flags;
-# a pyxis container shares the host's PID namespace, so the same holds inside it. A stop asked for
-# before torchrun has started its workers waits for them (a cancel during start-up).
+# a pyxis container shares the host's PID namespace, so the same holds inside it. Before torchrun
+# has started its workers, a cancel (a stop file that says "cancel") waits for them and stops them;
+# a time-limit stop (an empty stop file) leaves them be: a trainer signalled before its exit-signal
+# handler is installed would die without saving, and there is nothing new to save yet.
 _NODE_CHAIN = (
     'stop=$1 sig=$2; shift 2; {launcher} --node-rank="$SLURM_NODEID" "$@" & tr=$!; '
     'while kill -0 "$tr" 2>/dev/null; do '
@@ -89,7 +91,9 @@ _NODE_CHAIN = (
     '[ "$2" = "$tr" ] && pids="$pids ${{p#/proc/}}"; done; '
     'if [ -n "$pids" ]; then '
     'echo "bridge-launch: $(hostname): SIG$sig to the training processes$pids (torchrun $tr is left alone)" >&2; '
-    'kill -s "$sig" $pids; break; fi; fi; sleep 1; done; wait "$tr"'
+    'kill -s "$sig" $pids; break; fi; '
+    '[ -s "$stop" ] || {{ echo "bridge-launch: $(hostname): no training process has started yet; none signalled" >&2; '
+    'break; }}; fi; sleep 1; done; wait "$tr"'
 )
 
 
@@ -125,7 +129,7 @@ def _single_block(job, srun) -> list[str]:
     return [
         f"stop_file={q(job.run_dir + '/exit')}/stop-\"$SLURM_JOB_ID\"",
         "trap 'echo \"bridge-launch: cancelled: SIGTERM to the training processes on every node (torchrun is left "
-        "alone)\" >&2; touch \"$stop_file\"' USR1",
+        "alone)\" >&2; echo cancel > \"$stop_file\"' USR1",
         " \\\n    ".join(_arg(a) for a in [*srun, *torchrun_command(job)]) + " &",
         "step=$!",
         'while :; do wait "$step"; rc=$?; kill -0 "$step" 2>/dev/null || break; done',
@@ -245,8 +249,8 @@ def _chain_block(job, srun) -> list[str]:
         'echo "$SLURM_JOB_ID $before" > "$chain/open"',
         "got_signal=0",
         f"trap 'got_signal=1; if [ -e \"$chain/stopped\" ]; then echo \"bridge-launch: cancelled: the training "
-        "processes are told to save and exit\" >&2; else echo \"bridge-launch: time limit in "
-        f"{lead}s: the training processes are told to save and exit\" >&2; fi; touch \"$stop_file\"' USR1",
+        "processes are told to save and exit\" >&2; echo cancel > \"$stop_file\"; else echo \"bridge-launch: time "
+        f"limit in {lead}s: the training processes are told to save and exit\" >&2; touch \"$stop_file\"; fi' USR1",
         "trap 'got_signal=1' TERM",
         step_cmd + " &",
         "step=$!",
