@@ -8,6 +8,12 @@ from enum import Enum
 from typing import List, Optional
 
 import typer
+from typer.core import TyperCommand as _TyperCommand
+
+try:  # typer >= 0.20 carries its own copy of click
+    from typer._click.exceptions import ClickException as _ClickException
+except ImportError:  # pragma: no cover - older typer, click installed beside it
+    from click.exceptions import ClickException as _ClickException
 
 from . import __version__
 from .errors import BridgeLaunchError
@@ -200,14 +206,6 @@ def resume(
     from . import commands
 
     raise typer.Exit(commands.resume(run, overrides or [], follow=follow, output=output.value))
-
-
-try:  # typer >= 0.20 carries its own copy of click
-    from typer._click.exceptions import ClickException as _ClickException
-except ImportError:  # pragma: no cover - older typer, click installed beside it
-    from click.exceptions import ClickException as _ClickException
-
-from typer.core import TyperCommand as _TyperCommand  # noqa: E402
 
 
 def _submit_command(ctx):

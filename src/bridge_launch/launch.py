@@ -272,7 +272,9 @@ def cancel(reg: Registry, run: Run) -> Run:
         info = dict(info, **{k: v for k, v in st.items() if k not in ("state", "reason", "job_ids")})
     except Exception:  # noqa: BLE001 - the cancel itself succeeded; details can wait for the next status
         pass
-    return reg.update(run.run_id, state="CANCELLED", reason="cancelled by user", info=info)
+    run = reg.update(run.run_id, state="CANCELLED", reason="cancelled by user", info=info)
+    _write_record(run)  # an import later knows it was cancelled, not failed
+    return run
 
 
 class Tail:
