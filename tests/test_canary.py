@@ -53,11 +53,10 @@ def test_slurm_canary_is_a_short_job_in_the_same_image_the_real_job_waits_for(ho
            [ln for ln in csrun if ln.startswith(("    --container", "    --mpi", "    --no-container"))]
     exports = [ln for ln in main.splitlines() if ln.startswith("export ") and "RUN_ID=" not in ln]
     assert exports and all(ln in text for ln in exports)
-    assert text.rstrip().splitlines()[-5:-3] == [
-        "    /lustre/fsw/bridge-launch/runs/@RUN_ID@/workload/canary.py \\",
-        "    /lustre/fsw/bridge-launch/runs/@RUN_ID@/canary/@RUN_ID@.spec.json"]
+    entry = text.index("    /lustre/fsw/bridge-launch/runs/@RUN_ID@/workload/canary.py \\\n")
+    assert text[entry:].splitlines()[1] == "    /lustre/fsw/bridge-launch/runs/@RUN_ID@/canary/@RUN_ID@.spec.json &"
     spec = c["spec"]
-    tokens = shlex.split(main.split("srun \\\n")[1].split("\nrc=")[0].replace("\\\n", " "))
+    tokens = shlex.split(main.split("srun \\\n")[1].split(" &\n")[0].replace("\\\n", " "))
     at = tokens.index(spec["entry"])
     assert tokens[at + 1:at + 5] == ["--recipe", spec["recipe"], "--mode", spec["mode"]]
     assert spec["args"] == tokens[at + 5:]  # the job's exact overrides
@@ -107,7 +106,7 @@ def test_no_canary_means_no_change_to_the_job(home):
     ('[canary]\ntime = "soon"\n', "[canary]: time 'soon' is not a Slurm time"),
     ("[canary]\nbusbw_sizes = []\n", "[canary]: busbw_sizes must be a list of byte counts"),
     ("[canary]\nbusbw_min_fraction = 1.5\n", "[canary]: busbw_min_fraction must be in (0, 1]"),
-    ("[canary]\nbusbw_gbs = 3\n", "unknown profile key 'busbw_gbs'"),
+    ("[canary]\nbusbw_gbs = 3\n", "unknown [canary] key 'busbw_gbs'"),
 ])
 def test_bad_canary_settings_are_one_line(home, body, message):
     write(home / "clusters" / "bad.toml", 'extends = "gb200-32"\n' + body)

@@ -86,7 +86,7 @@ def test_local_slurm_pyxis_uses_the_gb200_code_path(home):
                  "--no-container-mount-home", "--container-writable", "--mpi=none"):
         assert flag in text, flag
     assert f"{job.job_root}:{job.job_root}" in job.mounts  # the job root is mounted at the same path
-    assert "exec torchrun " in text  # the image's torchrun, not this machine's interpreter
+    assert ' torchrun --node-rank="$SLURM_NODEID"' in text  # the image's torchrun, not this machine's interpreter
     env_names = text.split("--container-env=")[1].split(" ")[0].split(",")
     assert "TOKENIZERS_PARALLELISM" in env_names and "OMP_NUM_THREADS" in env_names
 
@@ -233,7 +233,7 @@ def test_bridge_src_dry_run_mounts_the_staged_tree(home, tmp_path):
     text = d["artifact"]["text"]
     assert f"{d['run_dir']}/bridge-src:/opt/Megatron-Bridge" in text
     assert "export PYTHONPATH=/opt/Megatron-Bridge/src:/opt/Megatron-Bridge/3rdparty/Megatron-LM${PYTHONPATH:+:$PYTHONPATH}; " \
-           "exec torchrun" in text
+           "stop=$1 sig=$2; shift 2; torchrun --node-rank" in text
     plain = run_cli("submit", "smoke", "-c", "gb200-8", "--dry-run", "-o", "json").json()["artifact"]["text"]
     assert "PYTHONPATH" not in plain
 

@@ -133,8 +133,19 @@ def test_diff_never_raises(home, targets, data):
         return [recipe, "-c", cluster, *(["--nodes", str(nodes)] if nodes else []), *ovs]
 
     code = _quiet(commands.diff, words(*a) + ["--"] + words(*b), all_keys=data.draw(st.booleans()),
-                  output=data.draw(st.sampled_from(["text", "json"])))
+                  output=data.draw(st.sampled_from(["text", "json"])), parse_side=_side_parser())
     assert code in (0, 2)
+
+
+def _side_parser():
+    """diff's sides parsed by submit's own parser, as the CLI parses them."""
+    import click
+    import typer.main
+
+    from bridge_launch import cli
+
+    root = typer.main.get_command(cli.app)
+    return cli._side_parser(click.Context(root, info_name="bridge-launch"))
 
 
 INT_KEYS = [k for k in KEYS if "1" in _fitting(k)]

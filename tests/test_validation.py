@@ -130,7 +130,7 @@ def test_rule(cfg, overrides, cluster, nodes, fragment):
 def test_gpu_count_must_match_a_fixed_size_cluster(cfg):
     write(cfg / "clusters" / "b200-8.toml", CLUSTERS["b200-16"].replace("nodes = 2", "nodes = 1"))
     j = job(cluster="b200-8")
-    assert any("moe-test needs 16 GPUs (recipe) but cluster 'b200-8' has 8 (1 nodes x 8)" in e for e in j.errors), j.errors
+    assert any("moe-test needs 16 GPUs (recipe) but cluster 'b200-8' has 8 (1 node x 8)" in e for e in j.errors), j.errors
     assert any("--cluster b200-16" in e for e in j.errors)  # names a cluster of the right size
     assert len(j.errors) == 1  # not also every rule that restates the wrong GPU count
 

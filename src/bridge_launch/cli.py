@@ -8,9 +8,16 @@ from enum import Enum
 from typing import List, Optional
 
 import typer
+from typer.core import TyperCommand as _TyperCommand
+
+try:  # typer >= 0.20 carries its own copy of click
+    from typer._click.exceptions import ClickException as _ClickException
+except ImportError:  # pragma: no cover - older typer, click installed beside it
+    from click.exceptions import ClickException as _ClickException
 
 from . import __version__
 from .errors import BridgeLaunchError
+from .errors import UsageError as BridgeLaunchUsage
 
 app = typer.Typer(
     name="bridge-launch",
@@ -18,6 +25,7 @@ app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
+    add_completion=False,  # ours below take the shell as a value (Typer's print the current shell's script)
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 recipes_app = typer.Typer(help="List and show recipes.", no_args_is_help=True)
@@ -47,33 +55,84 @@ def _version(value: bool):
         raise typer.Exit()
 
 
+def _show_completion(value: Optional[str]):
+    if value:
+        from . import completion
+
+        typer.echo(completion.script(value))
+        raise typer.Exit()
+
+
+def _install_completion(value: Optional[str]):
+    if value:
+        from . import completion
+
+        shell, path = completion.install(value)
+        typer.echo(f"{shell} completion installed in {path}; it takes effect in a new shell")
+        raise typer.Exit()
+
+
 @app.callback()
-def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version.")):
+def _main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
+    show_completion: Optional[str] = typer.Option(
+        None, "--show-completion", metavar="[SHELL]", callback=_show_completion, is_eager=True, expose_value=False,
+        help="Print the completion script for SHELL (bash, zsh, fish, powershell; default: this shell)."),
+    install_completion: Optional[str] = typer.Option(
+        None, "--install-completion", metavar="[SHELL]", callback=_install_completion, is_eager=True,
+        expose_value=False, help="Install completion for SHELL (default: this shell)."),
+):
     """Recipes x clusters -> validated, exactly printed, resumable jobs."""
 
 
+# TAB completion (completion.py): names a user can use, run ids, override keys from the schema.
 def _complete_recipe(incomplete: str):
-    from . import recipes
+    from . import completion
 
-    return [n for n in recipes.catalog().names() if n.startswith(incomplete)]
+    return completion.recipes(incomplete)
 
 
 def _complete_cluster(incomplete: str):
-    from . import clusters
+    from . import completion
 
-    return [n for n in clusters.catalog().names() if n.startswith(incomplete)]
+    return completion.clusters(incomplete)
 
 
 def _complete_overlay(incomplete: str):
-    from . import recipes
+    from . import completion
 
-    return [n for n in recipes.overlay_catalog().names() if n.startswith(incomplete)]
+    return completion.overlays(incomplete)
+
+
+def _complete_run(incomplete: str):
+    from . import completion
+
+    return completion.runs(incomplete)
+
+
+def _complete_override(ctx: typer.Context, incomplete: str):
+    from . import completion
+
+    return completion.override_keys(incomplete, recipe=ctx.params.get("recipe"))
+
+
+def _complete_resume_override(ctx: typer.Context, incomplete: str):
+    from . import completion
+
+    return completion.override_keys(incomplete)
+
+
+def _complete_diff(incomplete: str):
+    from . import completion
+
+    return completion.runs(incomplete) + completion.recipes(incomplete)
 
 
 @app.command(context_settings={"allow_interspersed_args": True})
 def submit(
     recipe: str = typer.Argument(..., help="Recipe name or alias (see 'recipes list').", autocompletion=_complete_recipe),
-    overrides: Optional[List[str]] = typer.Argument(None, help="Hydra overrides: key=value, +key=value, ++key=value, ~key."),
+    overrides: Optional[List[str]] = typer.Argument(None, help="Hydra overrides: key=value, +key=value, ++key=value, ~key.",
+                                                    autocompletion=_complete_override),
     cluster: str = typer.Option("local", "--cluster", "-c", help="Cluster profile.", autocompletion=_complete_cluster),
     overlay: Optional[List[str]] = typer.Option(None, "--overlay", help="Overlay to apply (repeatable, in order).",
                                                 autocompletion=_complete_overlay),
@@ -133,7 +192,8 @@ def _more_recipes(words: list[str]) -> bool:
 
 @app.command()
 def status(
-    run: Optional[str] = typer.Argument(None, help="A run id (or a unique prefix), or an experiment's name."),
+    run: Optional[str] = typer.Argument(None, help="A run id (or a unique prefix), or an experiment's name.",
+                                        autocompletion=_complete_run),
     all_: bool = typer.Option(False, "--all", "-a", help="All runs, not only the 50 most recent."),
     state: Optional[str] = typer.Option(None, "--state", help="Only runs in this state (e.g. RUNNING)."),
     recipe: Optional[str] = typer.Option(None, "--recipe", help="Only runs of this recipe."),
@@ -150,7 +210,7 @@ def status(
 
 
 @app.command()
-def logs(run: str = typer.Argument(..., help="A run id (or a unique prefix)."),
+def logs(run: str = typer.Argument(..., help="A run id (or a unique prefix).", autocompletion=_complete_run),
          follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
          rank: Optional[int] = typer.Option(None, "--rank", "-r", help="Only this rank's lines (by their [rankN]: prefix)."),
          grep: Optional[str] = typer.Option(None, "--grep", "-g", help="Only lines matching this regular expression."),
@@ -200,7 +260,7 @@ def compare(
 
 
 @app.command()
-def cancel(run: str = typer.Argument(..., help="A run id (or a unique prefix).")):
+def cancel(run: str = typer.Argument(..., help="A run id (or a unique prefix).", autocompletion=_complete_run)):
     """Cancel a run (idempotent)."""
     from . import commands
 
@@ -209,8 +269,9 @@ def cancel(run: str = typer.Argument(..., help="A run id (or a unique prefix).")
 
 @app.command(context_settings={"allow_interspersed_args": True})
 def resume(
-    run: str = typer.Argument(..., help="The run to resume (id or unique prefix)."),
-    overrides: Optional[List[str]] = typer.Argument(None, help="Extra overrides, e.g. train.train_iters=2000."),
+    run: str = typer.Argument(..., help="The run to resume (id or unique prefix).", autocompletion=_complete_run),
+    overrides: Optional[List[str]] = typer.Argument(None, help="Extra overrides, e.g. train.train_iters=2000.",
+                                                    autocompletion=_complete_resume_override),
     follow: bool = typer.Option(False, "--follow", "-f", help="Stream progress until the job ends."),
     output: Output = OUTPUT,
 ):
@@ -220,24 +281,63 @@ def resume(
     raise typer.Exit(commands.resume(run, overrides or [], follow=follow, output=output.value))
 
 
-@app.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+def _submit_command(ctx):
+    root = ctx.find_root()
+    return root.command.get_command(root, "submit")
+
+
+class _DiffCommand(_TyperCommand):
+    """diff's help lists the options each side takes: submit's own (one list, one parser)."""
+
+    def format_epilog(self, ctx, formatter):
+        from . import commands
+
+        submit_cmd = _submit_command(ctx)
+        records = [p.get_help_record(ctx) for p in submit_cmd.params
+                   if p.name not in commands.NOT_SIDE and getattr(p, "param_type_name", "") == "option"]
+        with formatter.section("Options of each side (as for submit)"):
+            formatter.write_dl([r for r in records if r])
+        super().format_epilog(ctx, formatter)
+
+
+def _side_parser(ctx):
+    """One side of diff, parsed by submit's own parser: {click parameter name: value}."""
+    submit_cmd = _submit_command(ctx)
+
+    def parse(words):
+        try:
+            sub = submit_cmd.make_context("diff", list(words), resilient_parsing=False)
+        except _ClickException as exc:
+            raise BridgeLaunchUsage(f"diff: {' '.join(words)}: {exc.format_message()}") from None
+        return dict(sub.params)
+
+    return parse
+
+
+@app.command(cls=_DiffCommand, context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 def diff(
-    args: List[str] = typer.Argument(..., help="RUN_A RUN_B, or RECIPE [-c CLUSTER] [--overlay O] [KEY=VALUE...] -- RECIPE ..."),
+    ctx: typer.Context,
+    args: List[str] = typer.Argument(..., help="RUN_A RUN_B, or RECIPE [OPTIONS] [KEY=VALUE...] -- RECIPE [OPTIONS] [KEY=VALUE...]",
+                                     autocompletion=_complete_diff),
     all_keys: bool = typer.Option(False, "--all", help="Show equal values too."),
     output: Output = OUTPUT,
 ):
-    """Compare two runs, or two recipe/cluster/override sets, with the layer each value came from."""
+    """Compare two runs, or two recipe/cluster/option/override sets, with the layer each value came from:
+    everything that reaches the job (scheduler options, environment, secrets by name, container, config)."""
     from . import commands
 
-    raise typer.Exit(commands.diff(_raw_after("diff"), all_keys=all_keys, output=output.value))
+    raise typer.Exit(commands.diff(_raw_after("diff"), all_keys=all_keys, output=output.value,
+                                   parse_side=_side_parser(ctx)))
 
 
 @app.command(context_settings={"allow_interspersed_args": True})
 def plan(
     recipe: str = typer.Argument(..., help="Recipe name or alias.", autocompletion=_complete_recipe),
-    overrides: Optional[List[str]] = typer.Argument(None, help="Hydra overrides, as for submit."),
+    overrides: Optional[List[str]] = typer.Argument(None, help="Hydra overrides, as for submit.",
+                                                    autocompletion=_complete_override),
     cluster: str = typer.Option("local", "--cluster", "-c", help="Cluster profile.", autocompletion=_complete_cluster),
-    overlay: Optional[List[str]] = typer.Option(None, "--overlay", help="Overlay to apply (repeatable, in order)."),
+    overlay: Optional[List[str]] = typer.Option(None, "--overlay", help="Overlay to apply (repeatable, in order).",
+                                                autocompletion=_complete_overlay),
     nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Node count."),
     tflops: Optional[float] = typer.Option(None, "--tflops", help="Achieved TFLOP/s per GPU (overrides the recipe's assumption)."),
     tokens: Optional[float] = typer.Option(None, "--tokens", help="Token budget: steps = tokens / tokens per step."),
@@ -251,11 +351,27 @@ def plan(
 
 
 @app.command()
-def prune(older_than: str = typer.Option("30d", "--older-than", help="Age of finished runs to forget, e.g. 30d, 12h.")):
-    """Forget finished runs older than the given age: their records and local log copies (run dirs are kept)."""
+def prune(
+    older_than: str = typer.Option("30d", "--older-than", help="Age of finished runs to forget: 1w, 30d, 12h, 90m."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List what would be forgotten; change nothing."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation (asked only on a terminal)."),
+):
+    """Forget finished runs older than the given age: their records and local log copies (run dirs are
+    kept; 'bridge-launch import RUN_DIR' registers one again). Lists them first."""
     from . import commands
 
-    raise typer.Exit(commands.prune(older_than))
+    raise typer.Exit(commands.prune(older_than, dry_run=dry_run, yes=yes))
+
+
+@app.command("import")
+def import_(
+    run_dirs: List[str] = typer.Argument(..., help="Run directories (<job_root>/<run id>) to register again."),
+    output: Output = OUTPUT,
+):
+    """Register the runs a run directory holds (e.g. after prune forgot them), with their lineage and state."""
+    from . import commands
+
+    raise typer.Exit(commands.import_runs(run_dirs, output.value))
 
 
 @image_app.command("import")
@@ -344,19 +460,57 @@ def _exit_now(code) -> None:
     os._exit(code if isinstance(code, int) else (0 if code is None else 1))
 
 
+def _json_mode(argv: list[str]) -> bool:
+    """-o json / --output json anywhere on the line: then stdout carries JSON only, errors too."""
+    return any(a in ("--output=json", "-ojson") or a in ("-o", "--output") and nxt == "json"
+               for a, nxt in zip(argv, [*argv[1:], ""]))
+
+
+def _with_shells(argv: list[str]) -> list[str]:
+    """--show-completion / --install-completion take an optional shell: alone, this shell's."""
+    out = list(argv)
+    for i, a in enumerate(out):
+        if a in ("--show-completion", "--install-completion") and (i + 1 == len(out) or out[i + 1].startswith("-")):
+            from . import completion
+
+            out.insert(i + 1, completion.detect_shell())
+            break
+    return out
+
+
 def main() -> None:
+    import json
+    import os
+
+    argv = _with_shells(sys.argv[1:])
+    json_mode = _json_mode(argv)
+
+    def fail(message: str, code: int):
+        if json_mode:  # the error as JSON on stdout; a human reading stderr still gets the line
+            sys.stdout.write(json.dumps({"error": message, "exit_code": code}) + "\n")
+        sys.stderr.write(f"bridge-launch: error: {message}\n")
+        sys.exit(code)
+
+    if os.environ.get("_BRIDGE_LAUNCH_COMPLETE"):
+        from typer._completion_classes import completion_init
+
+        completion_init()  # Typer's bash/zsh/fish/PowerShell completion classes
     try:
-        app()
-    except SystemExit as exc:
-        if "megatron.core" in sys.modules:
-            _exit_now(exc.code)
-        raise
+        code = app(args=argv, prog_name="bridge-launch", standalone_mode=False)
     except BridgeLaunchError as exc:
-        sys.stderr.write(f"bridge-launch: error: {exc}\n")
+        fail(str(exc), exc.exit_code)
+    except _ClickException as exc:
+        if json_mode:
+            fail(exc.format_message(), exc.exit_code)
+        exc.show()
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.stderr.write("bridge-launch: interrupted\n")
         sys.exit(130)
+    code = code if isinstance(code, int) else 0
+    if "megatron.core" in sys.modules:  # plan: skip the teardown of torch and megatron-core (_exit_now)
+        _exit_now(code)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

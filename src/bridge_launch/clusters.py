@@ -6,7 +6,7 @@ from functools import lru_cache
 
 from . import paths
 from .canary import PROFILE_KEYS as _CANARY
-from .catalog import Catalog
+from .catalog import Catalog, where
 from .errors import UsageError, suggest
 
 BACKENDS = ("local", "slurm", "lepton", "dgxcloud")
@@ -83,74 +83,83 @@ _DGXC = {
 _SECTIONS = {"slurm": _SLURM, "lepton": _LEPTON, "dgxcloud": _DGXC, "canary": _CANARY}
 
 
-def _check(where: str, data: dict, spec: dict) -> dict:
+def _check(at, data: dict, spec: dict, section: str = "") -> dict:
     out = {}
     for key, value in data.items():
         if key not in spec:
-            raise UsageError(f"{where}: {suggest(key, spec, 'profile key')}")
+            what = f"[{section.rstrip('.')}] key" if section else "profile key"
+            raise UsageError(f"{at(section + key)}: {suggest(key, spec, what)}")
         typ = spec[key][0]
         if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
             names = " or ".join(t.__name__ for t in (typ if isinstance(typ, tuple) else (typ,)))
-            raise UsageError(f"{where}: '{key}' must be {names}, got {type(value).__name__} {value!r}")
+            raise UsageError(f"{at(section + key)}: '{key}' must be {names}, got {type(value).__name__} {value!r}")
         out[key] = value
     for key, (_, default) in spec.items():
         out.setdefault(key, default if not isinstance(default, (list, dict)) else type(default)(default))
     return out
 
 
-def _validate(data: dict, path) -> dict:
-    where = f"cluster profile '{data.get('name')}' ({path})"
-    prof = _check(where, data, _TOP)
+def _validate(data: dict, path, paths=None) -> dict:
+    """The profile with defaults filled in; a bad value is one line naming the file and line that
+    set it (`paths`: the files it is built from, head first)."""
+    files = paths or [path]
+
+    def at(key: str | None = None) -> str:
+        return f"{where(files, key)}: cluster profile '{data.get('name')}'"
+
+    prof = _check(at, data, _TOP)
     for section, spec in _SECTIONS.items():
-        prof[section] = _check(f"{where} [{section}]", prof[section], spec)
+        prof[section] = _check(at, prof[section], spec, section + ".")
     if prof["backend"] not in BACKENDS:
-        raise UsageError(f"{where}: backend must be one of {', '.join(BACKENDS)}, got {prof['backend']!r}")
+        raise UsageError(f"{at('backend')}: backend must be one of {', '.join(BACKENDS)}, got {prof['backend']!r}")
     if prof["gpu_type"] not in GPU_ARCH:
-        raise UsageError(f"{where}: {suggest(prof['gpu_type'], GPU_ARCH, 'gpu_type')}")
+        raise UsageError(f"{at('gpu_type')}: {suggest(prof['gpu_type'], GPU_ARCH, 'gpu_type')}")
     if prof["gpus_per_node"] < 1:
-        raise UsageError(f"{where}: gpus_per_node must be >= 1")
+        raise UsageError(f"{at('gpus_per_node')}: gpus_per_node must be >= 1")
     for key in ("nodes", "max_nodes"):
         if prof[key] is not None and prof[key] < 1:
-            raise UsageError(f"{where}: {key} must be >= 1")
+            raise UsageError(f"{at(key)}: {key} must be >= 1")
     if prof["nodes"] is not None:
         if prof["max_nodes"] is None:
             prof["max_nodes"] = prof["nodes"]
         elif prof["nodes"] > prof["max_nodes"]:
-            raise UsageError(f"{where}: nodes ({prof['nodes']}) exceeds max_nodes ({prof['max_nodes']})")
+            raise UsageError(f"{at('nodes')}: nodes ({prof['nodes']}) exceeds max_nodes ({prof['max_nodes']})")
     for key in ("env",):
         for k, v in prof[key].items():
             if not isinstance(v, (str, int, float, bool)):
-                raise UsageError(f"{where}: env {k} must be a string or number")
+                raise UsageError(f"{at('env.' + k)}: env {k} must be a string or number")
             prof[key][k] = _env_str(v)
-    for name in prof["secrets"] + prof["required_secrets"]:
-        if not isinstance(name, str) or not name.replace("_", "").isalnum():
-            raise UsageError(f"{where}: secrets must be environment variable names, got {name!r}")
-        if name in prof["env"]:
-            raise UsageError(f"{where}: {name} is listed as a secret and also given a value in [env]; secrets are passed by name only")
-    _check_secret_sources(where, prof["slurm"])
+    for key in ("secrets", "required_secrets"):
+        for name in prof[key]:
+            if not isinstance(name, str) or not name.replace("_", "").isalnum():
+                raise UsageError(f"{at(key)}: secrets must be environment variable names, got {name!r}")
+            if name in prof["env"]:
+                raise UsageError(f"{at(key)}: {name} is listed as a secret and also given a value in [env]; secrets "
+                                 "are passed by name only")
     mpi = prof["slurm"]["mpi"]
     if not mpi.replace("_", "").isalnum() or any(a.startswith("--mpi") for a in prof["slurm"]["srun_args"]):
-        raise UsageError(f"{where}: [slurm] mpi must be one MPI plugin name (none, pmix, pmi2, ...), set there "
-                         "and not as --mpi in srun_args")
+        raise UsageError(f"{at('slurm.mpi')}: [slurm] mpi must be one MPI plugin name (none, pmix, pmi2, ...), set "
+                         "there and not as --mpi in srun_args")
+    _check_secret_sources(at("slurm.secret_sources"), prof["slurm"])
     bind = prof["slurm"]["cpu_bind"]
     if not all(c.isalnum() or c in "_,:.-=" for c in bind) or any(
             a.startswith(("--cpu-bind", "--cpu_bind")) for a in prof["slurm"]["srun_args"]):
-        raise UsageError(f"{where}: [slurm] cpu_bind must be one srun --cpu-bind value (none, cores, "
+        raise UsageError(f"{at('slurm.cpu_bind')}: [slurm] cpu_bind must be one srun --cpu-bind value (none, cores, "
                          "map_cpu:..., verbose,none; empty for the site's default), set there and not in srun_args")
     port = prof["slurm"]["rdzv_port"]
     from .backends.torchrun_opts import EPHEMERAL_PORTS, port_in_ephemeral_range
 
     if port and (port < 1024 or port > 65535 or port_in_ephemeral_range(port)):
-        raise UsageError(f"{where}: [slurm] rdzv_port {port} is not usable: choose 1024-{EPHEMERAL_PORTS[0] - 1} "
+        raise UsageError(f"{at('slurm.rdzv_port')}: [slurm] rdzv_port {port} is not usable: choose 1024-{EPHEMERAL_PORTS[0] - 1} "
                          f"(Linux gives outgoing connections ports {EPHEMERAL_PORTS[0]}-{EPHEMERAL_PORTS[1]}, "
                          "so a rendezvous port there may already be taken)")
     if prof["rdzv_join_timeout"] < 0:
-        raise UsageError(f"{where}: rdzv_join_timeout must be >= 0 seconds (0: derived)")
+        raise UsageError(f"{at('rdzv_join_timeout')}: rdzv_join_timeout must be >= 0 seconds (0: derived)")
     from .canary import check_profile
 
-    check_profile(where, prof["canary"])
+    check_profile(at("canary"), prof["canary"])
     if prof["canary"]["enabled"] and prof["backend"] == "local":
-        raise UsageError(f"{where}: [canary] enabled: the local backend runs on this machine; a canary checks a cluster")
+        raise UsageError(f"{at('canary.enabled')}: [canary] enabled: the local backend runs on this machine; a canary checks a cluster")
     prof["arch"] = GPU_ARCH[prof["gpu_type"]]
     prof["path"] = str(path)
     return prof
@@ -184,18 +193,23 @@ def catalog() -> Catalog:
 def load(name: str) -> dict:
     cat = catalog()
     entry = cat.get(name)
-    prof = _validate(cat.resolved(entry.name), entry.path)
+    prof = _validate(cat.resolved(entry.name), entry.path, [p for p, *_ in cat.chain(entry.name)])
     prof["origin"] = entry.origin
     return prof
 
 
-def list_profiles(skip_broken: bool = False) -> list[dict]:
-    """Every profile; with skip_broken, one that does not load is left out instead of failing."""
+def list_profiles(skip_broken: bool = False, problems: list | None = None) -> list[dict]:
+    """Every profile. A file that does not load fails the call, unless skip_broken (left out) or
+    `problems` is given (left out, its one-line error appended there)."""
     out = []
+    if problems is not None:
+        problems.extend(catalog().broken())
     for e in catalog().entries():
         try:
             out.append(load(e.name))
-        except UsageError:
-            if not skip_broken:
+        except UsageError as exc:
+            if problems is not None:
+                problems.append(str(exc))
+            elif not skip_broken:
                 raise
     return out

@@ -52,6 +52,8 @@ def submit(recipe, overrides, *, cluster, overlays, nodes, time, partition, acco
     if job.errors:
         for e in job.errors:
             _err(e)
+        if output == "json":
+            views.dump_json({"error": job.errors[0], "errors": job.errors, "exit_code": 2})
         return 2
     from . import launch
 
@@ -68,19 +70,26 @@ def resume(run_ref, overrides, *, follow, output) -> int:
     return _submitted(run, launch.load_job(reg, run), follow, output)
 
 
+def _run_json(run, **extra) -> dict:
+    return {"run_id": run.run_id, "job_ids": run.job_ids, "state": run.state, "run_dir": run.run_dir,
+            "cluster": run.cluster, "recipe": run.recipe, "resumed_from": run.resumed_from, "chain": run.chain, **extra}
+
+
 def _submitted(run, job, follow, output) -> int:
+    for w in job.warnings:
+        sys.stderr.write(f"bridge-launch: warning: {w}\n")
+    what = f"resumed {run.resumed_from} as" if run.resumed_from else "submitted"
+    line = f"{what} {run.run_id} ({job.backend} job {', '.join(run.job_ids)}); run dir {run.run_dir}"
     if output == "json":
-        views.dump_json({"run_id": run.run_id, "job_ids": run.job_ids, "state": run.state, "run_dir": run.run_dir,
-                         "cluster": run.cluster, "recipe": run.recipe, "resumed_from": run.resumed_from,
-                         "chain": run.chain})
+        if not follow:  # with --follow, one object once the run has ended (logs go to stderr meanwhile)
+            views.dump_json(_run_json(run, warnings=job.warnings))
+            return 0
+        sys.stderr.write(line + "\n")
     else:
-        for w in job.warnings:
-            sys.stderr.write(f"bridge-launch: warning: {w}\n")
-        what = f"resumed {run.resumed_from} as" if run.resumed_from else "submitted"
-        print(f"{what} {run.run_id} ({job.backend} job {', '.join(run.job_ids)}); run dir {run.run_dir}")
+        print(line)
     if not follow:
         return 0
-    return _follow(run, job)
+    return _follow(run, job, output)
 
 
 def _segment_text(seg: dict) -> str:
@@ -96,7 +105,9 @@ def _segment_text(seg: dict) -> str:
     return text
 
 
-def _follow(run, job) -> int:
+def _follow(run, job, output="text") -> int:
+    """Stream the run's log lines until it ends; then its final state. In JSON mode the log lines
+    go to stderr and stdout gets one JSON object (the run, with its final state and reason)."""
     from . import launch
     from .backends.base import last_step
     from .runs import Registry
@@ -104,8 +115,9 @@ def _follow(run, job) -> int:
     reg = Registry()
     total = job.config.get("train.train_iters")
     total = total if isinstance(total, int) else None
+    as_json = output == "json"
     try:
-        if views.is_tty():
+        if views.is_tty() and not as_json:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -121,16 +133,24 @@ def _follow(run, job) -> int:
 
                 final = launch.wait_until_done(reg, run, on_line)
         else:
+            stream = sys.stderr if as_json else sys.stdout
+
             def on_line(line):
-                print(line, flush=True)
+                stream.write(line + "\n")
+                stream.flush()
 
             final = launch.wait_until_done(reg, run, on_line)
     except KeyboardInterrupt:
         sys.stderr.write(f"\ndetached from {run.run_id}; it keeps running.\n"
                          f"  follow again: bridge-launch logs {run.run_id} -f\n"
                          f"  cancel it:    bridge-launch cancel {run.run_id}\n")
+        if as_json:
+            views.dump_json(_run_json(reg.get(run.run_id) or run, reason="", detached=True))
         return 0
-    print(f"{final.run_id}: {final.state}" + (f" ({final.reason})" if final.reason else ""))
+    if as_json:
+        views.dump_json(_run_json(final, reason=final.reason, warnings=job.warnings))
+    else:
+        print(f"{final.run_id}: {final.state}" + (f" ({final.reason})" if final.reason else ""))
     return 0 if final.state == "COMPLETED" else 1
 
 
@@ -241,10 +261,18 @@ def cancel(run_ref) -> int:
     return 0
 
 
+def _warn_broken(problems: list) -> None:
+    """Files a listing left out because they do not load: one line each, on stderr."""
+    for p in problems:
+        sys.stderr.write(f"bridge-launch: warning: left out: {p}\n")
+
+
 def recipes_list(output) -> int:
     from . import recipes
 
-    items = recipes.list_recipes()
+    problems: list = []
+    items = recipes.list_recipes(problems)
+    _warn_broken(problems)
     if output == "json":
         views.dump_json([{k: r.get(k) for k in ("name", "description", "upstream", "mode", "gpus", "container",
                                                  "aliases", "workload", "origin")} for r in items])
@@ -284,7 +312,9 @@ def recipes_show(name, output) -> int:
 def overlays_list(output) -> int:
     from . import recipes
 
-    items = recipes.list_overlays()
+    problems: list = []
+    items = recipes.list_overlays(problems)
+    _warn_broken(problems)
     if output == "json":
         views.dump_json([{k: o.get(k) for k in ("name", "description", "gpus", "config", "env")} for o in items])
         return 0
@@ -313,15 +343,17 @@ def overlays_show(name, output) -> int:
 def clusters_list(output) -> int:
     from . import clusters
 
-    items = clusters.list_profiles()
+    problems: list = []
+    items = clusters.list_profiles(problems=problems)
+    _warn_broken(problems)
     if output == "json":
         views.dump_json([{k: p.get(k) for k in ("name", "description", "backend", "gpu_type", "gpus_per_node", "nodes",
-                                                 "max_nodes", "origin")} for p in items])
+                                                 "max_nodes", "origin", "path")} for p in items])
         return 0
-    views.table("clusters", ["name", "backend", "gpu", "nodes", "description"],
+    views.table("clusters", ["name", "backend", "gpu", "nodes", "from", "description"],
                 [[p["name"], p["backend"], f"{p['gpus_per_node']}x {p['gpu_type']}",
                   p["nodes"] if p["nodes"] else f"<= {p['max_nodes']}" if p["max_nodes"] else "any",
-                  p.get("description", "")] for p in items])
+                  p["origin"], p.get("description", "")] for p in items])
     return 0
 
 
@@ -333,62 +365,103 @@ def clusters_show(name, output) -> int:
         views.dump_json(p)
         return 0
     for k, v in p.items():
+        if k in ("slurm", "lepton", "dgxcloud") and k != p["backend"]:
+            continue  # another backend's settings: all defaults, nothing this profile uses
         if isinstance(v, dict):
-            if v:
+            shown = {kk: vv for kk, vv in v.items() if vv not in (None, "", [], {})}
+            if shown:
                 print(f"[{k}]")
-                for kk, vv in v.items():
+                for kk, vv in shown.items():
                     print(f"  {kk} = {views.fmt(vv)}")
         elif v not in (None, "", []):
             print(f"{k:<20} {views.fmt(v)}")
     return 0
 
 
-_SIDE_OPTS = {"-c": "cluster", "--cluster": "cluster", "--overlay": "overlays", "-N": "nodes", "--nodes": "nodes",
-              "--container": "container", "-e": "env", "--env": "env", "--secret": "secrets",
-              "-t": "time", "--time": "time", "-p": "partition", "--partition": "partition",
-              "-A": "account", "--account": "account", "--bridge-src": "bridge_src"}
+# submit's parameters that shape the job (all of them but --dry-run, --follow and --output), by
+# the name click gives them -> resolve.Options field. diff parses each side with submit's own
+# parser (cli.py), so a side accepts exactly what submit accepts.
+SIDE_FIELDS = {"cluster": "cluster", "overlay": "overlays", "overrides": "overrides", "nodes": "nodes", "time": "time",
+               "partition": "partition", "account": "account", "container": "container", "env": "env",
+               "secret": "secrets", "bridge_src": "bridge_src", "until_done": "until_done",
+               "max_restarts": "max_restarts", "signal_lead": "signal_lead", "max_segments": "max_segments",
+               "step_time": "step_time"}
+NOT_SIDE = ("dry_run", "follow", "output", "help")
 
 
-def _side(words: list[str]):
-    """RECIPE [options] [KEY=VALUE...] -> (label, ResolvedJob)."""
+def options_from(params: dict):
+    """resolve.Options from submit's parsed parameters (click names, SIDE_FIELDS)."""
     from . import resolve
 
-    if not words:
-        raise UsageError("diff: each side needs a recipe name (RECIPE [-c CLUSTER] [KEY=VALUE...] -- RECIPE ...)")
-    recipe, rest = words[0], words[1:]
-    kw: dict = {"overlays": [], "env": [], "secrets": [], "overrides": []}
-    i = 0
-    while i < len(rest):
-        word = rest[i]
-        name, eq, inline = word.partition("=") if word.startswith("--") else (word, "", "")
-        if name in _SIDE_OPTS:
-            if eq:
-                value, i = inline, i + 1
-            elif i + 1 < len(rest):
-                value, i = rest[i + 1], i + 2
-            else:
-                raise UsageError(f"diff: {word} needs a value")
-            field = _SIDE_OPTS[name]
-            if field in ("overlays", "env", "secrets"):
-                kw[field].append(value)
-            elif field == "nodes":
-                if not value.isdigit():
-                    raise UsageError(f"diff: --nodes expects a number, got {value!r}")
-                kw[field] = int(value)
-            else:
-                kw[field] = value
-        elif word.startswith("-") and not word.startswith("--") or word.startswith("--") and "=" not in word:
-            raise UsageError(f"diff: unknown option {word!r}; valid: {', '.join(sorted(set(_SIDE_OPTS)))}")
-        else:
-            kw["overrides"].append(word)
-            i += 1
-    opts = resolve.Options(**{k: tuple(v) if isinstance(v, list) else v for k, v in kw.items()})
-    job = resolve.resolve(recipe, opts)
-    return " ".join(words), job
+    kw = {}
+    for name, field in SIDE_FIELDS.items():
+        value = params.get(name)
+        if value is None:
+            continue
+        kw[field] = tuple(value) if isinstance(value, (list, tuple)) else value
+    return resolve.Options(**kw)
 
 
-def diff(argv, *, all_keys, output) -> int:
-    from . import launch
+def _without_run_id(job):
+    """The job with its run ids (its own and its run dir's, for a resume) back to the placeholder,
+    so two runs compare by what they run, not by their names."""
+    from . import resolve
+
+    data = job.to_dict()
+    for rid in {job.run_id, job.run_dir.rstrip("/").rsplit("/", 1)[-1]} - {resolve.RUN_ID_PLACEHOLDER, ""}:
+        data = resolve._replace(data, rid, resolve.RUN_ID_PLACEHOLDER)
+    return resolve.ResolvedJob.from_dict(data)
+
+
+_PROFILE_KEYS = ("numa_bind", "nvlink_domain_nodes", "containers")
+_JOB_KEYS = ("recipe", "upstream", "mode", "workload", "entry", "cluster", "backend", "nodes", "gpus_per_node",
+             "world_size", "gpu_type", "container", "image", "overlays", "mounts", "job_root", "python", "bridge_src")
+
+
+def diff_rows(a, b) -> list[tuple]:
+    """(section, key, A, A's source, B, B's source) for everything that reaches the job: what runs
+    where (job), the scheduler's options, the chain, the config, the environment, the secrets by
+    name, the cluster profile; and, should two jobs still render different artifacts, the first
+    line where they part."""
+    from . import backends
+
+    a, b = _without_run_id(a), _without_run_id(b)
+    rows = []
+
+    def add(section, da, db, srca=None, srcb=None, missing="(unset)"):
+        for key in list(dict.fromkeys([*da, *db])):
+            rows.append((section, key, da.get(key, missing), (srca or {}).get(key, ""),
+                         db.get(key, missing), (srcb or {}).get(key, "")))
+
+    pa, pb = a.provenance, b.provenance
+    job = lambda j: {**{k: getattr(j, k) for k in _JOB_KEYS}, "until_done": j.chain is not None}  # noqa: E731
+    add("job", job(a), job(b), pa["job"], pb["job"])
+    add("scheduler", a.scheduler, b.scheduler, pa["job"], pb["job"])
+    if a.chain and b.chain:
+        chain = lambda j: {k: v for k, v in j.chain.items() if k != "estimate"}  # noqa: E731
+        add("chain", chain(a), chain(b))
+    add("config", a.config, b.config, pa["config"], pb["config"])
+    removed = lambda j: {k: "removed" for k, s in j.provenance["config"].items() if s == "cli (removed)"}  # noqa: E731
+    add("config", {k: v for k, v in removed(a).items() if k not in b.config or k in removed(b)},
+        {k: v for k, v in removed(b).items() if k not in a.config or k in removed(a)})
+    add("env", a.env, b.env, pa["env"], pb["env"])
+    add("secrets", {n: "passed by name" for n in a.secrets}, {n: "passed by name" for n in b.secrets},
+        missing="(not passed)")
+    # what of the profile reaches the job and is not in a section above
+    prof = lambda p: {k: p.get(k) for k in _PROFILE_KEYS}  # noqa: E731
+    add("profile", prof(a.profile), prof(b.profile))
+    if not any(r[2] != r[4] for r in rows):
+        ta, tb = backends.render(a).text.splitlines(), backends.render(b).text.splitlines()
+        for n, (la, lb) in enumerate(zip([*ta, *[""] * len(tb)], [*tb, *[""] * len(ta)]), 1):
+            if la != lb:
+                rows.append(("artifact", f"line {n}", la or "(none)", "", lb or "(none)", ""))
+                break
+    return rows
+
+
+def diff(argv, *, all_keys, output, parse_side) -> int:
+    """`parse_side(words)` -> submit's parsed parameters for one side (cli.py: submit's own parser)."""
+    from . import launch, resolve
     from .runs import Registry
 
     words, i = [], 0
@@ -405,24 +478,27 @@ def diff(argv, *, all_keys, output) -> int:
             i += 1
     if output not in ("text", "json"):
         raise UsageError(f"--output {output!r}: valid: text, json")
+
+    def side(part: list, label: str):
+        if not part:
+            raise UsageError(f"diff: side {label} needs a recipe name (RECIPE [OPTIONS] [KEY=VALUE...] -- RECIPE ...)")
+        params = parse_side(part)
+        for name in ("dry_run", "follow"):
+            if params.get(name):
+                raise UsageError(f"diff: --{name.replace('_', '-')} does not describe a job (side {label}); drop it")
+        return " ".join(part), resolve.resolve(params["recipe"], options_from(params))
+
     if "--" in words:
         cut = words.index("--")
-        (label_a, a), (label_b, b) = _side(words[:cut]), _side(words[cut + 1:])
-    elif len(words) == 2 and not any("=" in w for w in words):
+        (label_a, a), (label_b, b) = side(words[:cut], "A"), side(words[cut + 1:], "B")
+    elif len(words) == 2 and not any("=" in w or w.startswith("-") for w in words):
         reg = Registry()
         runs = [launch.find_run(reg, w) for w in words]
         (label_a, a), (label_b, b) = [(r.run_id, launch.load_job(reg, r)) for r in runs]
     else:
         raise UsageError("diff takes two runs (diff RUN_A RUN_B) or two sets separated by '--' "
-                         "(diff RECIPE -c CLUSTER [KEY=VALUE...] -- RECIPE -c CLUSTER [KEY=VALUE...])")
-    rows = []
-    for key in ("recipe", "upstream", "cluster", "nodes", "gpus_per_node", "world_size", "container", "overlays"):
-        va, vb = getattr(a, key), getattr(b, key)
-        rows.append(("job", key, va, a.provenance["job"].get(key, ""), vb, b.provenance["job"].get(key, "")))
-    for section, da, db in (("config", a.config, b.config), ("env", a.env, b.env)):
-        for key in list(dict.fromkeys([*da, *db])):
-            rows.append((section, key, da.get(key, "(unset)"), a.provenance[section].get(key, ""),
-                         db.get(key, "(unset)"), b.provenance[section].get(key, "")))
+                         "(diff RECIPE -c CLUSTER [OPTIONS] [KEY=VALUE...] -- RECIPE -c CLUSTER [OPTIONS] [KEY=VALUE...])")
+    rows = diff_rows(a, b)
     shown = [r for r in rows if all_keys or r[2] != r[4]]
     if output == "json":
         views.dump_json({"a": label_a, "b": label_b, "differences": [
@@ -452,24 +528,60 @@ def image_import(image, cluster, *, output) -> int:
     return 0
 
 
-def prune(older_than: str) -> int:
+_AGE_UNITS = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def prune(older_than: str, *, dry_run: bool = False, yes: bool = False) -> int:
     import shutil
 
     from . import paths
     from .runs import Registry
 
-    m = re.fullmatch(r"(\d+)([dhm])", older_than.strip())
+    m = re.fullmatch(r"(\d+)([wdhms])", older_than.strip())
     if not m:
-        raise UsageError(f"--older-than {older_than!r}: expected a number with d, h or m (e.g. 30d)")
-    seconds = int(m.group(1)) * {"d": 86400, "h": 3600, "m": 60}[m.group(2)]
+        raise UsageError(f"--older-than {older_than!r}: expected a number with w, d, h, m or s (e.g. 30d, 1w, 12h)")
+    seconds = int(m.group(1)) * _AGE_UNITS[m.group(2)]
     reg = Registry()
-    gone = reg.prune(seconds)
+    runs = reg.prunable(seconds)
+    if not runs:
+        print(f"no finished run older than {older_than}; nothing to forget")
+        return 0
+    views.table("finished runs older than " + older_than, ["run", "state", "recipe", "cluster", "last update", "run dir"],
+                [[r.run_id, r.state, r.recipe, r.cluster, time.strftime("%Y-%m-%d %H:%M", time.localtime(r.updated)),
+                  r.run_dir] for r in runs])
+    n = len(runs)
+    what = f"{n} finished run{'s' if n != 1 else ''}"
+    if dry_run:
+        print(f"would forget {what} (--dry-run: nothing changed)")
+        return 0
+    if not yes and sys.stdin.isatty():
+        sys.stdout.write(f"Forget {what}? Their run dirs stay on disk. [y/N] ")
+        sys.stdout.flush()
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            print("nothing forgotten")
+            return 0
+    gone = reg.prune(seconds, only=[r.run_id for r in runs])
     for run_id in gone:  # what this machine kept of them: the resolved job, local copies of remote logs
         (reg.jobs_dir() / f"{run_id}.json").unlink(missing_ok=True)
         for kind in paths.LOG_COPIES:
             shutil.rmtree(paths.state_dir() / kind / run_id, ignore_errors=True)
     n = len(gone)
-    print(f"forgot {n} finished run{'s' if n != 1 else ''} older than {older_than} (run dirs are kept)")
+    print(f"forgot {n} finished run{'s' if n != 1 else ''} older than {older_than} (run dirs are kept; "
+          "'bridge-launch import RUN_DIR' registers one again)")
+    return 0
+
+
+def import_runs(run_dirs: list[str], output: str = "text") -> int:
+    from . import launch
+    from .runs import Registry
+
+    reg = Registry()
+    results = [(d, run_id, what) for d in run_dirs for run_id, what in launch.import_run_dir(reg, d)]
+    if output == "json":
+        views.dump_json([{"run_dir": d, "run_id": i, "result": w} for d, i, w in results])
+    else:
+        for _, run_id, what in results:
+            print(f"{run_id}: {what}")
     return 0
 
 
@@ -490,8 +602,10 @@ def plan(recipe, overrides, *, cluster, overlays, nodes, tflops, tokens, output)
     except UsageError:
         if not job.errors:
             raise
-        for e in job.errors:  # no rank layout exists: say what submit would say
+        for e in job.errors:  # no rank layout exists: what submit says of the job, in the same words
             _err(e)
+        if output == "json":
+            views.dump_json({"error": job.errors[0], "errors": job.errors, "exit_code": 2})
         return 2
     if output == "json":
         views.dump_json(result)

@@ -21,15 +21,25 @@ class LaunchError(BridgeLaunchError):
     exit_code = 1
 
 
-def suggest(name: str, choices, what: str) -> str:
-    """'unknown X 'name'; did you mean ...? (valid: ...)' as one line."""
-    choices = sorted(set(choices))
-    close = difflib.get_close_matches(name, choices, n=3, cutoff=0.5)
+# What lists each kind of name, for the hint in an "unknown X" line.
+LISTED_BY = {"recipe": "bridge-launch recipes list", "cluster": "bridge-launch clusters list",
+             "overlay": "bridge-launch overlays list"}
+
+
+def suggest(name: str, choices, what: str, canonical: dict | None = None) -> str:
+    """'unknown X 'name'; did you mean ...? (valid: ...)' as one line. With `canonical` ({spelling:
+    name}, aliases included) the close spellings are offered as the names they stand for, each
+    once, and only those names are counted and listed."""
+    canon = dict(canonical) if canonical is not None else {c: c for c in choices}
+    names = sorted(set(canon.values()))
+    close = difflib.get_close_matches(name, sorted(canon), n=6, cutoff=0.5)
+    close = list(dict.fromkeys(canon[c] for c in close))[:3]
     msg = f"unknown {what} '{name}'"
     if close:
         msg += "; did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
-    if len(choices) <= 12:
-        msg += " (valid: " + ", ".join(choices) + ")"
+    listing = LISTED_BY.get(what)
+    if len(names) <= 12 or not listing:
+        msg += " (valid: " + ", ".join(names) + ")"
     else:
-        msg += f" ({len(choices)} known; list them with 'bridge-launch {what}s list')"
+        msg += f" ({len(names)} known; list them with '{listing}')"
     return msg

@@ -97,7 +97,59 @@ def _launch(reg: Registry, job: ResolvedJob, run: Run, *, new_dir: bool, code: d
     info = dict(run.info, container=job.container, **(code or {}), **extra)
     if job.image:
         info.update(image=job.image["ref"], image_digest=job.image["digest"])
-    return reg.update(run.run_id, state=state, job_ids=job_ids, info=info)
+    run = reg.update(run.run_id, state=state, job_ids=job_ids, info=info)
+    _write_record(run)
+    return run
+
+
+RECORD_SUFFIX = ".run.json"  # launch/<run id>.run.json: the run's registry record, for `import`
+
+
+def _write_record(run: Run) -> None:
+    """The run's registry record beside its resolved job, where the run dir is on this machine's
+    filesystem, so `bridge-launch import RUN_DIR` can register it again after a prune."""
+    launch_dir = Path(run.run_dir) / "launch"
+    if launch_dir.is_dir():
+        try:
+            _write_private(launch_dir / f"{run.run_id}{RECORD_SUFFIX}", json.dumps(run.to_dict(), indent=2) + "\n")
+        except OSError:
+            pass  # the run is submitted; only a later import would miss its job ids
+
+
+def import_run_dir(reg: Registry, run_dir: str) -> list[tuple[str, str]]:
+    """Register the runs a run dir holds (launch/<run id>.json, the resolved job each was submitted
+    with, and the record submit wrote beside it) that the registry does not know, e.g. after a
+    prune; then ask their backend for their state. Returns [(run id, what happened)]."""
+    root = Path(run_dir).expanduser().resolve()
+    jobs = sorted((p for p in (root / "launch").glob("*.json") if not p.name.endswith(RECORD_SUFFIX)),
+                  key=lambda p: p.stat().st_mtime) if (root / "launch").is_dir() else []
+    if not jobs:
+        raise UsageError(f"{run_dir} is not a run dir: it has no launch/<run id>.json (a run dir is "
+                         "<job_root>/<run id>, as 'bridge-launch status RUN' shows)")
+    out, added, previous = [], [], None
+    for path in jobs:
+        run_id = path.stem
+        try:
+            job = ResolvedJob.from_dict(json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError) as exc:
+            raise UsageError(f"{path}: not a resolved job bridge-launch wrote ({exc})") from None
+        record_path = path.with_name(run_id + RECORD_SUFFIX)
+        try:
+            record = json.loads(record_path.read_text())
+        except (OSError, ValueError):
+            record = {"state": "UNKNOWN", "job_ids": [], "info": {}, "resumed_from": previous,
+                      "chain": root.name, "created": path.stat().st_mtime}
+        record.update(run_id=run_id, recipe=job.recipe, cluster=job.cluster, backend=job.backend, run_dir=str(root))
+        previous = run_id
+        if reg.get(run_id):
+            out.append((run_id, "already registered"))
+            continue
+        _write_private(reg.jobs_dir() / f"{run_id}.json", path.read_text())
+        reg.insert(record)
+        added.append(run_id)
+    for run in refresh(reg, [reg.get(i) for i in added]):
+        out.append((run.run_id, f"imported ({run.state})"))
+    return out
 
 
 def _check_secrets(job: ResolvedJob) -> None:
@@ -122,11 +174,12 @@ def resume(reg: Registry, run: Run, overrides=()) -> Run:
     """The same resolved job again (plus overrides), loading the run's own checkpoints,
     in the same run dir, as a new run in the same chain. Refused while any run of the
     chain is queued or running; of two concurrent resumes exactly one wins."""
-    refresh(reg, reg.chain(run.chain))
+    chain = refresh(reg, reg.chain(run.chain))
     old = load_job(reg, run)
     job = amend(old, overrides)
     if job.errors:
         raise UsageError(job.errors[0])
+    _check_resumable(run, chain, old, job)
     if job.dataset_kind == "energon" and data_parallel(old) != data_parallel(job):
         raise UsageError(f"resume would change the data-parallel size from {data_parallel(old)} to "
                          f"{data_parallel(job)}; Energon's saved loader state needs the same DP size")
@@ -134,6 +187,43 @@ def resume(reg: Registry, run: Run, overrides=()) -> Run:
     new = reg.reserve(job.recipe, job.cluster, job.backend, resumed_from=run.run_id, chain=run.chain)
     code = {k: v for k, v in run.info.items() if k.startswith("bridge_")} or None
     return _launch(reg, job.for_run(new.run_id), new, new_dir=False, code=code)
+
+
+def reached(run: Run, chain: list[Run], job: ResolvedJob) -> tuple[int | None, str]:
+    """The iteration a resume would start from, and how it is known: the checkpoint tracker where
+    the run dir is readable here; else the furthest step a completed run of the chain logged."""
+    from .workloads import trainer_protocol as P
+
+    save = job.config.get("checkpoint.save")
+    if isinstance(save, str) and save and os.path.isdir(run.run_dir):
+        try:
+            text = (Path(save) / P.TRACKER).read_text().strip()
+        except OSError:
+            return 0, "no checkpoint"
+        return (int(text), "its newest checkpoint") if text.isdigit() else (None, "")
+    done = [r.info.get("step") for r in chain if r.state == "COMPLETED" and isinstance(r.info.get("step"), int)]
+    return (max(done), "the last step it logged") if done else (None, "")
+
+
+def _check_resumable(run: Run, chain: list[Run], old: ResolvedJob, job: ResolvedJob) -> None:
+    """Before a resume is submitted: refuse one that would train nothing (the checkpoints already
+    reach train.train_iters) and one whose overrides change the model's shape (no checkpoint of
+    the run would load: trainer_protocol.shape_keys)."""
+    from .workloads import trainer_protocol as P
+
+    keys = P.shape_keys(old.config, learned_positions=old.workload == "smoke")
+    for key in keys:
+        if old.config.get(key) != job.config.get(key):
+            was = old.config.get(key, "(unset)")
+            raise UsageError(f"resume {run.run_id}: {key}={job.config.get(key, '(unset)')} changes the model's shape "
+                             f"(its checkpoints hold {key}={was}), so no checkpoint of the run would load; submit a "
+                             f"new run for a new shape, or resume without that override")
+    iters = job.config.get("train.train_iters")
+    step, how = reached(run, chain, old)
+    if isinstance(iters, int) and step is not None and step >= iters:
+        raise UsageError(f"resume {run.run_id}: the run already reached iteration {step} ({how}) and "
+                         f"train.train_iters={iters}, so a resume would train nothing; to train further, raise it: "
+                         f"bridge-launch resume {run.run_id} train.train_iters=N (N > {step})")
 
 
 def data_parallel(job: ResolvedJob) -> int | None:
@@ -200,7 +290,9 @@ def cancel(reg: Registry, run: Run) -> Run:
         info = dict(info, **{k: v for k, v in st.items() if k not in ("state", "reason", "job_ids")})
     except Exception:  # noqa: BLE001 - the cancel itself succeeded; details can wait for the next status
         pass
-    return reg.update(run.run_id, state="CANCELLED", reason="cancelled by user", info=info)
+    run = reg.update(run.run_id, state="CANCELLED", reason="cancelled by user", info=info)
+    _write_record(run)  # an import later knows it was cancelled, not failed
+    return run
 
 
 def log_files(be, run) -> list:

@@ -759,7 +759,9 @@ def render_text(result: dict) -> str:
                   f"  {thr['tokens_per_step']:,} tokens/step, {_flops(thr['flops_per_token'])}/token, "
                   f"{_flops(thr['flops_per_step'])}/step"]
         if thr["steps"]:
-            lines.append(f"  {thr['steps']:,} steps = {_num(thr['tokens'])} tokens (budget from {thr['budget_source']})")
+            src = thr["budget_source"] or ""
+            why = f"--tokens: {src}" if src.startswith("a budget of") else f"train.train_iters from {src or 'the job'}"
+            lines.append(f"  {thr['steps']:,} steps = {_num(thr['tokens'])} tokens ({why})")
         if thr["tflops_assumption"]:
             lines.append(f"  at {thr['tflops_assumption']:g} TFLOP/s per GPU: {thr['step_seconds']:.2f} s/step"
                          + (f", {thr['wall_hours']:,.1f} h wall, {thr['gpu_hours']:,.0f} GPU-hours" if thr["gpu_hours"] else ""))

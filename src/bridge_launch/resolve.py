@@ -198,16 +198,14 @@ def _nodes(recipe: dict, overlays: list, prof: dict, opts: Options, jobsrc: dict
                             f"{prof['nodes'] * gpn} GPUs): this job asks for {nodes * gpn} GPUs ({nodes} x {gpn})")
         if want and nodes * gpn != want:
             warnings.append(f"running on {nodes * gpn} GPUs ({nodes} x {gpn}) instead of the {want} that {want_src} states")
+        elif not want and prof["nodes"] is not None and nodes != prof["nodes"]:  # gb200-32 --nodes 4: 16 GPUs
+            warnings.append(f"cluster '{prof['name']}' is a fixed size of {_n(prof['nodes'], 'node')} "
+                            f"({prof['nodes'] * gpn} GPUs); --nodes {nodes} runs on {_n(nodes, 'node')} ({nodes * gpn} GPUs)")
     elif prof["nodes"] is not None:
         nodes, jobsrc["nodes"] = prof["nodes"], f"cluster:{prof['name']}"
         if want and nodes * gpn != want:
-            fits = [p["name"] for p in clusters.list_profiles(skip_broken=True)
-                    if p["backend"] == prof["backend"] and p["gpu_type"] == prof["gpu_type"]
-                    and p["nodes"] and p["nodes"] * p["gpus_per_node"] == want]
-            alt = f"use --cluster {fits[0]} or" if fits else "use"
-            errors.append(
-                f"{recipe['name']} needs {want} GPUs ({want_src}) but cluster '{prof['name']}' has "
-                f"{nodes * gpn} ({nodes} nodes x {gpn}); {alt} --nodes {math.ceil(want / gpn)}")
+            errors.append(f"{recipe['name']} needs {want} GPUs ({want_src}) but cluster '{prof['name']}' has "
+                          f"{nodes * gpn} ({_n(nodes, 'node')} x {gpn}); {_size_hint(prof, want)}")
     elif want:
         if want % gpn:
             errors.append(f"{want} GPUs ({want_src}) is not a whole number of {gpn}-GPU nodes on cluster '{prof['name']}'")
@@ -217,6 +215,27 @@ def _nodes(recipe: dict, overlays: list, prof: dict, opts: Options, jobsrc: dict
     if prof["max_nodes"] is not None and nodes > prof["max_nodes"]:
         errors.append(f"{nodes} nodes exceeds cluster '{prof['name']}' maximum of {prof['max_nodes']}")
     return nodes
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _size_hint(prof: dict, want: int) -> str:
+    """What would give `want` GPUs: a profile of that size (same backend and GPU first), and
+    --nodes only where this cluster allows that many (its max_nodes)."""
+    gpn = prof["gpus_per_node"]
+    need = math.ceil(want / gpn)
+    fits = [p for p in clusters.list_profiles(skip_broken=True)
+            if not p["abstract"] and p["name"] != prof["name"] and p["nodes"] and p["nodes"] * p["gpus_per_node"] == want]
+    fits.sort(key=lambda p: (p["backend"] != prof["backend"], p["gpu_type"] != prof["gpu_type"], p["name"]))
+    grow = want % gpn == 0 and (prof["max_nodes"] is None or need <= prof["max_nodes"])
+    ways = ([f"--cluster {fits[0]['name']}"] if fits else []) + ([f"--nodes {need}"] if grow else [])
+    if grow:
+        return "use " + " or ".join(ways)
+    why = (f"cluster '{prof['name']}' allows at most {_n(prof['max_nodes'], 'node')}" if prof["max_nodes"] is not None
+           and need > prof["max_nodes"] else f"{want} GPUs is not a whole number of {gpn}-GPU nodes")
+    return f"{why}; " + (f"use {ways[0]} ({want} GPUs)" if ways else f"use a cluster with {want} GPUs")
 
 
 def _mounts(prof: dict, job_root: str) -> list:
@@ -248,14 +267,25 @@ def slurm_time_seconds(text: str) -> int | None:
     if not m:
         raise ValueError(text)
     days, a, b, c = m.groups()
+    # Slurm itself folds overflowing fields (99:99:99 is read as 100:40:39); a field past its clock
+    # range is almost always a typo, so it is refused here with what it would have meant.
     if days is not None:  # D-H[:M[:S]]
         h, mi, se = int(a), int(b or 0), int(c or 0)
-        return ((int(days) * 24 + h) * 60 + mi) * 60 + se
-    if c is not None:  # H:M:S
-        return (int(a) * 60 + int(b)) * 60 + int(c)
-    if b is not None:  # M:S
-        return int(a) * 60 + int(b)
-    return int(a) * 60  # M
+        total = ((int(days) * 24 + h) * 60 + mi) * 60 + se
+        over = h > 23 or mi > 59 or se > 59
+    elif c is not None:  # H:M:S
+        mi, se = int(b), int(c)
+        total, over = (int(a) * 60 + mi) * 60 + se, mi > 59 or se > 59
+    elif b is not None:  # M:S
+        total, over = int(a) * 60 + int(b), int(b) > 59
+    else:
+        return int(a) * 60  # M
+    if over:
+        d, rest = divmod(total, 86400)
+        meant = (f"{d}-" if d else "") + f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+        raise ValueError(f"hours must be below 24 after a day count, minutes and seconds below 60 (Slurm would read "
+                         f"it as {meant})")
+    return total
 
 
 MAX_NO_PROGRESS = 2  # segments in a row that end without a new complete checkpoint stop the chain
@@ -332,7 +362,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
     # The seed-stated values first, then the upstream ones the recipe records (disjoint sets).
     for key, value in recipe["config"].items():
         _check_value(key, value, f"recipe '{recipe['name']}'")
-        layers.set(key, value, "recipe")
+        layers.set(key, value, recipe["sources"]["config"].get(key, "recipe"))  # recipe:<name>: a user's file
     for key, value in recipe["upstream_config"].items():
         _check_value(key, value, f"recipe '{recipe['name']}'")
         layers.set(key, value, "upstream")
@@ -350,7 +380,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
     for layer_env, src in ([(recipe["upstream_env"], "upstream"), (recipe["env"], "recipe")] + [(o["env"], f"overlay:{o['name']}") for o in overlays]
                            + [(prof["env"], f"cluster:{prof['name']}")]):
         for k, v in layer_env.items():
-            env[k], envsrc[k] = v, src
+            env[k], envsrc[k] = v, recipe["sources"]["env"].get(k, src) if src == "recipe" else src
     if prof["hf_home"]:
         for k, v in (("HF_HOME", prof["hf_home"]), ("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1")):
             if k not in env:
@@ -426,8 +456,9 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
     if scheduler.get("time"):
         try:
             slurm_time_seconds(scheduler["time"])
-        except ValueError:
-            raise UsageError(f"time limit {scheduler['time']!r} ({jobsrc['time']}) is not a Slurm time; valid: MM, "
+        except ValueError as exc:
+            why = f": {exc}" if str(exc) != scheduler["time"] else ""
+            raise UsageError(f"time limit {scheduler['time']!r} ({jobsrc['time']}) is not a Slurm time{why}; valid: MM, "
                              "MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED") from None
 
     job_root = (prof["job_root"] or str(paths.state_dir() / "runs")).rstrip("/")

@@ -156,18 +156,44 @@ class Registry:
     def delete(self, run_id: str) -> None:
         self.db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
 
-    def prune(self, older_than_s: float) -> list[str]:
-        """Forget finished runs not updated for older_than_s; returns their ids."""
+    def prunable(self, older_than_s: float) -> list[Run]:
+        """Finished runs not updated for older_than_s, oldest first (what prune would forget)."""
+        cutoff = time.time() - older_than_s
+        marks = ",".join("?" * len(TERMINAL))
+        rows = self.db.execute(f"SELECT * FROM runs WHERE updated < ? AND state IN ({marks}) ORDER BY updated",
+                               (cutoff, *TERMINAL)).fetchall()
+        return [Run.from_row(r) for r in rows]
+
+    def prune(self, older_than_s: float, only: list[str] | None = None) -> list[str]:
+        """Forget finished runs not updated for older_than_s (of `only`, when given: the ones a user
+        was shown); returns their ids. A run that changed since is kept."""
         cutoff = time.time() - older_than_s
         marks = ",".join("?" * len(TERMINAL))
         where = f"updated < ? AND state IN ({marks})"
-        ids = [row[0] for row in self.db.execute(f"SELECT run_id FROM runs WHERE {where}", (cutoff, *TERMINAL))]
+        ids = [r.run_id for r in self.prunable(older_than_s)]
+        if only is not None:
+            ids = [i for i in ids if i in set(only)]
+        gone = []
         for run_id in ids:
-            self.db.execute(f"DELETE FROM runs WHERE run_id = ? AND {where}", (run_id, cutoff, *TERMINAL))
-        if ids:  # experiments forget the runs that are gone, and go when none is left
+            if self.db.execute(f"DELETE FROM runs WHERE run_id = ? AND {where}", (run_id, cutoff, *TERMINAL)).rowcount:
+                gone.append(run_id)
+        if gone:  # experiments forget the runs that are gone, and go when none is left
             self.db.execute("DELETE FROM experiment_runs WHERE run_id NOT IN (SELECT run_id FROM runs)")
             self.db.execute("DELETE FROM experiments WHERE name NOT IN (SELECT experiment FROM experiment_runs)")
-        return ids
+        return gone
+
+    def insert(self, record: dict) -> bool:
+        """Register a run again from its record (import); False if its id is already known."""
+        cols = ("run_id", "created", "updated", "recipe", "cluster", "backend", "state", "reason", "job_ids",
+                "run_dir", "resumed_from", "chain", "info")
+        values = {**record, "updated": time.time()}
+        values["job_ids"] = json.dumps(values.get("job_ids") or [])
+        values["info"] = json.dumps(values.get("info") or {})
+        values.setdefault("reason", "")
+        values.setdefault("chain", values["run_id"])
+        cur = self.db.execute(f"INSERT OR IGNORE INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                              tuple(values.get(c) for c in cols))
+        return bool(cur.rowcount)
 
     # -- reads --------------------------------------------------------------------------
     def chain(self, chain: str) -> list[Run]:

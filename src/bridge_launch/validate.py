@@ -178,7 +178,7 @@ def rule_world(c: Ctx) -> list:
     mp = c.tp * c.pp * c.cp
     if c.job.world_size % mp:
         j = c.job
-        return [f"world size {j.world_size} ({j.nodes} nodes x {j.gpus_per_node}) is not divisible by "
+        return [f"world size {j.world_size} ({j.nodes} node{'s' if j.nodes != 1 else ''} x {j.gpus_per_node}) is not divisible by "
                 f"TP*PP*CP = {c.tp}*{c.pp}*{c.cp} = {mp}; use a GPU count that is a multiple of {mp} or change the parallel sizes"]
     return []
 
@@ -861,6 +861,15 @@ def check(job, gpu_count_ok: bool = True, memory_check: bool = True) -> tuple[li
         errors.extend(found["errors"])
         warnings.extend(found["warnings"])
     return errors, warnings
+
+
+def sequence_errors(cfg: dict, *, kind: str | None) -> list:
+    """Errors of the sequence-length rules alone, for a config of dataset kind `kind` (data inspect
+    tries shorter lengths with them): they read the parallel sizes, the config and the kind only."""
+    tp, pp, cp, ep, etp = _sizes(cfg)
+    c = Ctx(job=None, cfg=cfg, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=_int(cfg, VPP, None), sp=cfg.get(SP) is True,
+            facts=None, kind=kind)
+    return [e for r in RULES if r.family == "sequence" and r.level == "error" for e in r.fn(c)]
 
 
 def rule_errors(job) -> list:

@@ -102,6 +102,19 @@ def runtime_env(job) -> dict:
     return env
 
 
+# torchrun --tee=3 prints every worker's stdout and stderr with this prefix in front of each line
+# (T distributed/run.py --tee and --log-line-prefix-template; the env var is its default).
+RANK_PREFIX_ENV = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": RANK_PREFIX_TEMPLATE}
+
+
+def elapsed_text(seconds: float) -> str:
+    """Seconds as Slurm writes an elapsed time (sacct's Elapsed): HH:MM:SS, or D-HH:MM:SS."""
+    s = max(0, int(seconds))
+    days, s = divmod(s, 86400)
+    text = f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    return f"{days}-{text}" if days else text
+
+
 def export_lines(env: dict) -> list[str]:
     return [f"export {k}={q(v)}" for k, v in env.items()]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from .. import paths
 from ..errors import LaunchError
 from . import torchrun_opts as T
-from .base import RANK_PREFIX_TEMPLATE, entry_command, numa_wrapper, q, runtime_env
+from .base import RANK_PREFIX_ENV, entry_command, numa_wrapper, q, runtime_env
 
 LOOKUP = "@looked-up-at-submit:{}@"  # placeholders submit replaces with ids it asks the platform for
 MASK = "****"
@@ -41,7 +41,7 @@ def plain_env(job) -> dict:
     resolve already refuses secret values in [env]), plus torchrun's line prefix with the global
     rank (each replica's --tee would otherwise print "[defaultN]:", the rank on its node)."""
     env = {k: v for k, v in runtime_env(job).items() if k not in job.secrets}
-    env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = RANK_PREFIX_TEMPLATE
+    env.update(RANK_PREFIX_ENV)
     return env
 
 

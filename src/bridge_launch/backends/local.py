@@ -11,12 +11,14 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
 
 from ..errors import LaunchError
-from .base import RANK_PREFIX_TEMPLATE, Artifact, children, entry_command, export_lines, header, log_tail, numa_wrapper, progress, q, runtime_env
+from .base import (RANK_PREFIX_ENV, Artifact, children, elapsed_text, entry_command, export_lines, header, log_tail,
+                   numa_wrapper, progress, q, runtime_env)
 
 def log_path(run_id: str) -> str:
     return f"logs/{run_id}.log"
@@ -29,7 +31,7 @@ def exit_path(run_id: str) -> str:
 def render(job) -> Artifact:
     run_dir = job.run_dir
     torchrun = [job.python, "-m", "torch.distributed.run"] if not job.container else ["torchrun"]
-    # --tee with the rank template: every worker's line carries "[rankN]: ", as on Slurm (logs --rank)
+    # --tee=3: each worker's output, rank-prefixed (RANK_PREFIX_ENV), as on Slurm (logs --rank)
     cmd = [*torchrun, "--standalone", f"--nnodes={job.nodes}", f"--nproc-per-node={job.gpus_per_node}", "--tee=3"]
     wrapper = numa_wrapper(job)
     if wrapper:
@@ -42,7 +44,7 @@ def render(job) -> Artifact:
         "set -uo pipefail",
         f"cd {q(run_dir)}",
         "mkdir -p exit",
-        *export_lines(dict(runtime_env(job), TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=RANK_PREFIX_TEMPLATE)),
+        *export_lines({**runtime_env(job), **RANK_PREFIX_ENV}),
         # A trap (rather than the default action) makes bash wait for torchrun and record its exit code.
         "trap 'echo \"bridge-launch: SIGTERM received; waiting for the workers to exit\" >&2' TERM",
         " \\\n    ".join(q(a) for a in cmd),
@@ -102,7 +104,13 @@ class Backend:
                 st = ("CANCELLED", "")
             else:
                 st = ("FAILED", "the launcher process is gone without an exit code")
-            out[run.run_id] = {"state": st[0], "reason": st[1], **progress(log_tail(p) for p in self.log_files(run))}
+            # as Slurm's columns: the time it ran (to its exit marker, or until now) and the node (this host)
+            try:
+                end = (run_dir / exit_path(run.run_id)).stat().st_mtime if code is not None else time.time()
+            except OSError:
+                end = time.time()
+            out[run.run_id] = {"state": st[0], "reason": st[1], "elapsed": elapsed_text(end - run.created),
+                               "nodes": socket.gethostname(), **progress(log_tail(p) for p in self.log_files(run))}
         return out
 
     def log_files(self, run) -> list[Path]:

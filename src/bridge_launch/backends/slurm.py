@@ -19,7 +19,7 @@ from ..images import pyxis_ref
 from ..resolve import BRIDGE_IN_CONTAINER
 from ..workloads import trainer_protocol as P
 from . import torchrun_opts as T
-from .base import Artifact, Tree, entry_command, export_lines, header, log_tail, numa_wrapper, progress, q, runtime_env
+from .base import RANK_PREFIX_ENV, Artifact, Tree, entry_command, export_lines, header, log_tail, numa_wrapper, progress, q, runtime_env
 from . import slurm_secrets
 
 _DIRECTIVE_SAFE = re.compile(r"^[^\s'\"\\]+$")
@@ -81,15 +81,21 @@ def directives(job) -> list[tuple[str, str | None]]:
 # only its shutdown timeout (30 s) before SIGKILL, and exits non-zero even when every worker saved,
 # which sets off srun --kill-on-bad-exit on the other nodes (trainer_protocol.py, torchrun). Finding
 # children through /proc works for every torch version and needs neither procps nor torchrun flags;
-# a pyxis container shares the host's PID namespace, so the same holds inside it.
+# a pyxis container shares the host's PID namespace, so the same holds inside it. Before torchrun
+# has started its workers, a cancel (a stop file that says "cancel") waits for them and stops them;
+# a time-limit stop (an empty stop file) leaves them be: a trainer signalled before its exit-signal
+# handler is installed would die without saving, and there is nothing new to save yet.
 _NODE_CHAIN = (
     'stop=$1 sig=$2; shift 2; {launcher} {node_args} "$@" & tr=$!; '
     'while kill -0 "$tr" 2>/dev/null; do '
     'if [ -e "$stop" ]; then pids=""; '
     'for p in /proc/[0-9]*; do s=$(cat "$p/stat" 2>/dev/null) || continue; s=${{s##*) }}; set -- $s; '
     '[ "$2" = "$tr" ] && pids="$pids ${{p#/proc/}}"; done; '
+    'if [ -n "$pids" ]; then '
     'echo "bridge-launch: $(hostname): SIG$sig to the training processes$pids (torchrun $tr is left alone)" >&2; '
-    '[ -n "$pids" ] && kill -s "$sig" $pids; break; fi; sleep 1; done; wait "$tr"'
+    'kill -s "$sig" $pids; break; fi; '
+    '[ -s "$stop" ] || {{ echo "bridge-launch: $(hostname): no training process has started yet; none signalled" >&2; '
+    'break; }}; fi; sleep 1; done; wait "$tr"'
 )
 
 
@@ -112,11 +118,9 @@ def torchrun_command(job) -> list:
     # Megatron-Bridge's own NeMo-Run launchers set PYTHONPATH), expanded inside the container
     prefix = (f"export PYTHONPATH={BRIDGE_IN_CONTAINER}/src:{BRIDGE_IN_CONTAINER}/3rdparty/Megatron-LM"
               "${PYTHONPATH:+:$PYTHONPATH}; " if job.bridge_src else "")
-    if job.chain:
-        head = ["bash", "-c", prefix + _NODE_CHAIN.format(launcher=launcher, node_args=_node_args(job)),
-                "node-launch", Raw('"$stop_file"'), job.chain["exit_signal"]]
-    else:
-        head = ["bash", "-c", f'{prefix}exec {launcher} {_node_args(job)} "$@"', "node-launch"]
+    # every job: a cancel (or a chain's time limit) reaches the training processes, never torchrun
+    head = ["bash", "-c", prefix + _NODE_CHAIN.format(launcher=launcher, node_args=_node_args(job)), "node-launch",
+            Raw('"$stop_file"'), job.chain["exit_signal"] if job.chain else "TERM"]
     cmd = [
         *head,
         f"--nnodes={job.nodes}", f"--nproc-per-node={job.gpus_per_node}",
@@ -133,9 +137,15 @@ def torchrun_command(job) -> list:
 
 
 def _single_block(job, srun) -> list[str]:
+    """One job: `bridge-launch cancel` sends USR1 to this shell alone (scancel --batch), which has
+    the launcher on every node send SIGTERM to the training processes (torchrun left alone)."""
     return [
-        " \\\n    ".join(_arg(a) for a in [*srun, *torchrun_command(job)]),
-        "rc=$?",
+        f"stop_file={q(job.run_dir + '/exit')}/stop-\"$SLURM_JOB_ID\"",
+        "trap 'echo \"bridge-launch: cancelled: SIGTERM to the training processes on every node (torchrun is left "
+        "alone)\" >&2; echo cancel > \"$stop_file\"' USR1",
+        " \\\n    ".join(_arg(a) for a in [*srun, *torchrun_command(job)]) + " &",
+        "step=$!",
+        'while :; do wait "$step"; rc=$?; kill -0 "$step" 2>/dev/null || break; done',
         f"printf '%s\\n' \"$rc\" > {q(job.run_dir + '/exit')}/\"$SLURM_JOB_ID\"",
         'exit "$rc"',
     ]
@@ -253,8 +263,9 @@ def _chain_block(job, srun) -> list[str]:
         *successor,
         'echo "$SLURM_JOB_ID $before" > "$chain/open"',
         "asked=0 ended=0",
-        f"trap 'asked=1; echo \"bridge-launch: time limit in {lead}s: the training processes are told to save "
-        "and exit\" >&2; touch \"$stop_file\"' USR1",
+        f"trap 'asked=1; if [ -e \"$chain/stopped\" ]; then echo \"bridge-launch: cancelled: the training "
+        "processes are told to save and exit\" >&2; echo cancel > \"$stop_file\"; else echo \"bridge-launch: time "
+        f"limit in {lead}s: the training processes are told to save and exit\" >&2; touch \"$stop_file\"; fi' USR1",
         "trap 'ended=1' TERM",
         step_cmd + " &",
         "step=$!",
@@ -302,7 +313,7 @@ def render(job) -> Artifact:
     run_dir = job.run_dir
     env = runtime_env(job)
     # torchrun tees every worker's output with its global rank in front (rank-prefixed logs).
-    env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "[rank${rank}]: "
+    env.update(RANK_PREFIX_ENV)
     env.update(T.triage_env(job))  # NCCL hang triage: flight recorder on, dumped on a timeout
     trace = T.sets_trace_file(job)
     s = job.scheduler
@@ -661,6 +672,20 @@ class Backend:
             return {"state": "CANCELLED", "reason": f"exit code {code}"}
         return {"state": "COMPLETED", "reason": ""} if code == 0 else {"state": "FAILED", "reason": f"exit code {code}"}
 
+    def _stop_training(self, job, run, jid: str) -> None:
+        """USR1 to the batch shell alone (scancel --batch): its trap has every node's launcher signal
+        the training processes (a chain's trainers save first); then wait for the job to end."""
+        s = job.scheduler
+        proc = self._run(s, ["scancel", "--batch", "--signal=USR1", jid])
+        if proc.returncode:
+            raise LaunchError(f"scancel --batch --signal=USR1 {jid}: {self._first_error(proc)}")
+        grace = job.chain.get("signal_lead", 120) + 30 if job.chain else CANCEL_GRACE
+        deadline = time.time() + grace
+        while time.time() < deadline:
+            if self._squeue(s, [jid]).get(jid, {}).get("state") != "RUNNING":
+                return
+            time.sleep(1)
+
     def _progress(self, s, run) -> dict:
         return progress(self._log_texts(s, run))
 
@@ -741,22 +766,34 @@ class Backend:
         return _frames(proc.stdout)
 
     def cancel(self, run) -> None:
+        """Stop the training processes first, as an --until-done segment is stopped and as the local
+        backend cancels: torchrun is never signalled (a signalled torchrun forwards the signal, raises
+        SignalException with a traceback into the logs and exits non-zero: trainer_protocol.py), then
+        scancel whatever is left (the job's shells, queued segments). A plain scancel would signal
+        every process of the job's steps at once, torchrun included."""
         if not run.job_ids:
             return
         job = _job_of(run)
+        s = job.scheduler
         ids = list(run.job_ids)
         if job.chain:  # mark the chain stopped first, so no segment starts another, then cancel them all
             chain_dir = f"{run.run_dir}/chain/{run.run_id}"
-            if not job.scheduler.get("login_host"):
+            if not s.get("login_host"):
                 os.makedirs(chain_dir, exist_ok=True)
                 with open(f"{chain_dir}/stopped", "w") as fh:
                     fh.write("cancelled by user\n")
             else:
-                subprocess.run([*self._ssh(job.scheduler), f"mkdir -p {q(chain_dir)} && echo 'cancelled by user' > "
+                subprocess.run([*self._ssh(s), f"mkdir -p {q(chain_dir)} && echo 'cancelled by user' > "
                                 f"{q(chain_dir + '/stopped')}"], capture_output=True, timeout=60)
-            later = (self._read(job.scheduler, f"{chain_dir}/jobs") or "").split()
+            later = (self._read(s, f"{chain_dir}/jobs") or "").split()
             ids = list(dict.fromkeys([*ids, *[x for x in later if x.isdigit()]]))
-        proc = self._run(job.scheduler, ["scancel", *ids])
+        running = [i for i, st in self._squeue(s, ids).items() if st["state"] == "RUNNING"]
+        for jid in running:
+            try:
+                self._stop_training(job, run, jid)
+            except LaunchError:
+                pass  # nothing reached the trainers: scancel below still ends the job
+        proc = self._run(s, ["scancel", *ids])
         if proc.returncode and "Invalid job id" not in (proc.stderr or ""):
             raise LaunchError(f"scancel failed: {self._first_error(proc)}")
 
@@ -766,6 +803,9 @@ def _say(kind: str, text: str) -> None:
     import sys
 
     sys.stderr.write(f"bridge-launch: {kind}: {text}\n")
+
+
+CANCEL_GRACE = 60  # seconds the training processes get to exit after a cancel's SIGTERM before scancel
 
 
 def _outcomes(text: str) -> dict:

@@ -21,6 +21,12 @@ class Output(str, Enum):
     json = "json"
 
 
+def _completion():
+    from .. import completion
+
+    return completion
+
+
 def _subsets(values: List[str]) -> list[str]:
     out = [s.strip() for v in values for s in v.split(",") if s.strip()]
     if not out:
@@ -42,7 +48,8 @@ def prepare_cmd(
                                         help="Convert a subset without a checksum manifest (verify its provenance first)."),
     write_manifest: bool = typer.Option(False, "--write-manifest",
                                         help="Pin the source files of unpinned subsets (sizes + sha256) so later runs verify them."),
-    cluster: Optional[str] = typer.Option(None, "--cluster", help="Write shards as a Slurm job array on this cluster profile."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="Write shards as a Slurm job array on this cluster profile.",
+                                          autocompletion=lambda incomplete: _completion().clusters(incomplete)),
     output: Output = typer.Option(Output.text, "--output", "-o", help="text or json."),
 ):
     """Convert dataset subsets to Energon-ready WebDataset shards, index them, write manifest.json."""
@@ -69,9 +76,11 @@ def prepare_cmd(
         dump_json(manifest)
         return
     c, t = manifest["counts"], manifest["timings_s"]
+    # the same rate as the progress bar's (samples written per second of writing), and where the rest went
     typer.echo(f"Prepared {manifest['output_dir']}: {c['train']} train + {c['val']} val samples in "
-               f"{manifest['shards']['train']} + {manifest['shards']['val']} shards "
-               f"({t['total']:.1f} s; {sum(c.values()) / max(t['total'], 1e-9):.0f} samples/s)")
+               f"{manifest['shards']['train']} + {manifest['shards']['val']} shards in {t['total']:.1f} s "
+               f"(reading and checking the source {t['plan']:.1f} s; writing {t['write']:.1f} s at "
+               f"{sum(c.values()) / max(t['write'], 1e-9):,.0f} samples/s; indexing {t['index']:.1f} s)")
     typer.echo(f"Source integrity: {'verified' if manifest['source_integrity_verified'] else 'NOT verified'} "
                f"({', '.join(f'{k}: {v}' for k, v in manifest['integrity_manifests'].items())})")
     typer.echo(f"Train with: dataset.path={manifest['output_dir']}")
@@ -104,7 +113,7 @@ class _Progress:
 
             self._p.advance(self._task, n)
             done = self._p.tasks[0].completed
-            self._p.update(self._task, rate=f"{done / max(time.perf_counter() - self._t0, 1e-9):,.0f} samples/s")
+            self._p.update(self._task, rate=f"writing {done / max(time.perf_counter() - self._t0, 1e-9):,.0f} samples/s")
 
     def stop(self):
         if self._p is not None:
@@ -115,7 +124,8 @@ class _Progress:
 @app.command("inspect")
 def inspect_cmd(
     path: Path = typer.Argument(..., help="A prepared Energon dataset directory."),
-    recipe: Optional[str] = typer.Option(None, "--recipe", help="Simulate this recipe's native packing (e.g. qwen35-vl-sft)."),
+    recipe: Optional[str] = typer.Option(None, "--recipe", help="Simulate this recipe's native packing (e.g. qwen35-vl-sft).",
+                                         autocompletion=lambda incomplete: _completion().recipes(incomplete)),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Local tokenizer directory for exact text token counts."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Read at most this many samples per split."),
     output: Output = typer.Option(Output.text, "--output", "-o", help="text or json."),
@@ -129,7 +139,8 @@ def inspect_cmd(
     if recipe:
         from .. import recipes
 
-        cfg = recipes.load(recipe)["config"]
+        r = recipes.load(recipe)
+        cfg = {**r["upstream_config"], **r["config"]}  # every value the recipe runs with (upstream ones too)
     elif not Path(path).exists():
         raise UsageError(f"{path} does not exist; give a dataset prepared with 'bridge-launch data prepare'")
     if not Path(path).is_dir():

@@ -152,17 +152,32 @@ def report(measured: dict, *, recipe: str | None = None, recipe_cfg: dict | None
         cfg = recipe_cfg or {}
         seq = int(cfg.get("dataset.seq_length") or cfg.get("model.seq_length") or 0)
         buf = cfg.get("dataset.packing_buffer_size")
-        if not seq or not buf:
-            raise UsageError(f"recipe {recipe!r} sets no dataset.seq_length / dataset.packing_buffer_size; "
-                             "the packing report needs a recipe with native packing (e.g. qwen35-vl-sft)")
+        missing = [k for k, v in (("dataset.seq_length or model.seq_length", seq), ("dataset.packing_buffer_size", buf))
+                   if not v]
+        if missing:
+            raise UsageError(f"recipe {recipe!r} sets no {' and no '.join(missing)}"
+                             + (f" (its sequence length is {seq}; without a packing buffer native packing is off)"
+                                if seq else "")
+                             + "; the packing report needs a recipe with native packing (e.g. qwen35-vl-sft)")
         mult = packing.pad_multiple(cfg)
+        from .. import recipes, validate
+
+        # a shorter sequence must still pass the job's own rule (divisible by 2*CP, and by TP with
+        # sequence parallelism) and is set on both sequence lengths the recipe sets
+        seq_keys = [k for k in validate.SEQ_KEYS if cfg.get(k)] or ["dataset.seq_length"]
+
+        kind = recipes.load(recipe).get("dataset_kind") if recipe else None
+
+        def seq_ok(sl: int) -> bool:
+            return not validate.sequence_errors({**cfg, **{k: sl for k in seq_keys}}, kind=kind)
         split = "train" if "train" in measured["splits"] else next(iter(measured["splits"]))
         d = measured["splits"][split]
         lengths = (d["text_tokens"] + d["visual_tokens"])[~d["skipped"]]
         sim = packing.simulate(lengths, seq, int(buf), mult)
         rep["packing"] = {"recipe": recipe, "split": split, "seq_length": seq, "packing_buffer_size": int(buf),
                           "pad_multiple": mult, **packing.summary(sim),
-                          "suggestions": packing.suggestions(lengths, seq, int(buf), mult, base=sim["padding_fraction"])}
+                          "suggestions": packing.suggestions(lengths, seq, int(buf), mult, base=sim["padding_fraction"],
+                                                             seq_ok=seq_ok, seq_keys=seq_keys)}
         rep["_pack_padding"] = (1.0 - sim["pack_fill"]) if sim["packs"] else np.zeros(0)
     return rep
 
@@ -184,7 +199,7 @@ def text_view(rep: dict, measured: dict) -> str:
             st = s[key]
             if st["count"]:
                 lines.append(f"  {title}: mean {st['mean']}, median {st['median']:g}, p90 {st['p90']:g}, max {st['max']}")
-                lines += ["  " + ln for ln in packing.histogram_lines(arr, bins=min(10, int(arr.max() - arr.min()) + 1))]
+                lines += ["  " + ln for ln in packing.histogram_lines(arr, bins=10)]
     p = rep.get("packing")
     if p:
         lines.append(f"\nPacking ({p['recipe']}: seq_length {p['seq_length']}, packing_buffer_size {p['packing_buffer_size']}, "
@@ -201,8 +216,9 @@ def text_view(rep: dict, measured: dict) -> str:
         lines.append(f"  {sg['note']}")
         if sg["settings"]:
             lines.append("  settings that reduce padding:")
+            width = max(len(" ".join(r["overrides"])) for r in sg["settings"][:8])
             for r in sg["settings"][:8]:
-                lines.append(f"    {r['setting']}={r['value']:<8} padding {100 * r['padding_fraction']:5.1f}%  "
+                lines.append(f"    {' '.join(r['overrides']):<{width}}  padding {100 * r['padding_fraction']:5.1f}%  "
                              f"({r['samples_per_pack']:.1f} samples per pack)")
         else:
             lines.append("  no larger buffer or shorter sequence reduces padding")

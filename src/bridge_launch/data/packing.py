@@ -114,8 +114,11 @@ def summary(sim: dict) -> dict:
 
 
 def suggestions(lengths, seq_length: int, buffer_size: int, multiple: int = 1, *, base: float | None = None,
-                max_samples: int = 200_000) -> dict:
-    """Settings that reduce padding: larger buffers, shorter sequences, and the samples a pack needs."""
+                max_samples: int = 200_000, seq_ok=None, seq_keys=("dataset.seq_length",)) -> dict:
+    """Settings that reduce padding: larger buffers, shorter sequences, and the samples a pack needs.
+    A shorter sequence is offered only if `seq_ok(length)` (e.g. the job's sequence-length rule
+    under CP/SP) and is set on every key of `seq_keys` (dataset.seq_length and model.seq_length
+    when the recipe sets both), each row carrying the overrides that apply it."""
     import numpy as np
 
     L = np.asarray(lengths, dtype=np.int64)
@@ -133,17 +136,19 @@ def suggestions(lengths, seq_length: int, buffer_size: int, multiple: int = 1, *
         s = simulate(L, seq_length, b, multiple)
         if s["padding_fraction"] < base - 1e-9:
             rows.append({"setting": "dataset.packing_buffer_size", "value": b, "seq_length": seq_length,
-                         "buffer_size": b, "padding_fraction": s["padding_fraction"], "samples_per_pack": s["samples_per_pack"]})
+                         "buffer_size": b, "padding_fraction": s["padding_fraction"], "samples_per_pack": s["samples_per_pack"],
+                         "overrides": [f"dataset.packing_buffer_size={b}"]})
     longest = int(A.max()) if A.size else 0
     cand = {seq_length // 2 ** k for k in range(1, 8)}
     cand.add(max(multiple, -(-int(buffer_size * mean) // multiple) * multiple))
     for sl in sorted(cand, reverse=True):
-        if sl >= seq_length or sl < longest or sl % multiple:
+        if sl >= seq_length or sl < longest or sl % multiple or (seq_ok is not None and not seq_ok(sl)):
             continue
         s = simulate(L, sl, buffer_size, multiple)
         if s["padding_fraction"] < base - 1e-9:
             rows.append({"setting": "dataset.seq_length", "value": sl, "seq_length": sl, "buffer_size": buffer_size,
-                         "padding_fraction": s["padding_fraction"], "samples_per_pack": s["samples_per_pack"]})
+                         "padding_fraction": s["padding_fraction"], "samples_per_pack": s["samples_per_pack"],
+                         "overrides": [f"{k}={sl}" for k in seq_keys]})
     rows.sort(key=lambda r: r["padding_fraction"])
     return {
         "mean_aligned_length": mean, "longest_aligned_length": longest,
@@ -161,12 +166,22 @@ def _pow2_at_least(x: int) -> int:
 
 
 def histogram_lines(values, bins: int = 10, width: int = 40, unit: str = "") -> list[str]:
-    """A terminal histogram: one line per bin, bars of '#'."""
+    """A terminal histogram: one line per bin, bars of '#'. Integer values get integer bins: one
+    per value when they span at most `bins` values, else whole-number ranges (inclusive)."""
     import numpy as np
 
-    v = np.asarray(values, dtype=np.float64)
+    v = np.asarray(values)
     if v.size == 0:
         return ["  (no samples)"]
+    if np.issubdtype(v.dtype, np.integer):
+        lo, hi = int(v.min()), int(v.max())
+        step = max(1, -(-(hi - lo + 1) // bins))
+        starts = list(range(lo, hi + 1, step))
+        counts = [int(np.count_nonzero((v >= a) & (v < a + step))) for a in starts]
+        top = max(max(counts), 1)
+        label = (lambda a: f"{a:>10d}") if step == 1 else (lambda a: f"{a:>10d} - {a + step - 1:<10d}")
+        return [f"  {label(a)}{unit} {'#' * max(0, round(width * c / top)):<{width}} {c}" for a, c in zip(starts, counts)]
+    v = v.astype(np.float64)
     lo, hi = float(v.min()), float(v.max())
     if lo == hi:
         return [f"  {lo:>10.6g}{unit}  {'#' * width} {v.size}"]

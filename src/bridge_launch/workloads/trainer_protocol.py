@@ -140,6 +140,30 @@ CKPT_STEP_MISSING = ("ckpt_step={step} specified but checkpoint directory does n
                      "Available checkpoints can be listed with: ls {load}/iter_*")  # MB :3384-3443
 UNKNOWN_FORMAT = "Unknown checkpoint format in {path}"  # MB checkpointing.py:255-287
 
+# A checkpoint loads only into a model of the same shape: torch_dist checks every tensor's global
+# shape against the checkpoint's metadata and raises "Global shape mismatch for loaded (...) and
+# expected (...) tensor for key ..." (MC core/dist_checkpointing/strategies/torch.py:502-517); the
+# legacy path asserts num_layers, hidden_size and num_attention_heads equal (MC
+# training/checkpointing.py:148-175). The config keys that set parameter shapes (MC
+# transformer/transformer_config.py:65-177, 232, 687, 726; MB models/gpt_provider.py:141, 181):
+MODEL_SHAPE_KEYS = (
+    "model.num_layers", "model.hidden_size", "model.ffn_hidden_size", "model.num_attention_heads",
+    "model.num_query_groups", "model.kv_channels", "model.num_moe_experts", "model.moe_ffn_hidden_size",
+    "model.moe_shared_expert_intermediate_size", "model.vocab_size", "model.make_vocab_size_divisible_by",
+    "model.position_embedding_type",
+)
+# Learned absolute position embeddings (MB's default, gpt_provider.py:142) hold one row per
+# position, so the sequence length is part of the shape too.
+SEQ_SHAPE_KEYS = ("model.seq_length", "dataset.seq_length")
+
+
+def shape_keys(config: dict, learned_positions: bool = False) -> tuple:
+    """The keys whose change a checkpoint cannot load into (learned_positions: the model has a
+    learned position table, as the smoke workload's TinyGPT and MB's default provider)."""
+    learned = learned_positions or config.get("model.position_embedding_type") == "learned_absolute"
+    return MODEL_SHAPE_KEYS + (SEQ_SHAPE_KEYS if learned else ())
+
+
 # ---------------------------------------------------------------------------------------------
 # Signals (MB training/utils/sig_utils.py:91-155, training/train.py:1374-1531)
 # ---------------------------------------------------------------------------------------------
