@@ -87,9 +87,14 @@ def test_resume_is_refused_while_the_run_is_active(home):
 def test_failed_job_is_reported_with_exit_code_1(home):
     r = run_cli("submit", "smoke", "--follow", "train.train_iters=5", "+smoke.fail_at_step=2", *FAST, timeout=300)
     assert r.code == 1, r.out + r.err
-    assert "FAILED" in r.out.strip().splitlines()[-1]
+    last = r.out.strip().splitlines()[-1]
+    assert "FAILED" in last and "InjectedFailure: smoke.fail_at_step=2: injected failure on rank" in last, last
     state = run_cli("status", "-o", "json").json()[0]
     assert state["state"] == "FAILED" and "exit code" in state["reason"]
+    # the failing rank's own error line leads the reason, not torchrun's traceback after it
+    assert re.match(r"rank \d: InjectedFailure: smoke.fail_at_step=2: injected failure on rank \d \(exit code 1\)$",
+                    state["reason"]), state["reason"]
+    assert "injected failure" in run_cli("status").out
 
 
 def test_ctrl_c_while_following_detaches(home):

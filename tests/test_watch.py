@@ -216,3 +216,15 @@ def test_status_watch_json_is_one_object_per_line(home):
     frame = json.loads(lines[0])
     assert frame["runs"][0]["run_id"] == run.run_id and frame["runs"][0]["metrics"]["step"] == 20
     assert sys.executable  # the same interpreter
+
+
+def test_a_failed_runs_reason_leads_with_the_failing_ranks_error():
+    from bridge_launch.launch import failure_reason
+
+    err = "rank 3: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert failure_reason({"state": "FAILED", "reason": "exit code 1", "error": err}) == f"{err} (exit code 1)"
+    assert failure_reason({"state": "FAILED", "reason": "", "error": err}) == err
+    chain = "deterministic failure in segment 2: torch.OutOfMemoryError: CUDA out of memory"
+    assert failure_reason({"state": "FAILED", "reason": chain, "error": err}) == chain  # the chain's own words stay
+    assert failure_reason({"state": "RUNNING", "reason": "", "error": err}) == ""  # a warning line while running
+    assert failure_reason({"state": "FAILED", "reason": "exit code 1"}) == "exit code 1"

@@ -252,6 +252,17 @@ def find_run(reg: Registry, ref: str) -> Run:
     return hits[0]
 
 
+def failure_reason(st: dict) -> str:
+    """A failed run's reason leads with the first error line of the failing rank (logread, read by
+    the backend's status from the run's logs) rather than a bare exit code."""
+    reason, error = st.get("reason", ""), st.get("error")
+    if st.get("state") != "FAILED" or not error or error in reason:
+        return reason
+    if not reason or reason.startswith("exit code"):
+        return f"{error} ({reason})" if reason else error
+    return reason
+
+
 def refresh(reg: Registry, runs: list[Run]) -> list[Run]:
     """Ask each backend once for the state of its unfinished runs; record changes."""
     by_backend: dict[str, list[Run]] = {}
@@ -269,7 +280,7 @@ def refresh(reg: Registry, runs: list[Run]) -> list[Run]:
                 st = canary.settle(be, current[run_id], st)
             extra = {"job_ids": st["job_ids"]} if "job_ids" in st else {}
             info = dict(current[run_id].info, **{k: v for k, v in st.items() if k not in ("state", "reason", "job_ids")})
-            changed[run_id] = reg.update(run_id, state=st["state"], reason=st.get("reason", ""), info=info, **extra)
+            changed[run_id] = reg.update(run_id, state=st["state"], reason=failure_reason(st), info=info, **extra)
     return [changed.get(r.run_id, r) for r in runs]
 
 
