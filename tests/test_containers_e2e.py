@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, files_holding, run_cli, write
 from launch_checks import check_torchrun_artifacts
+from test_slurm_e2e import _wait_state
 
 pytestmark = pytest.mark.slow
 SCRIPT = REPO / "scripts" / "local-slurm"
@@ -53,13 +54,7 @@ def cluster():
 
 
 def _wait(run_id, states=("COMPLETED", "FAILED", "CANCELLED"), timeout=300):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        st = run_cli("status", run_id, "-o", "json").json()[0]
-        if st["state"] in states:
-            return st
-        time.sleep(1)
-    raise AssertionError(f"{run_id} did not reach {states}: {st}")
+    return _wait_state(run_id, set(states), timeout=timeout)
 
 
 def _submit(*args, env=None):

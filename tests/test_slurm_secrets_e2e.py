@@ -165,7 +165,7 @@ def test_a_source_that_changes_before_the_job_starts_stops_it_in_its_first_lines
 def test_every_segment_of_a_chain_reads_the_file_again(cluster, home, tmp_path):
     """The successor a segment submits (sbatch from the batch shell) carries no value either: it
     reads the file itself. A lost node makes the second segment (a retry) deterministically."""
-    from test_until_done import _pids_of
+    from test_until_done import kill_node_when
 
     t0 = time.time() - 1
     value = "chain-s3cr3t-" + os.urandom(8).hex()
@@ -175,21 +175,7 @@ def test_every_segment_of_a_chain_reads_the_file_again(cluster, home, tmp_path):
                 "smoke.step_sleep=0.3", "checkpoint.save_interval=4")
     assert r.code == 0, r.err
     sub = r.json()
-    first = sub["job_ids"][0]
-    logs = Path(sub["run_dir"]) / "logs"
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        text = "".join(p.read_text(errors="replace") for p in logs.glob(f"{first}-*.log"))
-        if re.search(r"iteration\s+([6-9]|1\d)/", text):
-            break
-        time.sleep(0.5)
-    killed = list(_pids_of(first, "1"))
-    assert killed, "no training processes of node 2 found"
-    for pid in killed:
-        try:
-            os.kill(pid, 9)
-        except ProcessLookupError:
-            pass
+    kill_node_when(sub, sub["job_ids"][0], r"iteration\s+([6-9]|1\d)/")
     st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=300)
     assert st["state"] == "COMPLETED" and st["info"]["restarts"] == 1, st
     outcomes = [s.get("outcome") for s in st["info"]["segments"]]

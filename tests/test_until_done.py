@@ -77,24 +77,27 @@ def _pids_of(job_id: str, node_id: str):
             yield int(proc.name)
 
 
-def test_killed_node_is_retried_and_resumes(cluster, home):
-    sub = _chain("--time", "00:05:00", "--max-restarts", "2", "train.train_iters=40", "smoke.step_sleep=0.3",
-                 "checkpoint.save_interval=5")
-    first = sub["job_ids"][0]
-    log = Path(sub["run_dir"]) / "logs"
-    deadline = time.time() + 180
+def kill_node_when(sub: dict, job_id: str, pattern: str, node_id: str = "1", timeout: float = 180) -> None:
+    """Once `pattern` shows in job `job_id`'s node logs, SIGKILL that node's training processes (a lost node)."""
+    logs = Path(sub["run_dir"]) / "logs"
+    deadline = time.time() + timeout
     while time.time() < deadline:
-        text = "".join(p.read_text(errors="replace") for p in log.glob(f"{first}-*.log"))
-        if re.search(r"iteration\s+1[2-9]/", text):
+        if re.search(pattern, "".join(p.read_text(errors="replace") for p in logs.glob(f"{job_id}-*.log"))):
             break
         time.sleep(0.5)
-    killed = list(_pids_of(first, "1"))
-    assert killed, "no training processes of node 2 found"
+    killed = list(_pids_of(job_id, node_id))
+    assert killed, f"no training processes of node {int(node_id) + 1} found"
     for pid in killed:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_killed_node_is_retried_and_resumes(cluster, home):
+    sub = _chain("--time", "00:05:00", "--max-restarts", "2", "train.train_iters=40", "smoke.step_sleep=0.3",
+                 "checkpoint.save_interval=5")
+    kill_node_when(sub, sub["job_ids"][0], r"iteration\s+1[2-9]/")
     st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=600)
     assert st["state"] == "COMPLETED", st
     assert st["info"]["restarts"] == 1
