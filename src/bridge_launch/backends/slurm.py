@@ -273,7 +273,9 @@ def _chain_block(job, srun) -> list[str]:
         f"printf '%s\\n' \"$rc\" > {q(job.run_dir + '/exit')}/\"$SLURM_JOB_ID\"",
         'resume_point || true',
         "after=$resume_it",
-        f'if [ "$after" -ge {iters} ]; then touch "$chain/done"; outcome "$SLURM_JOB_ID" done "$before" "$after"; finish 0; fi',
+        "# the spare successor goes before the chain says it is done, so no status shows it pending after",
+        f'if [ "$after" -ge {iters} ]; then if [ -n "$next" ]; then scancel "$next" 2>/dev/null; next=""; fi; '
+        'touch "$chain/done"; outcome "$SLURM_JOB_ID" done "$before" "$after"; end 0; fi',
         'if [ "$after" -gt "$before" ]; then echo 0 > "$chain/no_progress"; fi',
         'if [ "$rc" -ne 0 ] && [ "$asked" = 0 ] && [ "$ended" = 0 ]; then',
         f'    why=$(grep -hE {det} "$logs/sbatch-$SLURM_JOB_ID.out" "$logs/$SLURM_JOB_ID"-*.log 2>/dev/null | head -n 1 | cut -c 1-240)',
