@@ -248,6 +248,31 @@ def test_first_error_is_the_failing_ranks_not_the_collateral():
     assert first_error(["all good\n", None, b""]) is None
 
 
+def test_a_peer_that_exited_because_another_node_failed_is_not_the_cause():
+    # two nodes, one torchrun each: rank 1 (node 1) exits 1 on gloo's "Connection closed by peer"
+    # after rank 2 (node 2) failed; both torchruns print a root cause with exit code 1
+    def torchrun(rank):
+        return "\n".join(["Root Cause (first observed failure):", "[0]:", "  time      : 2026-01-01_00:00:01",
+                          "  host      : n", f"  rank      : {rank} (local_rank: 1)", "  exitcode  : 1 (pid: 42)"])
+    node1 = "\n".join([
+        "1: [rank1]: Traceback (most recent call last):",
+        "1: [rank1]:   File \"smoke.py\", line 9, in <module>",
+        "1: [rank1]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection "
+        "closed by peer [10.251.0.12]:48282. This is typically caused by a remote worker crashing. Check the logs "
+        "of the remote worker before reporting an error.",
+        torchrun(1),
+    ])
+    node2 = "\n".join([
+        "2: [rank2]: Traceback (most recent call last):",
+        "2: [rank2]:   File \"smoke.py\", line 9, in <module>",
+        "2: [rank2]: InjectedFailure: smoke.fail_at_step=3: injected failure on rank 2",
+        torchrun(2),
+    ])
+    want = "rank 2: InjectedFailure: smoke.fail_at_step=3: injected failure on rank 2"
+    assert first_error([node1, node2]) == want
+    assert first_error([node2, node1]) == want
+
+
 def test_failures_classify_reads_through_the_reader():
     assert failures.classify("[rank1]: torch.OutOfMemoryError: CUDA out of memory.") == ("deterministic", "out of memory")
     assert failures.classify("[rank0]: Watchdog caught collective operation timeout: WorkNCCL(...)") == \

@@ -447,7 +447,8 @@ def _wait_for(pattern: str, files, timeout: float = 180):
 
 
 def _slurm_logs(run_dir: Path):
-    return lambda: sorted((run_dir / "logs").glob("*")) if (run_dir / "logs").is_dir() else []
+    # the run's log files (logs/torchrun/ is torchrun's own --log-dir, a tree)
+    return lambda: sorted(f for f in (run_dir / "logs").glob("*") if f.is_file()) if (run_dir / "logs").is_dir() else []
 
 
 @pytest.mark.slow

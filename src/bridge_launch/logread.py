@@ -549,6 +549,9 @@ _COLLATERAL = re.compile(
     r"ChildFailedError|SignalException|torch\.distributed\.elastic|Sending process \d+ closing signal|"
     r"failed \(exitcode: -\d+\)|srun: error: .*(Terminated|Killed)|srun: .*(task|step).*(abort|cancel)|"
     r"DistBackendError|ProcessGroupNCCL.*(abort|Aborting|shut)|Socket Timeout|Connection reset by peer|"
+    # gloo's "[.../gloo/transport/tcp/pair.cc:553] Connection closed by peer [ADDR]:PORT. This is
+    # typically caused by a remote worker crashing." (torch 2.13): a peer died first
+    r"Connection closed by peer|caused by a remote worker crashing|"
     r"Broken pipe|recvValue|TCPStore|exiting program|^SystemExit: 0$|with SystemExit: 0\b|"
     r"bridge-launch: |^\[W |UserWarning|FutureWarning|DeprecationWarning")
 
@@ -558,7 +561,7 @@ _SUSPECT_WORDS = ("rror", "RROR", "xception", "Traceback", "FATAL", "Killed", "U
                   "core dumped", "imeout", "TIMEOUT", "NCCL", "ECC", "Xid", "NODE_FAIL", "oom-kill", "No such file",
                   "lost connection", "Broken pipe", "reset by peer", "Interrupt", "Failure", "out of memory",
                   "ALLOC_FAILED", "Watchdog", "HYBRID-EP", "Node failure", "Dataset path", "not a valid Energon",
-                  "Connection reset")
+                  "Connection reset", "Connection closed")
 
 
 @dataclass
@@ -617,14 +620,13 @@ def first_error_detail(texts) -> ErrorLine | None:
     texts = [t.decode("utf-8", "replace") if isinstance(t, bytes) else t for t in texts if t]
     if not texts:
         return None
-    root = None
+    # every torchrun (one per node) names its own root cause; a rank that exited 1 because a peer
+    # on another node died is one too, so each is only a first guess, in order
+    roots: list = []
     for text in texts:
         for m in P.ROOT_CAUSE_RE.finditer(text):
-            if int(m.group(2)) > 0:
-                root = int(m.group(1))
-                break
-        if root is not None:
-            break
+            if int(m.group(2)) > 0 and int(m.group(1)) not in roots:
+                roots.append(int(m.group(1)))
     by_rank: dict = {}
     order: list = []
     for ti, text in enumerate(texts):
@@ -646,7 +648,7 @@ def first_error_detail(texts) -> ErrorLine | None:
         exc = [ln for raised, ln in causes if raised or _EXCEPTION_RE.match(ln)]
         return (exc or [ln for _, ln in causes] or [None])[0]
 
-    ranks = [root] if root in by_rank else []
+    ranks = [r for r in roots if r in by_rank]
     ranks += [r for r in order if r not in ranks]
     chosen = None
     for r in ranks:
