@@ -70,3 +70,24 @@ def bench_env(home: str) -> dict:
     env.pop("XDG_CONFIG_HOME", None)
     env["XDG_CONFIG_HOME"] = os.path.join(home, "config")
     return env
+
+
+def populate_registry(home: str, n: int, info: str = "{}") -> None:
+    """n finished Slurm runs in the registry under `home` (for the status benchmarks), each with
+    `info` (the JSON status keeps for it)."""
+    import time
+    from pathlib import Path
+
+    from bridge_launch.runs import Registry
+
+    reg = Registry(Path(home))
+    now = time.time() - n
+    with reg.db:
+        reg.db.execute("BEGIN")
+        reg.db.executemany(
+            "INSERT INTO runs (run_id, created, updated, recipe, cluster, backend, state, job_ids, run_dir, chain, info)"
+            " VALUES (?, ?, ?, 'smoke', 'local-slurm', 'slurm', 'COMPLETED', ?, ?, ?, ?)",
+            [(f"smoke-0101-{i:05x}", now + i, now + i, f'["{1000 + i}"]', f"/runs/smoke-0101-{i:05x}",
+              f"smoke-0101-{i:05x}", info) for i in range(n)])
+        reg.db.execute("COMMIT")
+    reg.close()

@@ -13,30 +13,13 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-from _timing import bench_env, compare, report  # noqa: E402
+from _timing import bench_env, compare, populate_registry, report  # noqa: E402
 
 PY = sys.executable
-
-
-def populate(home: str, n: int) -> None:
-    from bridge_launch.runs import Registry
-
-    reg = Registry(Path(home))
-    now = time.time() - n
-    with reg.db:
-        reg.db.execute("BEGIN")
-        reg.db.executemany(
-            "INSERT INTO runs (run_id, created, updated, recipe, cluster, backend, state, job_ids, run_dir, chain)"
-            " VALUES (?, ?, ?, 'smoke', 'local-slurm', 'slurm', 'COMPLETED', ?, ?, ?)",
-            [(f"smoke-0101-{i:05x}", now + i, now + i, f'["{1000 + i}"]', f"/runs/smoke-0101-{i:05x}",
-              f"smoke-0101-{i:05x}") for i in range(n)])
-        reg.db.execute("COMMIT")
-    reg.close()
 
 
 def main() -> int:
@@ -44,8 +27,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=11)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as small, tempfile.TemporaryDirectory() as big:
-        populate(small, 1_000)
-        populate(big, 10_000)
+        populate_registry(small, 1_000)
+        populate_registry(big, 10_000)
         env_small, env_big = bench_env(small), bench_env(big)
         cases_small = {"import typer": [PY, "-c", "import typer"],
                        "status 1k": [PY, "-m", "bridge_launch.cli", "status"]}

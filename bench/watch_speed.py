@@ -19,12 +19,11 @@ import math
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-from _timing import bench_env, compare, report  # noqa: E402
+from _timing import bench_env, compare, populate_registry, report  # noqa: E402
 
 PY = sys.executable
 BL = [PY, "-m", "bridge_launch.cli"]
@@ -50,19 +49,7 @@ def write_log(path: Path, n: int) -> None:
 
 
 def populate(home: str, n: int) -> None:
-    from bridge_launch.runs import Registry
-
-    reg = Registry(Path(home))
-    now = time.time() - n
-    with reg.db:
-        reg.db.execute("BEGIN")
-        reg.db.executemany(
-            "INSERT INTO runs (run_id, created, updated, recipe, cluster, backend, state, job_ids, run_dir, chain, info)"
-            " VALUES (?, ?, ?, 'smoke', 'local-slurm', 'slurm', 'COMPLETED', ?, ?, ?, ?)",
-            [(f"smoke-0101-{i:05x}", now + i, now + i, f'["{1000 + i}"]', f"/runs/smoke-0101-{i:05x}",
-              f"smoke-0101-{i:05x}", '{"step": 100, "train_iters": 100, "loss": 2.345678}') for i in range(n)])
-        reg.db.execute("COMMIT")
-    reg.close()
+    populate_registry(home, n, '{"step": 100, "train_iters": 100, "loss": 2.345678}')
 
 
 def finished_run(home: str, steps: int) -> str:
