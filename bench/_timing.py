@@ -1,5 +1,6 @@
-"""Shared timing helpers: wall time of whole commands, interleaved so that load on a
-shared machine hits the measurement and its anchor alike; medians."""
+"""Shared benchmark helpers: wall time of whole commands, interleaved so that load on a
+shared machine hits the measurement and its anchor alike; medians; the environment and the
+registry the CLI benchmarks run against."""
 
 from __future__ import annotations
 
@@ -41,7 +42,6 @@ def byte_compile_package() -> None:
 
 def compare(cases: dict[str, list[str]], repeats: int, env: dict | None = None, cwd: str | None = None) -> dict:
     """Run every case once per round, `repeats` rounds (after one warm-up round); medians."""
-    byte_compile_package()
     times: dict[str, list[float]] = {k: [] for k in cases}
     for round_ in range(repeats + 1):
         for name, cmd in cases.items():
@@ -65,6 +65,9 @@ def report(rows: list[tuple[str, float, float, float, str]]) -> int:
 
 
 def bench_env(home: str) -> dict:
+    """The environment of a CLI benchmark, with its state under `home`; the package is
+    byte-compiled first (byte_compile_package), so every CLI benchmark measures it as installed."""
+    byte_compile_package()
     env = dict(os.environ)
     env["BRIDGE_LAUNCH_HOME"] = home
     env.pop("XDG_CONFIG_HOME", None)

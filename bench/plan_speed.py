@@ -56,7 +56,6 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as home:
         env = bench_env(home)
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
         cases = {
             "import typer": [PY, "-c", "import typer"],
             "dry-run": [*BL, "submit", "qwen35-vl-sft", "--cluster", "gb200-32", "--dry-run",
@@ -67,7 +66,7 @@ def main() -> int:
         }
         wall: dict = {k: [] for k in cases}
         cpu: dict = {k: [] for k in cases}
-        for round_ in range(args.repeats + 1):  # round 0 warms caches and writes bytecode
+        for round_ in range(args.repeats + 1):  # round 0 warms caches
             for name, cmd in cases.items():
                 w, c = _run(cmd, env, home)
                 if round_:

@@ -549,9 +549,15 @@ _COLLATERAL = re.compile(
     r"ChildFailedError|SignalException|torch\.distributed\.elastic|Sending process \d+ closing signal|"
     r"failed \(exitcode: -\d+\)|srun: error: .*(Terminated|Killed)|srun: .*(task|step).*(abort|cancel)|"
     r"DistBackendError|ProcessGroupNCCL.*(abort|Aborting|shut)|Socket Timeout|Connection reset by peer|"
-    # gloo's "[.../gloo/transport/tcp/pair.cc:553] Connection closed by peer [ADDR]:PORT. This is
-    # typically caused by a remote worker crashing." (torch 2.13): a peer died first
-    r"Connection closed by peer|caused by a remote worker crashing|"
+    # A peer died first. gloo (CPU): "[.../gloo/transport/tcp/pair.cc:553] Connection closed by peer
+    # [ADDR]:PORT. This is typically caused by a remote worker crashing." (torch 2.13 wheel). NCCL
+    # (the real trainer): ncclGetErrorString(ncclRemoteError) "remote process exited or there was a
+    # network error" (NCCL src/init.cc), torch's "ncclRemoteError: A call failed possibly due to a
+    # network error or a remote process exiting prematurely." (T csrc/distributed/c10d/NCCLUtils.cpp,
+    # getNcclErrorDetailStr) and NCCL's "socketProgress: Connection closed by remote peer". Alone,
+    # such a line is still reported (the fallback below); it only yields to a rank with a cause.
+    r"Connection closed by (remote )?peer|caused by a remote worker crashing|"
+    r"remote process exited or there was a network error|ncclRemoteError|"
     r"Broken pipe|recvValue|TCPStore|exiting program|^SystemExit: 0$|with SystemExit: 0\b|"
     r"bridge-launch: |^\[W |UserWarning|FutureWarning|DeprecationWarning")
 
@@ -561,7 +567,7 @@ _SUSPECT_WORDS = ("rror", "RROR", "xception", "Traceback", "FATAL", "Killed", "U
                   "core dumped", "imeout", "TIMEOUT", "NCCL", "ECC", "Xid", "NODE_FAIL", "oom-kill", "No such file",
                   "lost connection", "Broken pipe", "reset by peer", "Interrupt", "Failure", "out of memory",
                   "ALLOC_FAILED", "Watchdog", "HYBRID-EP", "Node failure", "Dataset path", "not a valid Energon",
-                  "Connection reset", "Connection closed")
+                  "Connection reset")
 
 
 @dataclass
