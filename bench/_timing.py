@@ -81,7 +81,7 @@ def populate_registry(home: str, n: int, info: str = "{}") -> None:
     import time
     from pathlib import Path
 
-    from bridge_launch.runs import Registry
+    from bridge_launch.runs.registry import Registry
 
     reg = Registry(Path(home))
     now = time.time() - n

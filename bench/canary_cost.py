@@ -29,7 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
-CLI = [sys.executable, "-m", "bridge_launch.cli"]
+CLI = [sys.executable, "-m", "bridge_launch.cli.app"]
 REV = "59d61f3ce65a6d9863b86d2e96597125219dc754"
 
 

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import bench_env, compare, report  # noqa: E402
 
 PY = sys.executable
-BL = [PY, "-m", "bridge_launch.cli"]
+BL = [PY, "-m", "bridge_launch.cli.app"]
 REPO = Path(__file__).resolve().parent.parent
 
 NEMO_RUN_DRY_RUN = r'''

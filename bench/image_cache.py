@@ -36,7 +36,7 @@ STATE = Path("/var/lib/bridge-launch-slurm")
 IMAGE = STATE / "containers" / "images" / "local-torch.sqsh"
 LAYOUT = STATE / "bench-registry"
 REF = "10.251.0.1:5000/bench/local-torch:1"
-CLI = [sys.executable, "-m", "bridge_launch.cli"]
+CLI = [sys.executable, "-m", "bridge_launch.cli.app"]
 FIRST_STEP = re.compile(r"iteration\s+1/")
 
 

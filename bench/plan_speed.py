@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import bench_env, report  # noqa: E402
 
 PY = sys.executable
-BL = [PY, "-m", "bridge_launch.cli"]
+BL = [PY, "-m", "bridge_launch.cli.app"]
 
 
 def _run(cmd, env, cwd) -> tuple[float, float]:

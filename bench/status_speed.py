@@ -31,7 +31,7 @@ def main() -> int:
         populate_registry(big, 10_000)
         env_small, env_big = bench_env(small), bench_env(big)
         cases_small = {"import typer": [PY, "-c", "import typer"],
-                       "status 1k": [PY, "-m", "bridge_launch.cli", "status"]}
+                       "status 1k": [PY, "-m", "bridge_launch.cli.app", "status"]}
         # interleave the two registries by running them as separate cases with their own env
         t = {}
         for _ in range(args.repeats):

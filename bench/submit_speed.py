@@ -59,7 +59,7 @@ def main() -> int:
         os.makedirs(job_dir)
         smoke = str(REPO / "src" / "bridge_launch" / "workloads" / "smoke.py")
         nemo = [PY, "-c", f"JOB_DIR={job_dir!r}\nSMOKE={smoke!r}\n" + NEMO_RUN_SUBMIT]
-        bl = [PY, "-m", "bridge_launch.cli", "submit", "smoke", "-c", "local-slurm", "-o", "json",
+        bl = [PY, "-m", "bridge_launch.cli.app", "submit", "smoke", "-c", "local-slurm", "-o", "json",
               "train.train_iters=1", "smoke.busbw_sizes=[1024]"]
         for round_ in range(args.repeats + 1):
             for name, cmd, sink in (("bridge-launch", bl, ours), ("nemo-run", nemo, theirs)):

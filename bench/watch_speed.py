@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from _timing import bench_env, compare, populate_registry, report  # noqa: E402
 
 PY = sys.executable
-BL = [PY, "-m", "bridge_launch.cli"]
+BL = [PY, "-m", "bridge_launch.cli.app"]
 
 
 def write_log(path: Path, n: int) -> None:
@@ -56,8 +56,9 @@ def finished_run(home: str, steps: int) -> str:
     """A finished local run of `steps` iterations, recorded as submit and status leave it."""
     os.environ["BRIDGE_LAUNCH_HOME"] = home
     os.environ["XDG_CONFIG_HOME"] = os.path.join(home, "config")
-    from bridge_launch import launch, resolve
-    from bridge_launch.runs import Registry
+    from bridge_launch.runs import lifecycle as launch
+    from bridge_launch.resolve import resolver as resolve
+    from bridge_launch.runs.registry import Registry
 
     reg = Registry(Path(home))
     run = reg.reserve("smoke", "local", "local")

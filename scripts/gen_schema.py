@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerate ``src/bridge_launch/schema/config_container.json``.
+"""Regenerate ``src/bridge_launch/spec/schema/config_container.json``.
 
 The schema lists every override key of Megatron-Bridge's ``ConfigContainer``
 (``model.tensor_model_parallel_size``, ``dataset.seq_length``, ...) with a
@@ -995,7 +995,7 @@ def main(argv=None) -> int:
     ap.add_argument("--mcore-label", default=None,
                     help="value for source.megatron_core when MCORE is not a git repository (e.g. 0.16.1)")
     ap.add_argument("-o", "--output", default=str(Path(__file__).resolve().parents[1]
-                                                  / "src/bridge_launch/schema/config_container.json"))
+                                                  / "src/bridge_launch/spec/schema/config_container.json"))
     args = ap.parse_args(argv)
 
     bridge_rev = args.bridge_rev

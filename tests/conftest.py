@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-m", "bridge_launch.cli"]
+CLI = [sys.executable, "-m", "bridge_launch.cli.app"]
 
 
 def _clear_caches():
-    from bridge_launch import clusters, recipes
+    from bridge_launch.spec import clusters
+    from bridge_launch.spec import recipes
 
     clusters.catalog.cache_clear()
     recipes.catalog.cache_clear()

@@ -1,6 +1,6 @@
 """The canary: its settings, the Slurm canary job and the gated real job (rendered), the first step of
 Lepton and DGX Cloud jobs (the script run here with a stand-in torchrun), and the in-job checks
-(workloads/canary.py) against the image's stand-in Megatron-Bridge, a prepared Energon dataset,
+(workloads/cluster_checks.py) against the image's stand-in Megatron-Bridge, a prepared Energon dataset,
 checkpoints in Bridge's layout and a HuggingFace cache. The runs on the local Slurm cluster with
 containers are in test_canary_e2e.py."""
 
@@ -24,9 +24,9 @@ VL_ARGS = ["dataset.path=/lustre/clevr2", "checkpoint.pretrained_checkpoint=/lus
 @pytest.fixture
 def canary_mod(monkeypatch):
     monkeypatch.syspath_prepend(str(WORKLOADS))
-    import canary
+    import cluster_checks
 
-    return canary
+    return cluster_checks
 
 
 def _dry(*args):
@@ -53,7 +53,7 @@ def test_slurm_canary_is_a_short_job_in_the_same_image_the_real_job_waits_for(ho
            [ln for ln in csrun if ln.startswith(("    --container", "    --mpi", "    --no-container"))]
     exports = [ln for ln in main.splitlines() if ln.startswith("export ") and "RUN_ID=" not in ln]
     assert exports and all(ln in text for ln in exports)
-    entry = text.index("    /lustre/fsw/bridge-launch/runs/@RUN_ID@/workload/canary.py \\\n")
+    entry = text.index("    /lustre/fsw/bridge-launch/runs/@RUN_ID@/workload/cluster_checks.py \\\n")
     assert text[entry:].splitlines()[1] == "    /lustre/fsw/bridge-launch/runs/@RUN_ID@/canary/@RUN_ID@.spec.json &"
     spec = c["spec"]
     tokens = shlex.split(main.split("srun \\\n")[1].split(" &\n")[0].replace("\\\n", " "))
@@ -138,7 +138,7 @@ esac
 @pytest.mark.parametrize("cluster", ["lepton-gb200", "dgxc-gb200"])
 @pytest.mark.parametrize("canary_rc", [0, 1])
 def test_cloud_jobs_run_the_canary_first_and_stop_when_it_fails(home, tmp_path, cluster, canary_rc):
-    from bridge_launch import resolve
+    from bridge_launch.resolve import resolver as resolve
     from bridge_launch.backends import cloud, lepton
 
     write(home / "clusters" / "c.toml", f'extends = "{cluster}"\njob_root = "{tmp_path}/runs"\n')
@@ -151,7 +151,7 @@ def test_cloud_jobs_run_the_canary_first_and_stop_when_it_fails(home, tmp_path, 
                LEPTON_JOB_WORKER_INDEX="0", MASTER_PORT="29400")
     proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=60)
     ran = calls.read_text().splitlines()
-    assert "--rdzv-id=r1-canary" in ran[0] and "workload/canary.py" in ran[0]
+    assert "--rdzv-id=r1-canary" in ran[0] and "workload/cluster_checks.py" in ran[0]
     assert '--rdzv-endpoint=127.0.0.1:29401' in ran[0]  # the canary's rendezvous one port above the job's
     assert "--nnodes=2" in ran[0]  # every node of the job runs it
     if canary_rc:
@@ -292,7 +292,7 @@ def _spec(tmp_path, **kw) -> Path:
 
 def _subcheck(name, spec_path):
     env = dict(os.environ, PYTHONPATH=STANDIN_PATH)
-    proc = subprocess.run([sys.executable, str(WORKLOADS / "canary.py"), "--check", name, str(spec_path)],
+    proc = subprocess.run([sys.executable, str(WORKLOADS / "cluster_checks.py"), "--check", name, str(spec_path)],
                           capture_output=True, text=True, env=env, timeout=300)
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("@@bridge-launch-canary-result ")]
     assert proc.returncode == 0 and line, proc.stdout + proc.stderr
@@ -364,7 +364,7 @@ def test_data_check_without_the_sample_type_in_the_image(tmp_path, energon_datas
     """An image whose Megatron-Bridge lacks the dataset's sample type: Energon cannot open it."""
     env = dict(os.environ, PYTHONPATH=f"{tmp_path}")  # no megatron.bridge on the path
     spec = _spec(tmp_path, dataset={"kind": "energon", "path": str(energon_dataset)})
-    proc = subprocess.run([sys.executable, str(WORKLOADS / "canary.py"), "--check", "data", str(spec)],
+    proc = subprocess.run([sys.executable, str(WORKLOADS / "cluster_checks.py"), "--check", "data", str(spec)],
                           capture_output=True, text=True, env=env, timeout=300)
     r = json.loads(proc.stdout.strip().splitlines()[-1].split(" ", 1)[1])
     assert r["status"] == "fail" and "megatron.bridge" in r["detail"] and "Energon 7.4.1" in r["detail"], r
@@ -382,7 +382,7 @@ def test_canary_under_torchrun_writes_its_report(tmp_path, energon_dataset):
                  network={"sizes": [1024, 65536], "iters": 2, "expected_busbw_gbps": 1e-6, "min_fraction": 0.8})
     env = dict(os.environ, PYTHONPATH=STANDIN_PATH, OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           str(WORKLOADS / "canary.py"), str(spec)], capture_output=True, text=True, env=env, timeout=600)
+                           str(WORKLOADS / "cluster_checks.py"), str(spec)], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((tmp_path / "run" / "canary" / "r1.json").read_text())
     assert report["complete"] and report["verdict"] == "pass"
@@ -395,7 +395,7 @@ def test_canary_under_torchrun_writes_its_report(tmp_path, energon_dataset):
     # a failing check: the exit status says so, and the verdict names the first failing check in order
     bad = _spec(tmp_path, args=["dataset.path=/d", "model.mtp_num_layers=1"], dataset={"kind": "energon", "path": "/no"})
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           str(WORKLOADS / "canary.py"), str(bad)], capture_output=True, text=True, env=env, timeout=600)
+                           str(WORKLOADS / "cluster_checks.py"), str(bad)], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode != 0
     report = json.loads((tmp_path / "run" / "canary" / "r1.json").read_text())
     assert report["verdict"] == "fail" and report["first_failure"]["check"] == "trainer"
@@ -407,8 +407,9 @@ def test_lepton_run_with_a_canary_stages_it_and_status_names_the_failing_check(h
     runs it first, and a job its canary stopped is FAILED with the check in `status`."""
     from contract_server import LEPTON_TOKEN, Server
 
-    from bridge_launch import launch, resolve
-    from bridge_launch.runs import Registry
+    from bridge_launch.runs import lifecycle as launch
+    from bridge_launch.resolve import resolver as resolve
+    from bridge_launch.runs.registry import Registry
 
     with Server() as server:
         monkeypatch.setenv("HOME", str(tmp_path / "userhome"))
@@ -425,7 +426,7 @@ def test_lepton_run_with_a_canary_stages_it_and_status_names_the_failing_check(h
         run = launch.submit(job)
         staged = server.contract.staged[run.run_dir]
         spec = json.loads(staged[f"canary/{run.run_id}.spec.json"])
-        assert spec["report"] == f"{run.run_dir}/canary/{run.run_id}.json" and "workload/canary.py" in staged
+        assert spec["report"] == f"{run.run_dir}/canary/{run.run_id}.json" and "workload/cluster_checks.py" in staged
         script = server.contract.calls("POST", r"^/lepton/jobs$")[-1][4]["spec"]["container"]["command"][2]
         assert script.index(f"--rdzv-id={run.run_id}-canary") < script.index(f"--rdzv-id={run.run_id} ")
         reg = Registry()

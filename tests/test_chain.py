@@ -9,9 +9,9 @@ import re
 import pytest
 from conftest import run_cli
 
-from bridge_launch import resolve
-from bridge_launch.backends import slurm
-from bridge_launch.errors import UsageError
+from bridge_launch.resolve import resolver as resolve
+from bridge_launch.backends.slurm import backend as slurm
+from bridge_launch.core.errors import UsageError
 
 VL = ("dataset.path=/lustre/fsw/data/clevr2", "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt/qwen35")
 
@@ -100,7 +100,7 @@ def test_status_reads_the_chains_outcomes():
     assert got["101"] == {"outcome": "continued", "checkpoint": 40, "detail": ""}
     assert got["102"]["detail"] == "the save did not finish within the signal lead of 60 s"
     assert got["104"]["checkpoint"] == 100 and len(got) == 4
-    from bridge_launch.commands import _segment_text
+    from bridge_launch.cli.commands import _segment_text
 
     assert _segment_text({"job_id": "102", "state": "TIMEOUT", **got["102"]}) == \
         "102 TIMEOUT (no progress: the save did not finish within the signal lead of 60 s)"

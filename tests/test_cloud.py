@@ -38,20 +38,20 @@ def env(home, server, tmp_path, monkeypatch):
 
 
 def _job(cluster, nodes=2):
-    from bridge_launch import resolve
+    from bridge_launch.resolve import resolver as resolve
 
     return resolve.resolve("smoke", resolve.Options(cluster=cluster, nodes=nodes), for_submit=True)
 
 
 def _submit(cluster, nodes=2):
-    from bridge_launch import launch
+    from bridge_launch.runs import lifecycle as launch
 
     return launch.submit(_job(cluster, nodes))
 
 
 def _refresh(run):
-    from bridge_launch import launch
-    from bridge_launch.runs import Registry
+    from bridge_launch.runs import lifecycle as launch
+    from bridge_launch.runs.registry import Registry
 
     return launch.refresh(Registry(), [run])[0]
 
@@ -63,8 +63,9 @@ def _rendered(job, run_id):
 
 @pytest.mark.parametrize("cluster,kind", [("lep", "lepton"), ("dgx", "dgxcloud")])
 def test_submit_running_completed_logs(env, cluster, kind, capfd):
-    from bridge_launch import backends, launch
-    from bridge_launch.runs import Registry
+    from bridge_launch import backends
+    from bridge_launch.runs import lifecycle as launch
+    from bridge_launch.runs.registry import Registry
 
     run = _submit(cluster)
     assert run.state == "PENDING" and run.job_ids
@@ -109,12 +110,12 @@ def test_submit_running_completed_logs(env, cluster, kind, capfd):
 
 def test_dgx_logs_from_reachable_storage(env, tmp_path):
     from bridge_launch import backends
-    from bridge_launch.runs import Registry
+    from bridge_launch.runs.registry import Registry
 
     root = tmp_path / "pvc"
     write(tmp_path / "config/bridge-launch/clusters/dgx2.toml",
           f'name = "dgx2"\nextends = "dgx"\n[dgxcloud]\nlocal_job_root = "{root}"\n')
-    from bridge_launch import clusters
+    from bridge_launch.spec import clusters
     clusters.catalog.cache_clear()
     run = _submit("dgx2", nodes=1)
     assert env.calls("POST", r"^/dgx/workloads/trainings$")
@@ -139,8 +140,8 @@ def test_failure(env, cluster):
 
 @pytest.mark.parametrize("cluster,pattern", [("lep", r"DELETE"), ("dgx", r"suspend")])
 def test_cancel(env, cluster, pattern):
-    from bridge_launch import launch
-    from bridge_launch.runs import Registry
+    from bridge_launch.runs import lifecycle as launch
+    from bridge_launch.runs.registry import Registry
 
     env.script = ["Running"]
     run = _submit(cluster)
@@ -153,8 +154,8 @@ def test_cancel(env, cluster, pattern):
 
 
 def test_resume_reuses_run_dir(env):
-    from bridge_launch import launch
-    from bridge_launch.runs import Registry
+    from bridge_launch.runs import lifecycle as launch
+    from bridge_launch.runs.registry import Registry
 
     env.script = ["Failed"]
     run = _submit("dgx")
@@ -168,7 +169,7 @@ def test_resume_reuses_run_dir(env):
 
 
 def test_dgx_auth_failure_is_one_clear_error(env, monkeypatch):
-    from bridge_launch.errors import LaunchError
+    from bridge_launch.core.errors import LaunchError
 
     monkeypatch.setenv("DGXC_CLIENT_SECRET", "wrong-secret-value")
     with pytest.raises(LaunchError, match=r"rejected the client credentials from \$DGXC_CLIENT_ID/\$DGXC_CLIENT_SECRET \(HTTP 401\)") as exc:
@@ -178,7 +179,7 @@ def test_dgx_auth_failure_is_one_clear_error(env, monkeypatch):
 
 
 def test_lepton_auth_failure(env, monkeypatch):
-    from bridge_launch.errors import LaunchError
+    from bridge_launch.core.errors import LaunchError
 
     monkeypatch.setenv("LEPTON_WORKSPACE_TOKEN", "bad-token")
     with pytest.raises(LaunchError, match=r"Lepton rejected the workspace credentials \(HTTP 401\)"):
@@ -186,7 +187,7 @@ def test_lepton_auth_failure(env, monkeypatch):
 
 
 def test_dgx_missing_credentials(env, monkeypatch):
-    from bridge_launch.errors import UsageError
+    from bridge_launch.core.errors import UsageError
 
     monkeypatch.delenv("DGXC_CLIENT_SECRET")
     with pytest.raises(UsageError, match="set DGXC_CLIENT_ID and DGXC_CLIENT_SECRET"):
@@ -204,7 +205,7 @@ def test_5xx_is_retried(env, cluster, method, pattern):
 
 @pytest.mark.parametrize("cluster,pattern", [("lep", r"^/lepton/jobs/bl-[^/]+$"), ("dgx", r"^/dgx/workloads/distributed/")])
 def test_timeout(env, cluster, pattern):
-    from bridge_launch.errors import LaunchError
+    from bridge_launch.core.errors import LaunchError
 
     run = _submit(cluster)
     for _ in range(3):
@@ -253,7 +254,7 @@ def test_dgx_workload_is_exactly_nodes_pods(env, nodes):
 
 
 def test_render_is_light_and_masks(home):
-    code = ("import sys; from bridge_launch import resolve, backends\n"
+    code = ("import sys; from bridge_launch import backends; from bridge_launch.resolve import resolver as resolve\n"
             "for c in ('lepton-gb200','dgxc-gb200'):\n"
             "    a = backends.render(resolve.resolve('smoke', resolve.Options(cluster=c, nodes=2)))\n"
             "    assert a.kind in ('lepton-job','dgxc-workload')\n"
@@ -292,7 +293,7 @@ def test_nemo_run_imports_with_installed_leptonai():
 def _scan_for_secrets(contract):
     """Every byte under the state dir and NEMORUN_HOME, and every request but the token
     request, is free of the secret values; HF_TOKEN's value never leaves this process."""
-    from bridge_launch import paths
+    from bridge_launch.core import paths
 
     for root in (paths.state_dir(), os.environ["NEMORUN_HOME"]):
         for dirpath, _, names in os.walk(root):

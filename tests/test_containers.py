@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 from conftest import run_cli, write
 
-from bridge_launch import backends, codepack, images, resolve
-from bridge_launch.errors import UsageError
+from bridge_launch import backends
+from bridge_launch.runs import codepack
+from bridge_launch.runs import images
+from bridge_launch.resolve import resolver as resolve
+from bridge_launch.core.errors import UsageError
 
 
 @pytest.mark.parametrize("given,pyxis", [
@@ -257,7 +260,7 @@ def test_bridge_src_inside_a_checkout_asks_for_its_top(home, tmp_path):
 
 
 def test_staging_unpacks_the_tree_in_the_run_dir(tmp_path):
-    from bridge_launch import launch
+    from bridge_launch.runs import lifecycle as launch
     from bridge_launch.backends.base import Tree
 
     mb = _checkout(tmp_path)
@@ -284,7 +287,7 @@ slurmstepd-node1: error: pyxis: child 25296 failed with error code: 1
 
 
 def test_status_reason_is_pyxis_and_enroots_own_lines():
-    from bridge_launch.backends.slurm import container_failure
+    from bridge_launch.backends.slurm.backend import container_failure
 
     assert container_failure(["[rank0]: hello\n", PYXIS_PULL_FAILURE]) == \
         "pyxis: failed to import docker image: nvcr.io#nvidia/nemo:26.10: curl: (6) Could not resolve host: nvcr.io"

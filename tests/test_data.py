@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge_launch.errors import UsageError
+from bridge_launch.core.errors import UsageError
 
 np = pytest.importorskip("numpy")
 pytest.importorskip("PIL")
@@ -191,7 +191,7 @@ def test_full_disk_is_one_line_and_leaves_nothing(src, tmp_path, monkeypatch):
     import errno
     import os
 
-    from bridge_launch.errors import LaunchError
+    from bridge_launch.core.errors import LaunchError
 
     def full(*a):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -424,7 +424,7 @@ def test_cli_has_no_heavy_imports():
     import subprocess
     import sys
 
-    code = ("import sys, bridge_launch.data.cli; "
+    code = ("import sys, bridge_launch.cli.datasets; "
             "print([m for m in ('megatron.energon', 'PIL', 'submitit', 'torch', 'numpy') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -503,7 +503,7 @@ def test_ctrl_c_during_a_parallel_prepare_leaves_nothing(tmp_path):
     for i, wait_shards in enumerate((1, 20, 120)):
         out = tmp_path / f"out{i}"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bridge_launch.cli", "data", "prepare", DS, "--source-dir", str(srcdir),
+            [sys.executable, "-m", "bridge_launch.cli.app", "data", "prepare", DS, "--source-dir", str(srcdir),
              "--output-dir", str(out), "--subsets", "clevr_2", "--skip-source-integrity-check",
              "--max-samples-per-tar", "1", "--num-workers", "2"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -568,7 +568,7 @@ def test_write_manifest_then_verified_run_and_cli_report(src, tmp_path):
     pytest.importorskip("megatron.energon")
     from typer.testing import CliRunner
 
-    from bridge_launch.data.cli import app
+    from bridge_launch.cli.datasets import app
 
     m = _prep(src, tmp_path / "a", skip_integrity=False, write_manifest=True)
     assert m["source_integrity_verified"] is False

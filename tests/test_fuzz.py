@@ -9,8 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge_launch import clusters, commands, recipes
-from bridge_launch.errors import BridgeLaunchError
+from bridge_launch.spec import clusters
+from bridge_launch.cli import commands
+from bridge_launch.spec import recipes
+from bridge_launch.core.errors import BridgeLaunchError
 
 pytest.importorskip("megatron.core")
 
@@ -51,7 +53,7 @@ PREFIX = [""] * 12 + ["+", "++", "~"]
 
 def _fitting(key: str) -> list:
     """Values of the key's own type (the schema's), so that most sets reach the rules."""
-    from bridge_launch import schema
+    from bridge_launch.spec import schema
 
     spec = schema.lookup(key) or {}
     if spec.get("choices"):
@@ -142,7 +144,7 @@ def _side_parser():
     import click
     import typer.main
 
-    from bridge_launch import cli
+    from bridge_launch.cli import app as cli
 
     root = typer.main.get_command(cli.app)
     return cli._side_parser(click.Context(root, info_name="bridge-launch"))

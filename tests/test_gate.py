@@ -11,8 +11,9 @@ import struct
 import pytest
 from conftest import run_cli, write
 
-from bridge_launch import gate, parity
-from bridge_launch.logread import Log
+from bridge_launch.judge import gate
+from bridge_launch.judge import parity
+from bridge_launch.logs.reader import Log
 from bridge_launch.workloads import trainer_protocol as P
 
 STAMP = "2026-01-01 12:00:00"

@@ -18,8 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from bridge_launch import backends, resolve
-from bridge_launch.backends import slurm, slurm_topology, torchrun_opts
+from bridge_launch import backends
+from bridge_launch.resolve import resolver as resolve
+from bridge_launch.backends.slurm import backend as slurm
+from bridge_launch.backends.slurm import topology_plugin as slurm_topology
+from bridge_launch.backends import torchrun as torchrun_opts
 from conftest import REPO, write
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -32,7 +35,7 @@ def _job(recipe="smoke", cluster="gb200-8", *overrides, **opts):
 
 def _profile(home, name, text):
     """A user profile, written and seen (the catalog is cached per process)."""
-    from bridge_launch import clusters
+    from bridge_launch.spec import clusters
 
     write(home / "clusters" / f"{name}.toml", f'name = "{name}"\n' + text)
     clusters.catalog.cache_clear()
@@ -279,9 +282,9 @@ def test_segment_needs_sbatch_24_05_3():
 def preflight_mod():
     sys.path.insert(0, str(WORKLOADS))
     try:
-        import preflight
+        import fabric_checks
 
-        yield preflight
+        yield fabric_checks
     finally:
         sys.path.remove(str(WORKLOADS))
 

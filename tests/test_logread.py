@@ -8,8 +8,9 @@ import math
 
 import pytest
 
-from bridge_launch import failures, logread
-from bridge_launch.logread import Log, first_error, first_error_detail, strip_prefix
+from bridge_launch.logs import failures
+from bridge_launch.logs import reader as logread
+from bridge_launch.logs.reader import Log, first_error, first_error_detail, strip_prefix
 from bridge_launch.workloads import trainer_protocol as P
 
 # NVIDIA-NeMo/Megatron-Bridge docs/training/multi-token-prediction.md:140 (at 067f987): MTP and MoE

@@ -7,7 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from bridge_launch import models, resolve, validate
+from bridge_launch.spec import models
+from bridge_launch.resolve import resolver as resolve
+from bridge_launch.plan import rules as validate
 
 
 def _job(recipe, **config):
@@ -51,7 +53,7 @@ def test_a_recipe_without_an_entry_gets_megatrons_defaults():
 
 def test_plan_and_validate_read_the_same_facts(home):
     pytest.importorskip("megatron.core")
-    from bridge_launch import plan
+    from bridge_launch.plan import estimate as plan
 
     job = resolve.resolve("nemotron-3-nano-pretrain", resolve.Options(cluster="gb200-8", overrides=("model.num_moe_experts=64",)))
     assert plan.arch_for(job).moe["num_experts"] == 64
@@ -70,7 +72,7 @@ def test_dry_run_shows_the_model_and_its_sources(cli):
 
 
 def test_model_facts_import_neither_megatron_nor_torch():
-    code = ("import sys, bridge_launch.models, bridge_launch.validate, bridge_launch.preflight, bridge_launch.topology, "
-            "bridge_launch.plan; print(sorted(m for m in ('megatron', 'torch') if m in sys.modules))")
+    code = ("import sys, bridge_launch.spec.models, bridge_launch.plan.rules, bridge_launch.plan.findings, bridge_launch.plan.topology, "
+            "bridge_launch.plan.estimate; print(sorted(m for m in ('megatron', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

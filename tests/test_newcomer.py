@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import CLI, REPO, run_cli, write
 
-from bridge_launch import launch, resolve
-from bridge_launch.runs import Registry
+from bridge_launch.runs import lifecycle as launch
+from bridge_launch.resolve import resolver as resolve
+from bridge_launch.runs.registry import Registry
 
 VL_INPUTS = ("dataset.path=/lustre/clevr2", "checkpoint.pretrained_checkpoint=/lustre/ckpt")
 

@@ -10,12 +10,12 @@ import shlex
 import pytest
 from conftest import REPO, run_cli
 
-from bridge_launch.errors import UsageError
+from bridge_launch.core.errors import UsageError
 
 np = pytest.importorskip("numpy")
 pytest.importorskip("PIL")
 
-from bridge_launch import recipes  # noqa: E402
+from bridge_launch.spec import recipes
 from bridge_launch.data import inspect as insp  # noqa: E402
 from bridge_launch.data import packing, synthetic  # noqa: E402
 
@@ -59,7 +59,7 @@ def test_packing_advice_keeps_the_sequence_rule_and_sets_both_lengths():
     for r in seq_rows:
         assert r["value"] % 16 == 0, r  # a value the job's own validation accepts
         assert r["overrides"] == [f"dataset.seq_length={r['value']}", f"model.seq_length={r['value']}"]
-    from bridge_launch import validate
+    from bridge_launch.plan import rules as validate
 
     for r in seq_rows:
         assert not validate.sequence_errors({**cfg, "dataset.seq_length": r["value"], "model.seq_length": r["value"]},
@@ -83,7 +83,7 @@ def test_prepare_summary_rate_is_the_progress_bars(monkeypatch, tmp_path):
     where the rest of the time went."""
     from typer.testing import CliRunner
 
-    from bridge_launch.data import cli as dcli
+    from bridge_launch.cli import datasets as dcli
     from bridge_launch.data import prepare as prep
 
     manifest = {"output_dir": str(tmp_path / "out"), "counts": {"train": 900, "val": 100}, "shards": {"train": 9, "val": 1},

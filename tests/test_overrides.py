@@ -1,4 +1,4 @@
-"""Tests for bridge_launch.overrides: a differential test against Hydra 1.3's own parser
+"""Tests for bridge_launch.spec.overrides: a differential test against Hydra 1.3's own parser
 (skipped only where hydra-core is not installed), round trips of format_value, and the API.
 """
 
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge_launch.overrides import (
+from bridge_launch.spec.overrides import (
     Override,
     OverrideError,
     Sweep,
@@ -473,7 +473,7 @@ def test_parsing_is_fast():
 
 def test_import_pulls_in_no_hydra():
     code = (
-        "import sys, bridge_launch.overrides; "
+        "import sys, bridge_launch.spec.overrides; "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('hydra', 'omegaconf', 'antlr4', 'yaml')]; "
         "assert not bad, bad"
     )

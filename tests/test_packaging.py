@@ -24,7 +24,7 @@ def test_wheel_carries_recipes_and_clusters(tmp_path):
         assert f"bridge_launch/_data/recipes/overlays/{p.name}" in names
     for p in (REPO / "clusters").glob("*.toml"):
         assert f"bridge_launch/_data/clusters/{p.name}" in names
-    assert "bridge_launch/schema/config_container.json" in names
+    assert "bridge_launch/spec/schema/config_container.json" in names
     assert "bridge_launch/workloads/smoke.py" in names
     assert any(n.endswith("entry_points.txt") for n in names)
 
@@ -32,10 +32,10 @@ def test_wheel_carries_recipes_and_clusters(tmp_path):
     zipfile.ZipFile(wheel).extractall(site)
     env = dict(os.environ, PYTHONPATH=str(site), BRIDGE_LAUNCH_HOME=str(tmp_path / "state"),
                XDG_CONFIG_HOME=str(tmp_path / "cfg"))
-    out = subprocess.run([sys.executable, "-c", "import bridge_launch.paths as p; print(p.data_dir())"],
+    out = subprocess.run([sys.executable, "-c", "import bridge_launch.core.paths as p; print(p.data_dir())"],
                          env=env, capture_output=True, text=True, cwd=tmp_path, check=True).stdout.strip()
     assert out == str(site / "bridge_launch" / "_data")
-    r = subprocess.run([sys.executable, "-m", "bridge_launch.cli", "recipes", "list", "-o", "json"], env=env,
+    r = subprocess.run([sys.executable, "-m", "bridge_launch.cli.app", "recipes", "list", "-o", "json"], env=env,
                        capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     concrete = [p.stem for p in (REPO / "recipes").glob("*.toml") if "abstract = true" not in p.read_text()]

@@ -17,8 +17,9 @@ import pytest
 
 pytest.importorskip("megatron.core")
 
-from bridge_launch import plan, resolve  # noqa: E402
-from bridge_launch.errors import UsageError  # noqa: E402
+from bridge_launch.plan import estimate as plan
+from bridge_launch.resolve import resolver as resolve
+from bridge_launch.core.errors import UsageError  # noqa: E402
 
 
 def par(world, tp=1, pp=1, cp=1, ep=1, etp=None, sp=False, vpp=None):
@@ -215,7 +216,7 @@ def test_missing_megatron_core_is_one_usage_error(home, monkeypatch):
 
 
 def test_importing_plan_does_not_import_megatron_or_torch():
-    code = "import sys, bridge_launch.plan; print(sorted(m for m in ('megatron', 'torch') if m in sys.modules))"
+    code = "import sys, bridge_launch.plan.estimate; print(sorted(m for m in ('megatron', 'torch') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

@@ -6,12 +6,14 @@ import itertools
 
 import pytest
 
-from bridge_launch import preflight, resolve, topology
-from bridge_launch.errors import UsageError
+from bridge_launch.plan import findings as preflight
+from bridge_launch.resolve import resolver as resolve
+from bridge_launch.plan import topology
+from bridge_launch.core.errors import UsageError
 
 pytest.importorskip("megatron.core")
 
-from bridge_launch import plan  # noqa: E402
+from bridge_launch.plan import estimate as plan
 
 VL_IN = ("dataset.path=/lustre/fsw/clevr2", "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt")
 

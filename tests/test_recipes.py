@@ -4,7 +4,7 @@ to run_recipe.py as an explicit override; aliases, modes, GPU counts, inputs and
 import pytest
 from conftest import run_cli
 
-from bridge_launch import recipes
+from bridge_launch.spec import recipes
 
 # What the seeds say, written out independently of the recipe files (../shared/seeds).
 VL_COMMON = {
@@ -163,7 +163,7 @@ def test_mxfp8_is_refused_on_hopper(home):
 
 
 def test_every_recipe_value_fits_the_schema(home):
-    from bridge_launch import schema
+    from bridge_launch.spec import schema
 
     for r in recipes.list_all():
         for key, value in {**r["config"], **r["upstream_config"]}.items():

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from bridge_launch import backends, resolve
-from bridge_launch.overrides import parse_override
+from bridge_launch import backends
+from bridge_launch.resolve import resolver as resolve
+from bridge_launch.spec.overrides import parse_override
 
 GOLDEN = Path(__file__).parent / "golden"
 INPUTS = ("dataset.path=/lustre/fsw/data/clevr2-energon",

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import run_cli, write
 
-from bridge_launch import launch, paths
-from bridge_launch.runs import Registry
+from bridge_launch.runs import lifecycle as launch
+from bridge_launch.core import paths
+from bridge_launch.runs.registry import Registry
 
 FAST = ["smoke.busbw_sizes=[1024]", "smoke.busbw_iters=1", "train.train_iters=2"]
 
@@ -104,7 +105,7 @@ def test_diff_of_two_sets_and_of_two_runs(home):
     assert text.code == 0 and "mixed_precision.fp8_recipe" in text.out
     # two runs: their recorded jobs
     reg = Registry()
-    from bridge_launch import resolve
+    from bridge_launch.resolve import resolver as resolve
 
     ids = []
     for overrides in (("train.train_iters=5",), ("train.train_iters=7",)):

@@ -1,4 +1,4 @@
-"""Checks on src/bridge_launch/schema/config_container.json against facts read in upstream.
+"""Checks on src/bridge_launch/spec/schema/config_container.json against facts read in upstream.
 
 Upstream revisions (see the file's "source" block):
   Megatron-Bridge 067f987df03b8355b03192d88d70f1709fedf51a ("Bridge" below)
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMA = ROOT / "src" / "bridge_launch" / "schema" / "config_container.json"
+SCHEMA = ROOT / "src" / "bridge_launch" / "spec" / "schema" / "config_container.json"
 GENERATOR = ROOT / "scripts" / "gen_schema.py"
 TYPES = {"int", "float", "bool", "str", "list", "dict", "any"}
 

@@ -81,7 +81,7 @@ def test_job_completes_across_two_hosts(cluster, home):
 
 def test_logs_follow_shows_both_nodes_while_running(cluster, home):
     sub = _submit("train.train_iters=30", "smoke.step_sleep=0.3")
-    proc = subprocess.Popen([sys.executable, "-m", "bridge_launch.cli", "logs", sub["run_id"], "-f"],
+    proc = subprocess.Popen([sys.executable, "-m", "bridge_launch.cli.app", "logs", sub["run_id"], "-f"],
                             stdout=subprocess.PIPE, text=True, cwd=REPO, env=dict(os.environ))
     seen, deadline = [], time.time() + 180
     try:
@@ -159,8 +159,8 @@ def test_status_without_and_with_accounting(cluster, home):
     # the exit marker the batch script writes agrees, for clusters where neither squeue nor sacct knows
     assert (Path(sub["run_dir"]) / "exit" / sub["job_ids"][0]).read_text().strip() == "0"
     assert (Path(failed["run_dir"]) / "exit" / failed["job_ids"][0]).read_text().strip() != "0"
-    from bridge_launch.backends.slurm import Backend
-    from bridge_launch.clusters import load
+    from bridge_launch.backends.slurm.backend import Backend
+    from bridge_launch.spec.clusters import load
 
     s = load("local-slurm")["slurm"]
     jid = failed["job_ids"][0]

@@ -1,6 +1,6 @@
 """The framing of logs fetched from a Slurm login host (backends/slurm._frames)."""
 
-from bridge_launch.backends.slurm import _frames
+from bridge_launch.backends.slurm.backend import _frames
 
 
 def _frame(name: str, body: bytes) -> bytes:

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from conftest import write
 
-from bridge_launch import backends, resolve
-from bridge_launch.backends import slurm_secrets as S
-from bridge_launch.errors import UsageError
+from bridge_launch import backends
+from bridge_launch.resolve import resolver as resolve
+from bridge_launch.backends.slurm import secrets as S
+from bridge_launch.core.errors import UsageError
 
 
 @pytest.mark.parametrize("text,kind,path,machine", [

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge_launch import topology
+from bridge_launch.plan import topology
 
 mc = pytest.importorskip("megatron.core.parallel_state")
 
@@ -59,7 +59,7 @@ def test_arithmetic_equals_rank_generator_random(tp, ep, dp, pp, cp, expert, ord
 
 
 def test_rank_groups_of_a_job_layout_match_plans_megatron_groups():
-    from bridge_launch import plan
+    from bridge_launch.plan import estimate as plan
 
     for world, tp, pp, cp, ep, etp in [(32, 2, 1, 8, 16, 1), (144, 1, 1, 1, 16, 1), (64, 2, 2, 2, 4, 2), (2304, 4, 4, 2, 64, 1)]:
         par = topology.Parallel(world=world, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, dp=world // (tp * pp * cp),
@@ -68,7 +68,7 @@ def test_rank_groups_of_a_job_layout_match_plans_megatron_groups():
 
 
 def test_the_arithmetic_path_imports_no_megatron_or_torch(home):
-    code = ("import sys; from bridge_launch import resolve; "
+    code = ("import sys; from bridge_launch.resolve import resolver as resolve; "
             "j = resolve.resolve('qwen35-vl-sft', resolve.Options(cluster='gb200-32')); "
             "from bridge_launch import backends; backends.render(j); "
             "assert j.errors == [], j.errors; "

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from conftest import write
 
-from bridge_launch import resolve
-from bridge_launch.errors import UsageError
+from bridge_launch.resolve import resolver as resolve
+from bridge_launch.core.errors import UsageError
 
 RECIPE = """
 name = "moe-test"
@@ -197,7 +197,7 @@ def test_bad_slurm_times(text):
 # are the shipped recipes on the shipped clusters (plus the test clusters below), so the model
 # facts come from models.toml; every rule in validate.RULES has a row here.
 
-from bridge_launch import validate  # noqa: E402
+from bridge_launch.plan import rules as validate
 
 VL_IN = ("dataset.path=/lustre/fsw/clevr2", "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt")
 SHIPPED_TEST_CLUSTERS = {

@@ -13,8 +13,8 @@ import pytest
 from conftest import write
 from test_gate import training_log
 
-from bridge_launch import experiments
-from bridge_launch.errors import UsageError
+from bridge_launch.runs import experiments
+from bridge_launch.core.errors import UsageError
 
 
 # ------------------------------------------------------------------------------------------------
@@ -104,7 +104,8 @@ def test_an_older_state_dir_gains_the_experiment_tables(home, cli):
 
 def _record(reg, recipe, *, state="COMPLETED", log=None, experiment=None, label="", position=0, overrides=()):
     """A run as submit leaves it, with its log where the local backend reads it."""
-    from bridge_launch import launch, resolve
+    from bridge_launch.runs import lifecycle as launch
+    from bridge_launch.resolve import resolver as resolve
 
     run = reg.reserve(recipe, "local", "local")
     job = resolve.resolve(recipe, resolve.Options(overrides=tuple(overrides))).with_run_id(run.run_id)
@@ -119,7 +120,7 @@ def _record(reg, recipe, *, state="COMPLETED", log=None, experiment=None, label=
 
 
 def test_status_of_a_finished_run_shows_its_metrics_from_the_log_tail(home, cli):
-    from bridge_launch.runs import Registry
+    from bridge_launch.runs.registry import Registry
 
     reg = Registry()
     text = "\n".join(["[rank0]: " + x for x in ["starting"]]) + "\n" + training_log(100, save_at={50, 100})
@@ -143,7 +144,7 @@ def test_status_of_a_finished_run_shows_its_metrics_from_the_log_tail(home, cli)
 def test_experiments_show_and_compare_together(home, cli, tmp_path):
     import math
 
-    from bridge_launch.runs import Registry
+    from bridge_launch.runs.registry import Registry
 
     reg = Registry()
     reg.add_experiment("lr-sweep", {"recipes": ["smoke"]})
@@ -180,7 +181,7 @@ def test_experiments_show_and_compare_together(home, cli, tmp_path):
 
 
 def test_logs_rank_grep_tail(home, cli):
-    from bridge_launch.runs import Registry
+    from bridge_launch.runs.registry import Registry
 
     reg = Registry()
     run = _record(reg, "smoke", log=training_log(30, save_at={30}))
@@ -203,7 +204,7 @@ def test_status_watch_json_is_one_object_per_line(home):
     import sys
 
     from conftest import CLI, REPO
-    from bridge_launch.runs import Registry
+    from bridge_launch.runs.registry import Registry
 
     reg = Registry()
     run = _record(reg, "smoke", log=training_log(20, save_at={20}))
@@ -219,7 +220,7 @@ def test_status_watch_json_is_one_object_per_line(home):
 
 
 def test_a_failed_runs_reason_leads_with_the_failing_ranks_error():
-    from bridge_launch.launch import failure_reason
+    from bridge_launch.runs.lifecycle import failure_reason
 
     err = "rank 3: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     assert failure_reason({"state": "FAILED", "reason": "exit code 1", "error": err}) == f"{err} (exit code 1)"

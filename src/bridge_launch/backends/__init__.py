@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = {"local": "local", "slurm": "slurm", "lepton": "lepton", "dgxcloud": "dgxcloud"}
+_MODULES = {"local": "local", "slurm": "slurm.backend", "lepton": "lepton", "dgxcloud": "dgxcloud"}
 
 
 def module(backend: str):
@@ -16,7 +16,7 @@ def module(backend: str):
 def render(job):
     """The exact launch artifact submit hands to the backend (dry-run shows the same)."""
     if getattr(job, "canary", None) and job.backend == "slurm":  # waits for the canary (its id known at submit)
-        from .. import canary
+        from bridge_launch.runs import canary
 
         job = canary.gated(job, canary.JOB_PLACEHOLDER)
     return module(job.backend).render(job)

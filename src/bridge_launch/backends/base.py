@@ -7,19 +7,19 @@ import shlex
 from dataclasses import dataclass
 from typing import Protocol
 
-from .. import __version__
+from bridge_launch import __version__
 
 WORKLOAD_DIR = "workload"  # the smoke workload and its modules, staged into the run dir
 SMOKE_FILE = f"{WORKLOAD_DIR}/smoke.py"
 # torchrun --tee's line prefix with the global rank (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; read back
 # by trainer_protocol.RANK_PREFIX_RE): what `logs --rank` and the failing rank's first error go by.
 RANK_PREFIX_TEMPLATE = "[rank${rank}]: "
-CANARY_FILE = f"{WORKLOAD_DIR}/canary.py"  # the canary job's entry (canary.py)
+CANARY_FILE = f"{WORKLOAD_DIR}/cluster_checks.py"  # the canary job's entry
 
 
 def last_step(text: str):
     """(step, total, loss) of the last iteration line, or None (read by logread, the one log reader)."""
-    from ..logread import last_step as read
+    from bridge_launch.logs.reader import last_step as read
 
     return read(text)
 
@@ -53,7 +53,7 @@ def log_tail(path, size: int = 65536) -> str | None:
 def progress(texts) -> dict:
     """Status fields from the tails of a run's logs (logread: step, train_iters, loss, grad norm,
     step time, TFLOP/s/GPU, the last checkpoint saved, the first error line)."""
-    from ..logread import progress as read
+    from bridge_launch.logs.reader import progress as read
 
     return read([t for t in texts if t])
 

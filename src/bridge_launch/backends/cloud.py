@@ -14,10 +14,10 @@ import tarfile
 import time
 from pathlib import Path
 
-from .. import paths
-from ..errors import LaunchError
-from . import torchrun_opts as T
-from .base import RANK_PREFIX_ENV, entry_command, numa_wrapper, q, runtime_env
+from bridge_launch.core import paths
+from bridge_launch.core.errors import LaunchError
+from bridge_launch.backends import torchrun as T
+from bridge_launch.backends.base import RANK_PREFIX_ENV, entry_command, numa_wrapper, q, runtime_env
 
 LOOKUP = "@looked-up-at-submit:{}@"  # placeholders submit replaces with ids it asks the platform for
 MASK = "****"
@@ -50,7 +50,7 @@ def job_script(job, rank_prelude: list[str]) -> str:
     own environment, one torchrun per node, per-node logs and an exit marker in the run dir.
     Nothing is downloaded."""
     if getattr(job, "canary", None):  # the canary's checks first, failing fast (canary.py)
-        from .. import canary
+        from bridge_launch.runs import canary
 
         return canary.cloud_script(job, rank_prelude, job_script)
     torchrun = ["torchrun"] if job.container else [job.python, "-m", "torch.distributed.run"]
@@ -171,8 +171,8 @@ def write_private(path: Path, text: str) -> None:
 
 
 def load_job(run):
-    from .. import launch
-    from ..runs import Registry
+    from bridge_launch.runs import lifecycle as launch
+    from bridge_launch.runs.registry import Registry
 
     return launch.load_job(Registry(), run)
 
@@ -184,7 +184,7 @@ def staged_files(files: dict) -> dict:
 def log_progress(backend, run) -> dict:
     """Status fields (step, loss, ...) from the tails of the logs the backend fetches; {} when
     they cannot be read (status still has the platform's state)."""
-    from .base import log_tail, progress
+    from bridge_launch.backends.base import log_tail, progress
 
     try:
         return progress(log_tail(p) for p in backend.log_files(run))

@@ -25,9 +25,9 @@ import shlex
 import time
 from pathlib import Path
 
-from ..errors import LaunchError, UsageError
-from . import cloud
-from .base import Artifact, header
+from bridge_launch.core.errors import LaunchError, UsageError
+from bridge_launch.backends import cloud
+from bridge_launch.backends.base import Artifact, header
 
 # The Run:ai PyTorch (Kubeflow training operator) sets these in every pod: PET_* for
 # torchrun, MASTER_ADDR/MASTER_PORT for the master pod, RANK = pod index.

@@ -21,9 +21,9 @@ import os
 import time
 from pathlib import Path
 
-from ..errors import LaunchError, UsageError
-from . import cloud
-from .base import Artifact, header
+from bridge_launch.core.errors import LaunchError, UsageError
+from bridge_launch.backends import cloud
+from bridge_launch.backends.base import Artifact, header
 
 # Lepton sets these in every worker of a job with intra-job communication: the worker index and
 # the stable DNS name of worker 0. Lepton's own launch script (leptonai/scripts
@@ -70,7 +70,7 @@ def segment_config(job) -> dict | None:
     in [1, workers) that divides the workers, i.e. a segment of 2 or more workers; a job of one
     worker, or one whose only fitting divisor is 1 (a prime worker count above the domain size),
     gets none: no placement keeps its workers together."""
-    from .slurm import segment_size
+    from bridge_launch.backends.slurm.backend import segment_size
 
     domain = int(job.profile.get("nvlink_domain_nodes") or 0)
     if not job.scheduler.get("segment", True) or domain <= 1 or job.nodes <= 1:

@@ -16,8 +16,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from ..errors import LaunchError
-from .base import (RANK_PREFIX_ENV, Artifact, children, elapsed_text, entry_command, export_lines, header, log_tail,
+from bridge_launch.core.errors import LaunchError
+from bridge_launch.backends.base import (RANK_PREFIX_ENV, Artifact, children, elapsed_text, entry_command, export_lines, header, log_tail,
                    numa_wrapper, progress, q, runtime_env)
 
 def log_path(run_id: str) -> str:
@@ -68,7 +68,7 @@ class Backend:
     name = "local"
 
     def stage(self, job, files: dict, *, new_dir: bool) -> None:
-        from ..launch import stage_locally
+        from bridge_launch.runs.lifecycle import stage_locally
 
         stage_locally(job.run_dir, files, new_dir=new_dir)
 

@@ -11,8 +11,8 @@ import io
 import pickle
 from pathlib import Path
 
-from ..errors import LaunchError, UsageError
-from . import packing, tokens
+from bridge_launch.core.errors import LaunchError, UsageError
+from bridge_launch.data import packing, tokens
 
 _CRUDE_YAML = Path(__file__).resolve().parent / "inspect_dataset.yaml"
 
@@ -160,7 +160,8 @@ def report(measured: dict, *, recipe: str | None = None, recipe_cfg: dict | None
                                 if seq else "")
                              + "; the packing report needs a recipe with native packing (e.g. qwen35-vl-sft)")
         mult = packing.pad_multiple(cfg)
-        from .. import recipes, validate
+        from bridge_launch.spec import recipes
+        from bridge_launch.plan import rules as validate
 
         # a shorter sequence must still pass the job's own rule (divisible by 2*CP, and by TP with
         # sequence parallelism) and is set on both sequence lengths the recipe sets

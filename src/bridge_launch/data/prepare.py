@@ -29,10 +29,10 @@ from concurrent.futures import BrokenExecutor, ThreadPoolExecutor
 from itertools import chain, repeat
 from pathlib import Path
 
-from .. import __version__
-from ..errors import LaunchError, UsageError
-from . import source as src
-from . import pickled, tario
+from bridge_launch import __version__
+from bridge_launch.core.errors import LaunchError, UsageError
+from bridge_launch.data import source as src
+from bridge_launch.data import pickled, tario
 
 SPLITS = ("train", "val")
 CHUNK_BYTES = 256 << 10  # a JSONL is parsed in byte ranges of at least this much, 4 per worker at most
@@ -380,7 +380,7 @@ def _prepare(dataset, source_dir, output_dir, *, subsets, validation_fraction, m
         raise UsageError(f"--source-dir {source_dir} is not a directory")
     _check_output(output_dir)
     if cluster:
-        from .slurm import check_cluster
+        from bridge_launch.data.array import check_cluster
 
         check_cluster(cluster)
     log = log or (lambda msg: None)
@@ -461,7 +461,7 @@ def _prepare(dataset, source_dir, output_dir, *, subsets, validation_fraction, m
             on_plan(total, len(tasks))
         t1 = time.perf_counter()
         if cluster:
-            from .slurm import run_array
+            from bridge_launch.data.array import run_array
 
             written = run_array(cluster, tasks, tmp, num_workers, on_progress=on_progress, log=log)
         else:

@@ -18,10 +18,10 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from .. import __version__
-from ..errors import UsageError
-from ..paths import state_dir
-from . import tario
+from bridge_launch import __version__
+from bridge_launch.core.errors import UsageError
+from bridge_launch.core.paths import state_dir
+from bridge_launch.data import tario
 
 DATASETS = {
     "nemotron-image-v3": {
@@ -35,7 +35,7 @@ _SAFE_KEY = re.compile(r"[^A-Za-z0-9_-]+")
 
 def dataset_info(name: str) -> dict:
     if name not in DATASETS:
-        from ..errors import suggest
+        from bridge_launch.core.errors import suggest
 
         raise UsageError(suggest(name, DATASETS, "dataset"))
     return DATASETS[name]

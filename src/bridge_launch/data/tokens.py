@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..errors import LaunchError, UsageError
+from bridge_launch.core.errors import LaunchError, UsageError
 
 QWEN35_VL = {"patch_size": 16, "spatial_merge_size": 2,
              "source": "Megatron-Bridge models/qwen_vl/qwen35_vl_provider.py: patch_size=16, spatial_merge_size=2"}

@@ -35,7 +35,7 @@ Knobs of its own: ``smoke.step_sleep`` (seconds added to every step), ``smoke.sa
 
 Preflight: host / rank / backend (NCCL on CUDA, else gloo on CPU), whether the IMEX channels
 (/dev/nvidia-caps-imex-channels) are visible in the container, GPU model, NCCL version,
-multi-node NVLink status, and an all-reduce bus-bandwidth sweep (preflight.py). Rank 0 writes a
+multi-node NVLink status, and an all-reduce bus-bandwidth sweep (fabric_checks.py). Rank 0 writes a
 JSON summary to ``$BRIDGE_LAUNCH_RUN_DIR/summary.json`` (or ``./smoke_summary.json``).
 Bad arguments exit with status 2 and a one-line ``smoke.py: error: ...`` message.
 """
@@ -358,7 +358,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import megatron_ckpt  # noqa: E402
-import preflight  # noqa: E402
+import fabric_checks  # noqa: E402
 from tiny_lm import StepBatches, TinyGPT, bigram_table, synthetic_batch  # noqa: E402
 
 
@@ -543,8 +543,8 @@ class Smoke:
             f"host={self.host} rank={self.rank}/{self.world} local_rank={self.local_rank}/{self.local_world} "
             f"backend={self.backend} device={self.device}" + (f" gpu={gpu_name!r}" if gpu_name else "")
         )
-        fabric = preflight.query_fabric() if (self.cuda and self.local_rank == 0) else None
-        imex = preflight.imex_channels() if self.local_rank == 0 else None
+        fabric = fabric_checks.query_fabric() if (self.cuda and self.local_rank == 0) else None
+        imex = fabric_checks.imex_channels() if self.local_rank == 0 else None
         info = {"host": self.host, "rank": self.rank, "local_rank": self.local_rank,
                 "gpu": gpu_name, "fabric": fabric, "imex": imex}
         infos = self.all_gather_objects(info)
@@ -555,7 +555,7 @@ class Smoke:
         self.summary["imex"] = imex_by_host
         if self.cuda:
             fabric_by_host = {i["host"]: i["fabric"] for i in infos if i["local_rank"] == 0}
-            mnnvl, reason = preflight.mnnvl_status(fabric_by_host, self.summary["nodes"], imex_by_host)
+            mnnvl, reason = fabric_checks.mnnvl_status(fabric_by_host, self.summary["nodes"], imex_by_host)
             props = torch.cuda.get_device_properties(self.local_rank)
             self.summary["gpu"] = {
                 "name": gpu_name,
@@ -564,7 +564,7 @@ class Smoke:
                 "memory_gib": round(props.total_memory / 2**30, 1),
                 "capability": f"{props.major}.{props.minor}",
                 "cuda": torch.version.cuda,
-                "nccl_version": preflight.nccl_version(),
+                "nccl_version": fabric_checks.nccl_version(),
                 "mnnvl": mnnvl,
                 "mnnvl_reason": reason,
                 "fabric": fabric_by_host,
@@ -572,7 +572,7 @@ class Smoke:
         if self.rank == 0:
             _note(f"torch {torch.__version__} world_size={self.world} nodes={self.summary['nodes']} "
                   f"backend={self.backend} hosts={sorted(set(hosts))}")
-            _note(preflight.imex_line(imex_by_host))
+            _note(fabric_checks.imex_line(imex_by_host))
             g = self.summary["gpu"]
             if g:
                 _note(f"gpu={g['name']!r} x{g['devices_per_node']}/node ({g['memory_gib']} GiB, cc {g['capability']}) "
@@ -580,7 +580,7 @@ class Smoke:
                 _note(f"mnnvl={g['mnnvl']} ({g['mnnvl_reason']})")
         sizes, iters = self.cfg["busbw_sizes"], self.cfg["busbw_iters"]
         if sizes:
-            rows = preflight.busbw_sweep(sizes, iters, self.device, self.world, self.barrier)
+            rows = fabric_checks.busbw_sweep(sizes, iters, self.device, self.world, self.barrier)
             self.summary["busbw"] = rows
             if self.rank == 0:
                 _note(f"all-reduce bus bandwidth: world={self.world} backend={self.backend} dtype=float32 "

@@ -1,0 +1,868 @@
+"""The Slurm backend: one sbatch script, one torchrun per node, c10d rendezvous on the
+first node, pyxis container flags where the profile names an image."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+from bridge_launch.core.errors import LaunchError, UsageError
+from bridge_launch.logs.failures import DETERMINISTIC, grep_pattern
+from bridge_launch.runs.images import pyxis_ref
+from bridge_launch.resolve.resolver import BRIDGE_IN_CONTAINER
+from bridge_launch.workloads import trainer_protocol as P
+from bridge_launch.backends import torchrun as T
+from bridge_launch.backends.base import RANK_PREFIX_ENV, Artifact, Tree, entry_command, export_lines, header, log_tail, numa_wrapper, progress, q, runtime_env
+from bridge_launch.backends.slurm import secrets as slurm_secrets
+
+_DIRECTIVE_SAFE = re.compile(r"^[^\s'\"\\]+$")
+
+
+class Raw(str):
+    """An argument the batch shell must expand (left unquoted)."""
+
+
+def _arg(a) -> str:
+    return a if isinstance(a, Raw) else q(a)
+
+
+def segment_size(nodes: int, domain: int) -> int:
+    """Megatron-Bridge's rule: all nodes if they fit in one NVLink domain, else the largest
+    divisor of the node count that does."""
+    if domain <= 0 or nodes <= domain:
+        return nodes
+    return max(d for d in range(1, domain + 1) if nodes % d == 0)
+
+
+def directives(job) -> list[tuple[str, str | None]]:
+    s, run_dir = job.scheduler, job.run_dir
+    out: list[tuple[str, str | None]] = [
+        ("job-name", job.run_id),
+        ("nodes", str(job.nodes)),
+        ("ntasks-per-node", "1"),
+    ]
+    if s.get("request_gpus"):
+        out.append(("gpus-per-node", str(job.gpus_per_node)))
+    if s.get("exclusive"):
+        out.append(("exclusive", None))
+    if s.get("mem"):
+        out.append(("mem", s["mem"]))
+    for key in ("time", "partition", "account", "qos", "reservation"):
+        if s.get(key):
+            out.append((key, s[key]))
+    if s.get("exclude"):
+        out.append(("exclude", ",".join(s["exclude"])))
+    if s.get("segment") and job.nodes > 1:
+        out.append(("segment", str(segment_size(job.nodes, job.profile.get("nvlink_domain_nodes", 0)))))
+    if s.get("signal"):
+        out.append(("signal", s["signal"]))
+    out += [("output", f"{run_dir}/logs/sbatch-%j.out"), ("open-mode", "append")]
+    for extra in s.get("sbatch_args", []):
+        name, sep, value = extra.lstrip("-").partition("=")
+        out.append((name, value if sep else None))
+    for name, value in out:
+        if value is not None and not _DIRECTIVE_SAFE.match(value):
+            raise UsageError(f"sbatch --{name} value {value!r} contains whitespace, quotes or backslashes, "
+                             "which #SBATCH lines cannot carry")
+    return out
+
+
+# The per-node launcher of an --until-done segment. torchrun runs as its child, not exec'ed, so
+# that when the batch shell asks for a save (the stop file appears) the signal goes to the
+# training processes themselves (torchrun's children) and never to torchrun: a signalled
+# torchrun forwards it to each worker's whole process group, DataLoader workers included, waits
+# only its shutdown timeout (30 s) before SIGKILL, and exits non-zero even when every worker saved,
+# which sets off srun --kill-on-bad-exit on the other nodes (trainer_protocol.py, torchrun). Finding
+# children through /proc works for every torch version and needs neither procps nor torchrun flags;
+# a pyxis container shares the host's PID namespace, so the same holds inside it. Before torchrun
+# has started its workers, a cancel (a stop file that says "cancel") waits for them and stops them;
+# a time-limit stop (an empty stop file) leaves them be: a trainer signalled before its exit-signal
+# handler is installed would die without saving, and there is nothing new to save yet.
+_NODE_CHAIN = (
+    'stop=$1 sig=$2; shift 2; {launcher} {node_args} "$@" & tr=$!; '
+    'while kill -0 "$tr" 2>/dev/null; do '
+    'if [ -e "$stop" ]; then pids=""; '
+    'for p in /proc/[0-9]*; do s=$(cat "$p/stat" 2>/dev/null) || continue; s=${{s##*) }}; set -- $s; '
+    '[ "$2" = "$tr" ] && pids="$pids ${{p#/proc/}}"; done; '
+    'if [ -n "$pids" ]; then '
+    'echo "bridge-launch: $(hostname): SIG$sig to the training processes$pids (torchrun $tr is left alone)" >&2; '
+    'kill -s "$sig" $pids; break; fi; '
+    '[ -s "$stop" ] || {{ echo "bridge-launch: $(hostname): no training process has started yet; none signalled" >&2; '
+    'break; }}; fi; sleep 1; done; wait "$tr"'
+)
+
+
+def _node_args(job) -> str:
+    """The torchrun flags that differ per node, expanded inside the task (from the Slurm step's
+    own environment): the node rank, this node's log dir under the run dir (torchrun_opts: --tee
+    files and error.json survive the container) and the rendezvous settings, where the first node
+    of the allocation (SLURM_NODEID 0, the batch host whose address the script resolved) hosts
+    the c10d store."""
+    conf = T.rdzv_conf(job, is_host='$([ "$SLURM_NODEID" = 0 ] && echo 1 || echo 0)')
+    return (f'--node-rank="$SLURM_NODEID" --log-dir={q(T.log_dir(job))}/"$SLURM_JOB_ID/node$SLURM_NODEID" '
+            f'--rdzv-conf="{conf}"')
+
+
+def torchrun_command(job) -> list:
+    """One torchrun per node; its node rank comes from the Slurm task's own environment,
+    so it is read inside the task (bash -c) rather than in the batch shell."""
+    launcher = "torchrun" if job.container else f"{q(job.python)} -m torch.distributed.run"
+    # --bridge-src: the mounted checkout's src and Megatron-LM ahead of the image's install (as
+    # Megatron-Bridge's own NeMo-Run launchers set PYTHONPATH), expanded inside the container
+    prefix = (f"export PYTHONPATH={BRIDGE_IN_CONTAINER}/src:{BRIDGE_IN_CONTAINER}/3rdparty/Megatron-LM"
+              "${PYTHONPATH:+:$PYTHONPATH}; " if job.bridge_src else "")
+    # every job: a cancel (or a chain's time limit) reaches the training processes, never torchrun
+    head = ["bash", "-c", prefix + _NODE_CHAIN.format(launcher=launcher, node_args=_node_args(job)), "node-launch",
+            Raw('"$stop_file"'), job.chain["exit_signal"] if job.chain else "TERM"]
+    cmd = [
+        *head,
+        f"--nnodes={job.nodes}", f"--nproc-per-node={job.gpus_per_node}",
+        "--rdzv-backend=c10d", Raw('--rdzv-endpoint="$rdzv_host:$rdzv_port"'), Raw('--rdzv-id="$SLURM_JOB_ID"'),
+        "--tee=3",
+    ]
+    wrapper = numa_wrapper(job)
+    if wrapper:
+        cmd += ["--no-python", *wrapper]
+    cmd += entry_command(job)
+    if job.chain:  # checkpoint.ckpt_step=M when the newest checkpoint is incomplete (decided at run time)
+        cmd.append(Raw('"${resume_args[@]}"'))
+    return cmd
+
+
+def _single_block(job, srun) -> list[str]:
+    """One job: `bridge-launch cancel` sends USR1 to this shell alone (scancel --batch), which has
+    the launcher on every node send SIGTERM to the training processes (torchrun left alone)."""
+    return [
+        f"stop_file={q(job.run_dir + '/exit')}/stop-\"$SLURM_JOB_ID\"",
+        "trap 'echo \"bridge-launch: cancelled: SIGTERM to the training processes on every node (torchrun is left "
+        "alone)\" >&2; echo cancel > \"$stop_file\"' USR1",
+        " \\\n    ".join(_arg(a) for a in [*srun, *torchrun_command(job)]) + " &",
+        "step=$!",
+        'while :; do wait "$step"; rc=$?; kill -0 "$step" 2>/dev/null || break; done',
+        f"printf '%s\\n' \"$rc\" > {q(job.run_dir + '/exit')}/\"$SLURM_JOB_ID\"",
+        'exit "$rc"',
+    ]
+
+
+def _checkpoint_functions(c: dict) -> list[str]:
+    """Bash functions that apply the publication rule (trainer_protocol): the iteration the
+    trainer will load is the one its trackers name (the non-persistent one when at least as new),
+    if that iteration holds every file a complete checkpoint always has; else the newest complete
+    persistent iteration, loaded with checkpoint.ckpt_step. Sets resume_it (0: none),
+    resume_args and resume_note; returns 1 when a tracker exists but nothing complete does."""
+    files = " ".join(q(f) for f in c["complete_files"])
+    tracker = q(P.TRACKER)
+    return [
+        f"save_dir={q(c['save'])}",
+        f"np_dir={q(c.get('non_persistent_dir') or '')}",
+        f'missing() {{ local f out=""; for f in {files}; do [ -e "$1/$f" ] || out="$out $f"; done; echo "${{out# }}"; }}',
+        'complete() { [ -d "$1" ] && [ -z "$(missing "$1")" ]; }',
+        f'tracked() {{ local t; t=$(cat "$1/"{tracker} 2>/dev/null) || return 1; t=${{t//[[:space:]]/}}; '
+        'case $t in ""|*[!0-9]*) return 1;; esac; echo $((10#$t)); }',
+        'iter_of() { printf "%s/iter_%07d" "$1" "$2"; }',
+        'newest_complete() { local d it best=""; for d in "$1"/iter_*; do it=${d##*/iter_}; '
+        'case $it in ""|*[!0-9]*) continue;; esac; it=$((10#$it)); [ "$it" -le "$2" ] || continue; '
+        'complete "$d" || continue; if [ -z "$best" ] || [ "$it" -gt "$best" ]; then best=$it; fi; done; echo "$best"; }',
+        "resume_point() {",
+        '    resume_it=0; resume_args=(); resume_note=""',
+        '    local p np choice dir m',
+        '    p=$(tracked "$save_dir") || p=""; np=""',
+        '    if [ -n "$np_dir" ]; then np=$(tracked "$np_dir") || np=""; fi',
+        '    [ -n "$p$np" ] || return 0',
+        '    if [ -n "$np" ] && { [ -z "$p" ] || [ "$np" -ge "$p" ]; }; then choice=$np; dir=$(iter_of "$np_dir" "$np");'
+        ' else choice=$p; dir=$(iter_of "$save_dir" "$p"); fi',
+        '    if complete "$dir"; then resume_it=$choice; return 0; fi',
+        '    m=$(newest_complete "$save_dir" "${p:-0}")',
+        '    if [ -z "$m" ]; then',
+        '        resume_note="the checkpoint tracker names iteration $choice, but $dir is incomplete (missing: $(missing "$dir"));'
+        ' no earlier complete checkpoint"; return 1',
+        "    fi",
+        f'    resume_it=$m; resume_args=("{P.CKPT_STEP_KEY}=$m")',
+        '    resume_note="iteration $choice is incomplete ($dir is missing: $(missing "$dir")); loading iteration $m"',
+        "}",
+    ]
+
+
+def _chain_block(job, srun) -> list[str]:
+    """--until-done: this segment settles the previous one if Slurm ended it before it could
+    (a save that outlasts the time limit is SIGKILLed with its batch shell), submits its successor
+    (afterany, so two never overlap), resumes from the newest complete checkpoint, runs training,
+    and decides: done -> cancel the successor; a new checkpoint -> let it continue; no new
+    checkpoint in two segments in a row, a deterministic failure or no restarts left -> stop."""
+    c = job.chain
+    iters, lead, restarts_max = c["train_iters"], c["signal_lead"], c["max_restarts"]
+    logs = q(job.run_dir + "/logs")
+    script = q(f"{job.run_dir}/launch/{job.run_id}.sbatch")
+    det = q(grep_pattern(DETERMINISTIC))
+    step_cmd = " \\\n    ".join(_arg(a) for a in [*srun, *torchrun_command(job)])
+    successor = [
+        f'    next=$(BRIDGE_LAUNCH_SEGMENT=$((segment + 1)) sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID" {script}) || next=""',
+        '    next=${next%%;*}',
+        '    if [ -n "$next" ]; then echo "$next" >> "$chain/jobs"; fi',
+    ]
+    if c.get("max_segments"):
+        successor = [f'if [ "$segment" -lt {c["max_segments"]} ]; then', *successor, "fi"]
+    else:
+        successor = ["if :; then", *successor, "fi"]
+    return [
+        f"chain={q(job.run_dir + '/chain/' + job.run_id)}",
+        f"logs={logs}",
+        'mkdir -p "$chain"',
+        "segment=${BRIDGE_LAUNCH_SEGMENT:-1}",
+        'stop_file="$chain/stop-$SLURM_JOB_ID"',
+        'echo "$SLURM_JOB_ID $segment start $(date +%s)" >> "$chain/segments"',
+        'end() { echo "$SLURM_JOB_ID $segment end $(date +%s)" >> "$chain/segments"; exit "$1"; }',
+        'finish() { if [ -n "${next:-}" ]; then scancel "$next" 2>/dev/null; fi; end "$1"; }',
+        'stop() { printf \'%s\\n\' "$1" > "$chain/stopped"; echo "bridge-launch: chain stopped: $1" >&2; }',
+        "# outcome JOB WHAT FROM TO DETAIL: the chain's account of a segment (status reads it)",
+        'outcome() { echo "$1 $2 $3 $4 ${*:5}" >> "$chain/outcomes"; rm -f "$chain/open"; }',
+        "# judge JOB FROM TO ASKED RC ENDED: why a segment saved nothing new (why is empty when it did).",
+        "# ASKED: it was told to save (USR1); RC: the step's exit code, ? if unknown; ENDED: Slurm sent TERM",
+        "judge() {",
+        '    why=""; [ "$3" -gt "$2" ] && return 0',
+        '    local started finished',
+        f'    started=$(cat "$logs/sbatch-$1.out" "$logs/$1"-*.log 2>/dev/null | grep -cE {q(P.SAVING_GREP)})',
+        f'    finished=$(cat "$logs/sbatch-$1.out" "$logs/$1"-*.log 2>/dev/null | grep -cE {q(P.SAVED_GREP)})',
+        f'    if [ "$4" = 1 ] && [ "$started" -gt "$finished" ]; then why="the save did not finish within the signal lead of {lead} s"',
+        f'    elif [ "$4" = 1 ] && {{ [ "$6" = 1 ] || [ "$5" = "?" ]; }}; then why="the trainer did not finish its step and save within the signal lead of {lead} s"',
+        '    elif [ "$4" = 1 ] && [ "$5" != 0 ]; then why="the trainer exited with code $5 after the signal without saving"',
+        '    elif [ "$4" = 1 ]; then why="the trainer exited after the signal without saving"',
+        '    elif [ "$6" = 1 ] || [ "$5" = "?" ]; then why="Slurm ended the segment (time limit or a lost node) before a new checkpoint"',
+        '    else why="the trainer exited (code $5) below train_iters without a new checkpoint"; fi',
+        "}",
+        "# no_progress JOB FROM WHY: count it; two in a row stop the chain (returns 1)",
+        "no_progress() {",
+        '    local n=$(( $(cat "$chain/no_progress" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$chain/no_progress"',
+        '    outcome "$1" no-progress "$2" "$2" "$3"',
+        f'    if [ "$n" -ge {c["max_no_progress"]} ]; then stop "no progress in $n segments in a row: $3"; return 1; fi',
+        "}",
+        *_checkpoint_functions(c),
+        'if [ -e "$chain/done" ] || [ -e "$chain/stopped" ]; then end 0; fi',
+        'if ! resume_point; then stop "$resume_note"; outcome "$SLURM_JOB_ID" stopped 0 0 "$resume_note"; end 1; fi',
+        "before=$resume_it",
+        "# A segment Slurm ended before it could judge itself (its 'open' record is still here): judge it now.",
+        'if [ -f "$chain/open" ]; then',
+        '    read -r pjob pfrom < "$chain/open"',
+        '    if [ "$pjob" != "$SLURM_JOB_ID" ]; then',
+        '        psig=0; [ -e "$chain/stop-$pjob" ] && psig=1',
+        '        judge "$pjob" "$pfrom" "$before" "$psig" "?" "?"',
+        '        if [ -z "$why" ]; then echo 0 > "$chain/no_progress"; outcome "$pjob" continued "$pfrom" "$before"',
+        '        elif ! no_progress "$pjob" "$pfrom" "$why"; then end 1; fi',
+        "    fi",
+        "fi",
+        f'if [ "$before" -ge {iters} ]; then touch "$chain/done"; end 0; fi',
+        'if [ -n "$resume_note" ]; then echo "bridge-launch: $resume_note" >&2; fi',
+        'next=""',
+        *successor,
+        'echo "$SLURM_JOB_ID $before" > "$chain/open"',
+        "asked=0 ended=0",
+        f"trap 'asked=1; if [ -e \"$chain/stopped\" ]; then echo \"bridge-launch: cancelled: the training "
+        "processes are told to save and exit\" >&2; echo cancel > \"$stop_file\"; else echo \"bridge-launch: time "
+        f"limit in {lead}s: the training processes are told to save and exit\" >&2; touch \"$stop_file\"; fi' USR1",
+        "trap 'ended=1' TERM",
+        step_cmd + " &",
+        "step=$!",
+        'while :; do wait "$step"; rc=$?; kill -0 "$step" 2>/dev/null || break; done',
+        f"printf '%s\\n' \"$rc\" > {q(job.run_dir + '/exit')}/\"$SLURM_JOB_ID\"",
+        'resume_point || true',
+        "after=$resume_it",
+        "# the spare successor goes before the chain says it is done, so no status shows it pending after",
+        f'if [ "$after" -ge {iters} ]; then if [ -n "$next" ]; then scancel "$next" 2>/dev/null; next=""; fi; '
+        'touch "$chain/done"; outcome "$SLURM_JOB_ID" done "$before" "$after"; end 0; fi',
+        'if [ "$after" -gt "$before" ]; then echo 0 > "$chain/no_progress"; fi',
+        'if [ "$rc" -ne 0 ] && [ "$asked" = 0 ] && [ "$ended" = 0 ]; then',
+        f'    why=$(grep -hE {det} "$logs/sbatch-$SLURM_JOB_ID.out" "$logs/$SLURM_JOB_ID"-*.log 2>/dev/null | head -n 1 | cut -c 1-240)',
+        '    if [ -n "$why" ]; then stop "deterministic failure in segment $segment: $why"; outcome "$SLURM_JOB_ID" failed "$before" "$after" "$why"; finish "$rc"; fi',
+        '    restarts=$(( $(cat "$chain/restarts" 2>/dev/null || echo 0) + 1 )); echo "$restarts" > "$chain/restarts"',
+        f'    outcome "$SLURM_JOB_ID" failed "$before" "$after" "exit $rc, restart $restarts of {restarts_max}"',
+        f'    if [ "$restarts" -gt {restarts_max} ]; then stop "failed $restarts times; --max-restarts {restarts_max} used up"; finish "$rc"; fi',
+        f'    echo "bridge-launch: segment $segment failed (exit $rc); retry $restarts of {restarts_max} in ${{next:-nothing}}" >&2; end "$rc"',
+        "fi",
+        'judge "$SLURM_JOB_ID" "$before" "$after" "$asked" "$rc" "$ended"',
+        'if [ -z "$why" ]; then',
+        '    outcome "$SLURM_JOB_ID" continued "$before" "$after"',
+        '    if [ -z "$next" ]; then stop "segment $segment ended at iteration $after, below train_iters, with no successor"; finish 1; fi',
+        '    echo "bridge-launch: segment $segment saved iteration $after (from $before); $next continues" >&2; end 0',
+        "fi",
+        'no_progress "$SLURM_JOB_ID" "$before" "$why" || finish 1',
+        'echo "bridge-launch: segment $segment made no progress: $why; ${next:-nothing} tries again" >&2',
+        'if [ -z "$next" ]; then stop "segment $segment made no progress ($why) and has no successor"; fi',
+        "end 1",
+    ]
+
+
+# The rendezvous host, resolved once, here on the batch host (the allocation's first node): the
+# node's address as Slurm knows it (NodeAddr; NodeName where unset), then an IPv4 address for it
+# that is not a loopback one (Debian-style /etc/hosts maps a host's own name to 127.0.1.1, which
+# the other nodes cannot reach); the name itself when neither answers.
+_HEAD_LINES = [
+    'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+    'head_addr=$(scontrol show node "$head_node" 2>/dev/null | sed -n \'s/.*NodeAddr=\\([^ ]*\\).*/\\1/p\' | head -n 1)',
+    'rdzv_host=$(getent ahostsv4 "${head_addr:-$head_node}" 2>/dev/null | awk \'$1 !~ /^127\\./ {print $1; exit}\')',
+    'rdzv_host=${rdzv_host:-${head_addr:-$head_node}}',
+]
+_RDZV_NOTE = 'echo "bridge-launch: rendezvous on $rdzv_host:$rdzv_port ($head_node hosts the store)" >&2'
+
+
+def render(job) -> Artifact:
+    run_dir = job.run_dir
+    env = runtime_env(job)
+    # torchrun tees every worker's output with its global rank in front (rank-prefixed logs).
+    env.update(RANK_PREFIX_ENV)
+    env.update(T.triage_env(job))  # NCCL hang triage: flight recorder on, dumped on a timeout
+    trace = T.sets_trace_file(job)
+    s = job.scheduler
+    srun = ["srun", f"--nodes={job.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+            f"--output={run_dir}/logs/%j-%N.log"]
+    if job.container:
+        srun += [f"--container-image={pyxis_ref(job.container)}"]
+        if job.mounts:
+            srun += [f"--container-mounts={','.join(job.mounts)}"]
+        names = [*env, *([T.TRACE_FILE_VAR] if trace else []), *job.secrets]
+        srun += [f"--container-env={','.join(names)}", f"--container-workdir={run_dir}"]
+    # --cpu-bind (clusters.py): a site's autobind would pin the node's one task, and so every worker
+    # and DataLoader process under it, to the task's CPUs before the NUMA wrapper binds each worker
+    bind = s.get("cpu_bind", "none")
+    srun += [*([f"--cpu-bind={bind}"] if bind else []), f"--mpi={s.get('mpi') or 'none'}", *s.get("srun_args", [])]
+    secret_lines = slurm_secrets.script_lines(job)
+    if secret_lines:  # each step's srun gets the secrets read from their sources (a subshell, then exec srun)
+        srun[0] = Raw("with_secrets srun")
+    lines = ["#!/bin/bash", f"# {header(job)}"]
+    lines += [f"#SBATCH --{k}" + (f"={v}" if v is not None else "") for k, v in directives(job)]
+    through_env = [n for n in job.secrets if n not in (job.secret_sources or {})]
+    if through_env:
+        lines.append(f"# Secrets passed by name from the submitting environment: {' '.join(through_env)}")
+    port = (f"rdzv_port={s['rdzv_port']}" if s.get("rdzv_port") else
+            f"rdzv_port=$(({T.RDZV_PORT_BASE} + SLURM_JOB_ID % {T.RDZV_PORT_SPAN}))  "
+            f"# below Linux's ephemeral ports ({T.EPHEMERAL_PORTS[0]}-{T.EPHEMERAL_PORTS[1]})")
+    mkdirs = [run_dir + "/logs", run_dir + "/exit"]
+    lines += [
+        "set -uo pipefail",
+        "",
+        *export_lines(env),
+    ]
+    if trace:  # one flight-recorder file per global rank, per job (torchfrtrace DIR -p rank_)
+        lines.append(f'export {T.TRACE_FILE_VAR}={q(T.trace_dir(job))}/"$SLURM_JOB_ID"/{T.TRACE_PREFIX}')
+    lines += [
+        "",
+        *_HEAD_LINES,
+        port,
+        _RDZV_NOTE,
+        f"mkdir -p {' '.join(q(d) for d in mkdirs)}" + (f' {q(T.trace_dir(job))}/"$SLURM_JOB_ID"' if trace else ""),
+        *secret_lines,
+        "",
+        *(_chain_block(job, srun) if job.chain else _single_block(job, srun)),
+    ]
+    return Artifact("sbatch", "\n".join(lines) + "\n", f"launch/{job.run_id}.sbatch")
+
+
+# --- talking to Slurm ------------------------------------------------------------------------
+
+# Slurm job state -> registry state.
+_STATES = {
+    "PENDING": "PENDING", "CONFIGURING": "PENDING", "REQUEUED": "PENDING", "REQUEUE_HOLD": "PENDING",
+    "REQUEUE_FED": "PENDING", "SUSPENDED": "PENDING", "RESV_DEL_HOLD": "PENDING",
+    "RUNNING": "RUNNING", "COMPLETING": "RUNNING", "STAGE_OUT": "RUNNING", "SIGNALING": "RUNNING",
+    "RESIZING": "RUNNING", "STOPPED": "RUNNING",
+    "COMPLETED": "COMPLETED", "CANCELLED": "CANCELLED", "TIMEOUT": "TIMEOUT", "DEADLINE": "TIMEOUT",
+    "PREEMPTED": "PREEMPTED", "FAILED": "FAILED", "NODE_FAIL": "FAILED", "BOOT_FAIL": "FAILED",
+    "OUT_OF_MEMORY": "FAILED", "SPECIAL_EXIT": "FAILED", "REVOKED": "CANCELLED",
+}
+# sbatch --segment: added in 24.05 (SchedMD/slurm 47e72dea, "Add segment_size to slurm_opt_t"), but
+# until 24.05.3 its option entry carried --send-libs' code (slurm_opt.c `.val = LONG_OPT_SEND_LIBS`,
+# fixed by a3115c60, first in slurm-24-05-3-1).
+_MIN_SEGMENT_VERSION = (24, 5, 3)
+
+
+def _version(text: str) -> tuple:
+    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else (0, 0, 0)
+
+
+class Backend:
+    name = "slurm"
+
+    def __init__(self):
+        self._ssh_ready: set = set()
+
+    # -- transport: local commands or one OpenSSH control master per login host ------------
+    def _ssh(self, s: dict) -> list[str]:
+        # Control sockets need a short path (108 bytes at most), so not under the state dir.
+        ctl = Path(tempfile.gettempdir()) / f"bridge-launch-ssh-{os.getuid()}"
+        ctl.mkdir(mode=0o700, exist_ok=True)
+        if ctl.stat().st_uid != os.getuid() or ctl.stat().st_mode & 0o077:
+            raise LaunchError(f"{ctl} must be a directory only you can use (it holds SSH control sockets)")
+        cmd = ["ssh", "-o", "BatchMode=yes", "-o", "ControlMaster=auto", "-o", f"ControlPath={ctl}/%C",
+               "-o", "ControlPersist=120", "-o", "ConnectTimeout=15"]
+        if s.get("ssh_config"):
+            cmd += ["-F", s["ssh_config"]]
+        if s.get("ssh_port") and s["ssh_port"] != 22:
+            cmd += ["-p", str(s["ssh_port"])]
+        if s.get("ssh_identity"):
+            cmd += ["-i", s["ssh_identity"]]
+        host = s["login_host"] if not s.get("ssh_user") else f"{s['ssh_user']}@{s['login_host']}"
+        return [*cmd, host]
+
+    def _run(self, s: dict, argv: list[str], *, stdin: str | bytes | None = None, env: dict | None = None,
+             timeout: float = 120, drop=()) -> subprocess.CompletedProcess:
+        """Run a Slurm client command where the profile says: here, or on its login host. `drop`:
+        variables (secret names) the command must not have in its environment."""
+        conf = s.get("slurm_conf")
+        try:
+            if s.get("login_host"):
+                remote = " ".join(q(a) for a in argv)
+                if conf:
+                    remote = f"SLURM_CONF={q(conf)} {remote}"
+                if drop:
+                    remote = f"unset {' '.join(drop)}; {remote}"
+                return subprocess.run([*self._ssh(s), remote], input=stdin, capture_output=True, timeout=timeout,
+                                      text=not isinstance(stdin, bytes))
+            full = dict(os.environ)
+            if conf:
+                full["SLURM_CONF"] = conf
+            full.update(env or {})
+            for name in drop:
+                full.pop(name, None)
+            return subprocess.run(argv, input=stdin, capture_output=True, text=not isinstance(stdin, bytes),
+                                  env=full, timeout=timeout)
+        except FileNotFoundError:
+            raise LaunchError(f"'{argv[0]}' is not installed here; is this a Slurm login node?") from None
+        except subprocess.TimeoutExpired:
+            raise LaunchError(f"'{' '.join(argv[:2])}' did not answer within {int(timeout)} s") from None
+
+    @staticmethod
+    def _first_error(proc) -> str:
+        text = (proc.stderr or proc.stdout or "").strip()
+        lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+        return lines[-1] if lines else f"exit code {proc.returncode}"
+
+    # -- run dir ----------------------------------------------------------------------------
+    def stage(self, job, files: dict, *, new_dir: bool) -> None:
+        s = job.scheduler
+        if not s.get("login_host"):
+            from bridge_launch.runs.lifecycle import stage_locally
+
+            stage_locally(job.run_dir, files, new_dir=new_dir)
+            return
+        # One tar stream over SSH: the run dir lives on the cluster's filesystem.
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for rel, text in files.items():
+                if isinstance(text, Tree):  # a packed tree: its members under rel/
+                    with tarfile.open(fileobj=io.BytesIO(text)) as inner:
+                        for member in inner:
+                            data = inner.extractfile(member) if member.isfile() else None
+                            member.name = f"{rel.rstrip('/')}/{member.name}"
+                            tar.addfile(member, data)
+                    continue
+                data = text if isinstance(text, bytes) else text.encode()
+                info = tarfile.TarInfo(rel)
+                info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())
+                tar.addfile(info, io.BytesIO(data))
+        d = q(job.run_dir)
+        guard = f"if [ -e {d} ]; then echo 'run dir exists: {job.run_dir}' >&2; exit 17; fi; " if new_dir else ""
+        script = f"{guard}umask 077; mkdir -p {d}/logs {d}/launch {d}/exit && tar -C {d} -xf -"
+        proc = subprocess.run([*self._ssh(s), script], input=buf.getvalue(), capture_output=True, timeout=120)
+        if proc.returncode:
+            raise LaunchError(f"could not create the run dir on {s['login_host']}: "
+                              f"{self._first_error(proc) if isinstance(proc.stderr, str) else proc.stderr.decode().strip()}")
+
+    def unstage(self, job) -> None:
+        s = job.scheduler
+        if not s.get("login_host"):
+            shutil.rmtree(job.run_dir, ignore_errors=True)
+        else:
+            subprocess.run([*self._ssh(s), f"rm -rf {q(job.run_dir)}"], capture_output=True, timeout=60)
+
+    # -- submit -----------------------------------------------------------------------------
+    def submit(self, job, run, artifact, secrets: dict) -> list[str]:
+        s = job.scheduler
+        script = f"{job.run_dir}/{artifact.filename}"
+        segment = re.search(r"^#SBATCH --segment=(\d+)$", artifact.text, re.M)
+        if segment:
+            ver = self._run(s, ["sbatch", "--version"])
+            if ver.returncode or _version(ver.stdout) < _MIN_SEGMENT_VERSION:
+                raise UsageError(f"cluster '{job.cluster}' runs {(ver.stdout or '').strip() or 'an unknown Slurm'}, "
+                                 "whose sbatch has no working --segment (needs 24.05.3 with topology/block); set "
+                                 "[slurm] segment = false in the profile")
+        from bridge_launch.backends.slurm import topology_plugin as slurm_topology
+
+        slurm_topology.emit(slurm_topology.check(self, job, int(segment.group(1)) if segment else None))
+        values = self._secret_values(job, secrets)  # what goes through sbatch's environment: no sourced secret
+        hidden = [n for n in job.secrets if n not in values]
+        test = self._run(s, ["sbatch", "--test-only", script], drop=job.secrets)
+        if test.returncode:
+            raise UsageError(f"Slurm would reject this job: {self._first_error(test)}")
+        if s.get("login_host"):
+            # Values travel on the session's standard input, never on a command line; the others are
+            # unset, so a value the login shell's own startup files export does not reach sbatch either.
+            lines = ["set +x"] + ([f"unset {' '.join(hidden)}"] if hidden else [])
+            lines += [f"export {k}={q(v)}" for k, v in values.items()]
+            if s.get("slurm_conf"):
+                lines.append(f"export SLURM_CONF={q(s['slurm_conf'])}")
+            lines.append(f"exec sbatch --parsable {q(script)}")
+            proc = subprocess.run([*self._ssh(s), "bash -s"], input="\n".join(lines) + "\n", capture_output=True,
+                                  text=True, timeout=120)
+        else:
+            proc = self._run(s, ["sbatch", "--parsable", script], env=values, drop=hidden)
+        if proc.returncode:
+            raise LaunchError(f"sbatch failed: {self._first_error(proc)}")
+        job_id = proc.stdout.strip().splitlines()[-1].split(";")[0] if proc.stdout.strip() else ""
+        if not job_id.isdigit():
+            raise LaunchError(f"sbatch printed no job id: {proc.stdout.strip()!r}")
+        conf = slurm_secrets.cluster_config(s, self._run)
+        if values:
+            _say("warning", slurm_secrets.env_warning(list(values), conf, job_id, bool(job.chain)))
+        elif slurm_secrets.stores_job_env(conf):
+            _say("note", slurm_secrets.job_env_note(list(job.secret_sources or {})))
+        return [job_id]
+
+    def _secret_values(self, job, secrets: dict) -> dict:
+        """Check every secret source where the job will read it (here, or on the login host: one
+        call, no value crosses it) and return the values that go through sbatch's environment: those
+        without a source, and an optional secret's whose source is not there. A source that is open
+        to group or others, or missing for a secret the job needs, is refused here."""
+        s, sources = job.scheduler, job.secret_sources or {}
+        values = {n: v for n, v in secrets.items() if n in job.secrets and n not in sources}
+        if not sources:
+            return values
+        proc = self._run(s, ["bash", "-s"], stdin=slurm_secrets.check_script(sources), timeout=60)
+        got = slurm_secrets.parse_check(proc.stdout)
+        where = f" (checked on {s['login_host']})" if s.get("login_host") else ""
+        for name, spec in sources.items():
+            code, why = got.get(name, (None, ""))
+            if code is None:
+                raise LaunchError(f"could not check the secret sources{where.replace('checked ', '')}: "
+                                  f"{self._first_error(proc)}")
+            if code == slurm_secrets.OK:
+                continue
+            if code == slurm_secrets.MISSING and spec["optional"]:
+                if name in secrets and s.get("env_secrets") != "refuse":
+                    values[name] = secrets[name]
+                    _say("note", f"{why}{where}; {name} comes from your environment instead")
+                else:
+                    _say("note", f"{why}{where}; the job runs without {name}")
+                continue
+            hint = "; create it there, readable by you alone (chmod 600)" if code == slurm_secrets.MISSING else ""
+            raise UsageError(f"{why}{where}{hint}")
+        return values
+
+    # -- status -----------------------------------------------------------------------------
+    def status(self, runs: list) -> dict:
+        by_profile: dict = {}
+        for run in runs:
+            if run.job_ids:
+                by_profile.setdefault(run.cluster, []).append(run)
+        out = {}
+        for cluster, group in by_profile.items():
+            job = _job_of(group[0])
+            s = job.scheduler
+            ids = [r.job_ids[-1] for r in group]
+            seen = self._squeue(s, ids)
+            missing = [i for i in ids if i not in seen or seen[i]["state"] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")]
+            if missing:
+                for jid, info in self._sacct(s, missing).items():
+                    seen[jid] = info
+            for run in group:
+                jid = run.job_ids[-1]
+                info = seen.get(jid)
+                if info is None:
+                    info = self._exit_marker(s, run, jid)
+                st = dict(info)
+                st.update(self._progress(s, run))
+                if st.get("state") == "FAILED":
+                    texts = self._log_texts(s, run)
+                    why = (container_failure(texts) if job.container else None) or slurm_secrets.failure(texts)
+                    if why:
+                        st["reason"] = why
+                if job.chain:
+                    st = self._chain_status(s, run, st)
+                out[run.run_id] = st
+        return out
+
+    def _chain_status(self, s, run, st: dict) -> dict:
+        """A --until-done run: every segment's state, the restarts used, and the chain's own
+        verdict (done / stopped markers the segments write) over the last job's state."""
+        chain_dir = f"{run.run_dir}/chain/{run.run_id}"
+        later = [x for x in (self._read(s, f"{chain_dir}/jobs") or "").split() if x.isdigit()]
+        ids = list(dict.fromkeys([*run.job_ids, *later]))
+        states = self._squeue(s, ids)
+        missing = [i for i in ids if i not in states or states[i]["state"] not in ("PENDING", "RUNNING")]
+        if missing:
+            states.update({k: v for k, v in self._sacct(s, missing).items() if k not in states or
+                           states[k]["state"] not in ("PENDING", "RUNNING")})
+        outcomes = _outcomes(self._read(s, f"{chain_dir}/outcomes") or "")
+        segments = [{"job_id": i, "state": states.get(i, {}).get("state", "UNKNOWN"), **outcomes.get(i, {})} for i in ids]
+        restarts = (self._read(s, f"{chain_dir}/restarts") or "0").strip()
+        out = dict(st, job_ids=ids, segments=segments, restarts=int(restarts) if restarts.isdigit() else 0)
+        saved = [x["checkpoint"] for x in segments if x.get("checkpoint")]
+        if saved:
+            out["checkpoint"] = saved[-1]
+        stopped = self._read(s, f"{chain_dir}/stopped")
+        active = [x for x in segments if x["state"] in ("PENDING", "RUNNING")]
+        if self._read(s, f"{chain_dir}/done") is not None:
+            out.update(state="COMPLETED", reason="")
+        elif stopped is not None:
+            out.update(state="CANCELLED" if run.info.get("cancelled") else "FAILED", reason=stopped.strip())
+        elif any(x["state"] == "RUNNING" for x in active):
+            out.update(state="RUNNING", reason="")
+        elif active:
+            out.update(state="PENDING", reason=states.get(active[0]["job_id"], {}).get("reason", ""))
+        elif segments:
+            last = segments[-1]["state"]
+            out.update(state=last if last != "COMPLETED" else "FAILED",
+                       reason="" if last != "COMPLETED" else "the chain ended below train_iters")
+        return out
+
+    def _squeue(self, s, ids) -> dict:
+        proc = self._run(s, ["squeue", "-h", "--states=all", "-j", ",".join(ids), "-o", "%i|%T|%r|%M|%D|%N"])
+        if proc.returncode:
+            return {}
+        seen = {}
+        for line in proc.stdout.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) < 6:
+                continue
+            jid, state, reason, elapsed, nnodes, nodelist = parts[:6]
+            st = _STATES.get(state, "UNKNOWN")
+            seen[jid.split("_")[0]] = {"state": st, "reason": reason if st == "PENDING" and reason != "None" else "",
+                                       "elapsed": elapsed, "nodes": nodelist or nnodes}
+        return seen
+
+    def _sacct(self, s, ids) -> dict:
+        proc = self._run(s, ["sacct", "-n", "-P", "-X", "-j", ",".join(ids), "-o", "JobID,State,ExitCode,Elapsed,NodeList"])
+        if proc.returncode:
+            return {}
+        seen = {}
+        for line in proc.stdout.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) < 5:
+                continue
+            jid, state, code, elapsed, nodelist = parts[:5]
+            word = state.split()[0] if state else ""
+            st = _STATES.get(word, "UNKNOWN")
+            reason = f"exit code {code.split(':')[0]}" if st == "FAILED" else (state if st == "CANCELLED" else "")
+            seen[jid] = {"state": st, "reason": reason, "elapsed": elapsed, "nodes": nodelist}
+        return seen
+
+    def _read(self, s, path: str) -> str | None:
+        if not s.get("login_host"):
+            try:
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    return fh.read()
+            except OSError:
+                return None
+        proc = subprocess.run([*self._ssh(s), f"cat {q(path)}"], capture_output=True, text=True, timeout=60)
+        return proc.stdout if proc.returncode == 0 else None
+
+    def _exit_marker(self, s, run, jid) -> dict:
+        """Without squeue or accounting knowing the job: the batch script's own exit marker."""
+        text = self._read(s, f"{run.run_dir}/exit/{jid}")
+        if text is None or not text.strip().lstrip("-").isdigit():
+            if run.info.get("cancelled"):
+                return {"state": "CANCELLED", "reason": "cancelled by user"}
+            return {"state": "UNKNOWN", "reason": "not in squeue, no accounting record, no exit marker"}
+        code = int(text.strip())
+        if run.info.get("cancelled"):
+            return {"state": "CANCELLED", "reason": f"exit code {code}"}
+        return {"state": "COMPLETED", "reason": ""} if code == 0 else {"state": "FAILED", "reason": f"exit code {code}"}
+
+    def _stop_training(self, job, run, jid: str) -> None:
+        """USR1 to the batch shell alone (scancel --batch): its trap has every node's launcher signal
+        the training processes (a chain's trainers save first); then wait for the job to end."""
+        s = job.scheduler
+        proc = self._run(s, ["scancel", "--batch", "--signal=USR1", jid])
+        if proc.returncode:
+            raise LaunchError(f"scancel --batch --signal=USR1 {jid}: {self._first_error(proc)}")
+        grace = job.chain.get("signal_lead", 120) + 30 if job.chain else CANCEL_GRACE
+        deadline = time.time() + grace
+        while time.time() < deadline:
+            if self._squeue(s, [jid]).get(jid, {}).get("state") != "RUNNING":
+                return
+            time.sleep(1)
+
+    def _progress(self, s, run) -> dict:
+        return progress(self._log_texts(s, run))
+
+    def _log_texts(self, s, run) -> list:
+        if s.get("login_host"):  # the last 64 KiB of each log, all in one SSH call
+            return [b.decode("utf-8", "replace") for b in self._remote_logs(s, run, tail=65536).values()]
+        return [log_tail(p) for p in self._local_logs(run)]
+
+    def log_texts(self, run, tail: int | None = None) -> list:
+        """The run's logs as texts, in log_files' order; with `tail`, the last `tail` bytes of each
+        (over SSH, in one call, without keeping a copy)."""
+        s = _job_of(run).scheduler if run.job_ids else {}
+        if tail and s.get("login_host"):
+            return list(self._remote_logs(s, run, tail=tail).values())
+        out = []
+        for path in self.log_files(run):
+            if tail:
+                out.append(log_tail(path, tail))
+                continue
+            try:
+                out.append(Path(path).read_bytes())
+            except OSError:
+                continue
+        return out
+
+    # -- logs and cancel --------------------------------------------------------------------
+    def log_files(self, run) -> list:
+        """The run's logs, batch output first then the per-node logs, job by job. On a login host
+        they are fetched (only the bytes not fetched before, in one SSH call) into a local copy."""
+        s = _job_of(run).scheduler if run.job_ids else {}
+        return self._sync_logs(s, run) if s.get("login_host") else self._local_logs(run)
+
+    @staticmethod
+    def _local_logs(run) -> list:
+        logs = Path(run.run_dir) / "logs"
+        files = []
+        for jid in run.job_ids:
+            files.append(logs / f"sbatch-{jid}.out")
+            files += sorted(logs.glob(f"{jid}-*.log")) if logs.is_dir() else []
+        return files
+
+    def _sync_logs(self, s, run) -> list:
+        from bridge_launch.core import paths
+
+        cache = paths.log_copies("slurm-logs", run.run_id)
+        have = {p.name: p.stat().st_size for p in cache.iterdir() if _LOG_NAME.match(p.name)}
+        for name, data in self._remote_logs(s, run, offsets=have).items():
+            with open(cache / name, "ab") as fh:
+                fh.write(data)
+        names = {p.name for p in cache.iterdir()}
+        files = []
+        for jid in run.job_ids:
+            files += [cache / n for n in [f"sbatch-{jid}.out", *sorted(n for n in names if n.startswith(f"{jid}-"))]
+                      if n in names and _LOG_NAME.match(n)]
+        return files
+
+    def _remote_logs(self, s, run, *, offsets: dict | None = None, tail: int | None = None) -> dict[str, bytes]:
+        """{log name: bytes} from the run's logs dir on the login host: what lies past offsets[name]
+        (0 for a log not seen before), or the last `tail` bytes of each. One SSH call."""
+        offsets = offsets or {}
+        cases = "".join(f"{q(n)}) off={int(o)};; " for n, o in offsets.items())
+        globs = " ".join(f"sbatch-{j}.out {j}-*.log" for j in run.job_ids if str(j).isdigit())
+        script = (
+            f"cd {q(run.run_dir + '/logs')} 2>/dev/null || exit 0; for f in {globs}; do "
+            "[ -f \"$f\" ] || continue; off=0; " + (f"case \"$f\" in {cases}esac; " if cases else "")
+            + "size=$(stat -c %s -- \"$f\") || continue; "
+            + (f"[ $size -gt {int(tail)} ] && off=$((size-{int(tail)})); " if tail else "")
+            + "[ $size -gt $off ] || continue; n=$((size-off)); printf '@@bridge-launch %d %s\\n' $n \"$f\"; "
+            "tail -c +$((off+1)) -- \"$f\" | head -c $n; done"
+        )
+        try:
+            proc = subprocess.run([*self._ssh(s), f"sh -c {q(script)}"], capture_output=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            raise LaunchError(f"reading the logs on {s['login_host']} took over 120 s") from None
+        if proc.returncode:
+            err = subprocess.CompletedProcess(proc.args, proc.returncode, "", proc.stderr.decode("utf-8", "replace"))
+            raise LaunchError(f"reading the logs on {s['login_host']} failed: {self._first_error(err)}")
+        return _frames(proc.stdout)
+
+    def cancel(self, run) -> None:
+        """Stop the training processes first, as an --until-done segment is stopped and as the local
+        backend cancels: torchrun is never signalled (a signalled torchrun forwards the signal, raises
+        SignalException with a traceback into the logs and exits non-zero: trainer_protocol.py), then
+        scancel whatever is left (the job's shells, queued segments). A plain scancel would signal
+        every process of the job's steps at once, torchrun included."""
+        if not run.job_ids:
+            return
+        job = _job_of(run)
+        s = job.scheduler
+        ids = list(run.job_ids)
+        if job.chain:  # mark the chain stopped first, so no segment starts another, then cancel them all
+            chain_dir = f"{run.run_dir}/chain/{run.run_id}"
+            if not s.get("login_host"):
+                os.makedirs(chain_dir, exist_ok=True)
+                with open(f"{chain_dir}/stopped", "w") as fh:
+                    fh.write("cancelled by user\n")
+            else:
+                subprocess.run([*self._ssh(s), f"mkdir -p {q(chain_dir)} && echo 'cancelled by user' > "
+                                f"{q(chain_dir + '/stopped')}"], capture_output=True, timeout=60)
+            later = (self._read(s, f"{chain_dir}/jobs") or "").split()
+            ids = list(dict.fromkeys([*ids, *[x for x in later if x.isdigit()]]))
+        running = [i for i, st in self._squeue(s, ids).items() if st["state"] == "RUNNING"]
+        for jid in running:
+            try:
+                self._stop_training(job, run, jid)
+            except LaunchError:
+                pass  # nothing reached the trainers: scancel below still ends the job
+        proc = self._run(s, ["scancel", *ids])
+        if proc.returncode and "Invalid job id" not in (proc.stderr or ""):
+            raise LaunchError(f"scancel failed: {self._first_error(proc)}")
+
+
+def _say(kind: str, text: str) -> None:
+    """A warning or note at submit, on stderr (stdout may be JSON)."""
+    import sys
+
+    sys.stderr.write(f"bridge-launch: {kind}: {text}\n")
+
+
+CANCEL_GRACE = 60  # seconds the training processes get to exit after a cancel's SIGTERM before scancel
+
+
+def _outcomes(text: str) -> dict:
+    """The chain's own account of each segment (`<job> <outcome> <from> <to> <detail>` lines the
+    batch script appends): {job id: {"outcome", "checkpoint", "detail"}}. A segment that ended
+    without a new checkpoint is "no-progress", whatever Slurm's state for it says."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split(" ", 4)
+        if len(parts) >= 4 and parts[0].isdigit() and parts[3].isdigit():
+            out[parts[0]] = {"outcome": parts[1], "checkpoint": int(parts[3]),
+                             "detail": parts[4].strip() if len(parts) > 4 else ""}
+    return out
+
+
+_PYXIS_LINE = re.compile(r"\berror: pyxis:\s+(.*\S)")
+_ENROOT_ERROR = re.compile(r"curl: \(\d+\)|\[ERROR\]|No such file|mktemp:|[Ee]rror:")
+
+
+def container_failure(texts) -> str | None:
+    """Why pyxis could not start the container, from the step's logs: its own line (e.g. 'failed
+    to import docker image: nvcr.io#nvidia/nemo:26.10') and enroot's error line from the enroot
+    log pyxis prints after it (e.g. 'curl: (6) Could not resolve host: nvcr.io'); None if the job
+    failed for another reason."""
+    msgs = [m.group(1) for text in texts if text for m in _PYXIS_LINE.finditer(text)]
+    if not msgs:
+        return None
+    head = next((m for m in msgs if m.startswith(("failed", "[ERROR]", "couldn't"))), msgs[0])
+    detail = next((m for m in reversed(msgs) if m is not head and _ENROOT_ERROR.search(m)), None)
+    return f"pyxis: {head}" + (f": {detail}" if detail else "")
+
+
+_LOG_NAME = re.compile(r"^(sbatch-\d+\.out|\d+-[\w.-]+\.log)$")
+
+
+def _frames(out: bytes) -> dict[str, bytes]:
+    """Parse `@@bridge-launch N NAME\\n` + N bytes, repeated. A frame cut short (a log truncated
+    between stat and read) ends the parse: what came before it is kept, the rest is read next time."""
+    got, pos = {}, 0
+    while pos < len(out):
+        nl = out.find(b"\n", pos)
+        head = out[pos:nl].split(b" ", 2) if nl >= 0 else []
+        if len(head) != 3 or head[0] != b"@@bridge-launch" or not head[1].isdigit():
+            break
+        n, name = int(head[1]), head[2].decode("utf-8", "replace")
+        body = out[nl + 1:nl + 1 + n]
+        if len(body) != n or not _LOG_NAME.match(name):
+            break
+        got[name] = body
+        pos = nl + 1 + n
+    return got
+
+
+def _job_of(run):
+    from bridge_launch.runs import lifecycle as launch
+    from bridge_launch.runs.registry import Registry
+
+    return launch.load_job(Registry(), run)

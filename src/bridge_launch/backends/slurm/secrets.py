@@ -1,0 +1,324 @@
+"""Secrets on Slurm: where each value comes from, and how it reaches the job's processes without
+passing through sbatch's environment.
+
+sbatch sends its whole environment to slurmctld, which keeps it with the job record in
+`<StateSaveLocation>/hash.<id % 10>/job.<id>/environment` until the record is purged (MinJobAge
+after the job ends; Slurm 22.05.8 src/slurmctld/job_mgr.c `_copy_job_desc_to_file`, `get_job_env`),
+and, where `AccountingStoreFlags` includes `job_env` (src/common/read_config.c, Slurm 21.08 and
+later), in the accounting database, where `sacct --env-vars` shows it. A job step's environment is
+not kept: srun's step request to slurmctld carries none (22.05.8 src/common/slurm_protocol_defs.h
+`job_step_create_request_msg_t`); only the launch request srun sends to each node's slurmd does, and
+pyxis 0.24.0 passes it into the container in memory (pyxis_slurmstepd.c `spank_import_container_env`).
+
+So a secret with a *source* is read on the cluster by the batch shell, from a file only its owner
+may read, each time a job step starts, and exported into that srun's environment alone (a subshell
+that then execs srun): the tasks inherit it, pyxis' `--container-env` carries it into the
+container, and nothing else sees it: not the batch script, sbatch's environment, Slurm's job record,
+the accounting database, the run dir or the state dir. A secret without a source still goes through
+sbatch's environment (the submitting environment's value), with a warning naming where Slurm keeps
+it, unless the profile forbids it (`[slurm] env_secrets = "refuse"`).
+
+Sources: `file:PATH` (the whole file, trailing newlines dropped: `~/.cache/huggingface/token` as
+`huggingface-cli login` writes it) and `netrc:MACHINE[:PATH]` (the password of MACHINE in a netrc
+file, default `~/.netrc`, where `wandb login` keeps its key for `api.wandb.ai`). PATH is absolute or
+starts with `~/` (the home directory on the cluster: `$HOME` of the batch shell there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+
+from bridge_launch.core.errors import UsageError
+from bridge_launch.backends.base import q
+
+ENV_POLICIES = ("warn", "refuse")
+DEFAULT_NETRC = "~/.netrc"
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MACHINE = re.compile(r"^[A-Za-z0-9._-]+$")
+FILE_HINT = "file:PATH (a file on the cluster that only you can read) or netrc:MACHINE[:PATH]"
+
+# Exit codes of bl_secret (below)
+OK, UNUSABLE, MISSING, LEFT_OUT = 0, 1, 3, 4
+
+
+@dataclass(frozen=True)
+class Source:
+    kind: str  # "file" | "netrc"
+    path: str  # absolute, or ~/... (the home directory on the cluster)
+    machine: str = ""  # netrc: whose password
+
+    def shell_path(self) -> str:
+        """The path as the shell on the cluster expands it: ~/ is that shell's $HOME."""
+        if self.path.startswith("~/"):
+            rest = self.path[2:]
+            return '"$HOME"' + (f"/{q(rest)}" if rest else "")
+        return q(self.path)
+
+
+def parse(text: str, where: str) -> Source:
+    """A source as a profile or --secret NAME=SOURCE writes it; one clear line when it is not one."""
+    kind, sep, rest = str(text).partition(":")
+    if kind == "file" and sep:
+        src = Source("file", rest)
+    elif kind == "netrc" and sep:
+        machine, _, path = rest.partition(":")
+        if not _MACHINE.match(machine):
+            raise UsageError(f"{where}: secret source {text!r} names no machine; valid: netrc:MACHINE[:PATH], "
+                             "e.g. netrc:api.wandb.ai")
+        src = Source("netrc", path or DEFAULT_NETRC, machine)
+    else:  # not echoed: it may be a value typed where a source belongs
+        raise UsageError(f"{where}: a secret source is {FILE_HINT}, e.g. file:~/.cache/huggingface/token or "
+                         "netrc:api.wandb.ai; never a value (values are not given on command lines or in profiles)")
+    if not (src.path.startswith("/") or src.path.startswith("~/")) or src.path in ("/", "~/"):
+        raise UsageError(f"{where}: secret source {text!r}: the path must be absolute or start with ~/ "
+                         "(the home directory on the cluster)")
+    if any(c in src.path for c in "\0\n"):
+        raise UsageError(f"{where}: secret source {text!r}: the path contains a newline or NUL")
+    return src
+
+
+def plan(prof: dict, secrets: list, required: list, cli_names: list, cli_sources: dict) -> tuple[list, dict, list, list]:
+    """Which source each secret has on this cluster: (secrets still passed, {name: {"source",
+    "optional", "from"}}, errors, warnings). A secret is optional when only the profile's `secrets`
+    lists it: then a source that is not there leaves it out. Pure: it reads no file; submit checks."""
+    where = f"cluster '{prof['name']}'"
+    if prof["backend"] != "slurm":
+        for name, src in cli_sources.items():
+            raise UsageError(f"--secret {name}={src}: a secret source names a file on a Slurm cluster; cluster "
+                             f"'{prof['name']}' uses the {prof['backend']} backend: pass it by name (--secret {name})")
+        return list(secrets), {}, [], []
+    section = prof.get("slurm", {})
+    listed = section.get("secret_sources") or {}
+    refuse = section.get("env_secrets") == "refuse"
+    explicit = set(required) | set(cli_names)
+    kept, sources, errors, warnings = [], {}, [], []
+    for name in secrets:
+        if name in cli_sources:
+            text, origin = cli_sources[name], "cli"
+            parse(text, f"--secret {name}")
+        elif name in listed:
+            text, origin = listed[name], f"cluster:{prof['name']}"
+            parse(text, f"{where} [slurm] secret_sources {name}")
+        else:
+            if refuse and name in explicit:
+                errors.append(f"secret {name} has no source on the cluster, and {where} takes no secret values from "
+                              f"your environment ([slurm] env_secrets = \"refuse\"); give --secret {name}={FILE_HINT}")
+                continue
+            if refuse:
+                warnings.append(f"secret {name} is left out: it has no source on the cluster, and {where} takes no "
+                                "secret values from your environment ([slurm] env_secrets = \"refuse\")")
+                continue
+            kept.append(name)
+            continue
+        kept.append(name)
+        sources[name] = {"source": text, "optional": name not in explicit, "from": origin}
+    return kept, sources, errors, warnings
+
+
+def env_note(names: list, prof_name: str) -> str:
+    """What resolve says (no Slurm to ask yet) about secrets that would go through sbatch's environment."""
+    return (f"{', '.join(names)}: no source on cluster '{prof_name}', so the value from your environment goes "
+            "through sbatch's environment, which slurmctld keeps with the job record (StateSaveLocation/hash.N/"
+            "job.N/environment) and, with AccountingStoreFlags=job_env, in the accounting database; give "
+            f"--secret NAME={FILE_HINT} instead")
+
+
+# --- the shell side: one function for the job's first lines, each job step, and the submit check ---
+
+_READER = r'''bl_secret() { # NAME KIND PATH [MACHINE] [optional]: the value on stdout; else why on stderr and 1 (3: missing, 4: optional and missing)
+    local name=$1 kind=$2 path=$3 machine=${4:-} mode value="" m="" i
+    local -a w
+    if [ ! -e "$path" ]; then
+        if [ "${5:-}" = optional ]; then bl_absent "$name" "$path does not exist"; return 4; fi
+        echo "bridge-launch: secret $name: $path does not exist" >&2; return 3
+    fi
+    if [ ! -f "$path" ] || [ ! -r "$path" ]; then echo "bridge-launch: secret $name: $path is not a readable file" >&2; return 1; fi
+    if [ ! -O "$path" ]; then echo "bridge-launch: secret $name: $path is not owned by $(id -un)" >&2; return 1; fi
+    mode=$(stat -L -c %a -- "$path") || { echo "bridge-launch: secret $name: cannot stat $path" >&2; return 1; }
+    if [ $((8#$mode & 8#077)) -ne 0 ]; then
+        if [ $((8#$mode & 8#044)) -ne 0 ]; then m="readable by"; elif [ $((8#$mode & 8#022)) -ne 0 ]; then m="writable by"; else m="open to"; fi
+        printf 'bridge-launch: secret %s: %s is %s group or others (mode %04o); chmod 600 %s\n' "$name" "$path" "$m" "$((8#$mode))" "$path" >&2
+        return 1
+    fi
+    if [ "$kind" = file ]; then
+        value=$(< "$path")
+    else
+        read -r -d '' -a w < "$path"
+        for ((i = 0; i < ${#w[@]}; i++)); do
+            case ${w[i]} in
+                machine) i=$((i + 1)); m=${w[i]:-};;
+                default) m="";;
+                login|account) i=$((i + 1));;
+                password) i=$((i + 1)); if [ "$m" = "$machine" ]; then value=${w[i]:-}; break; fi;;
+            esac
+        done
+        if [ -z "$value" ]; then
+            if [ "${5:-}" = optional ]; then bl_absent "$name" "$path has no password for machine $machine"; return 4; fi
+            echo "bridge-launch: secret $name: $path has no password for machine $machine" >&2; return 3
+        fi
+    fi
+    if [ -z "$value" ]; then echo "bridge-launch: secret $name: $path is empty" >&2; return 1; fi
+    printf '%s' "$value"
+}
+bl_absent() { # NAME WHY: an optional secret whose source is not there
+    if [ -n "${!1:-}" ]; then echo "bridge-launch: note: secret $1: $2; the value from sbatch's environment is used" >&2
+    else echo "bridge-launch: note: secret $1: $2; the job runs without it" >&2; fi
+}'''
+
+
+def _call(name: str, spec: dict, *, optional: bool) -> str:
+    src = parse(spec["source"], f"secret {name}")
+    args = [name, src.kind, src.shell_path()]
+    if src.kind == "netrc" or optional:
+        args.append(q(src.machine) if src.machine else "''")
+    if optional:
+        args.append("optional")
+    return "bl_secret " + " ".join(args)
+
+
+def script_lines(job) -> list[str]:
+    """The batch script's secret lines (none without sources): the reader, load_secrets (export
+    each value, in the caller's shell), with_secrets (a subshell that loads them and execs its
+    arguments: the srun of each step), and the check in the job's first lines, in a subshell so
+    that the batch shell itself, and the successor a chain segment submits with sbatch, never hold
+    a value. A source that is missing or open to group or others fails the job there."""
+    sources = getattr(job, "secret_sources", None) or {}
+    if not sources:
+        return []
+    loads = []
+    for name, spec in sources.items():
+        loads.append(f'    v=$({_call(name, spec, optional=spec["optional"])}); '
+                     f'case $? in 0) export {name}="$v";; 4) ;; *) rc=1;; esac')
+    fail = []
+    if job.chain:  # the chain's own verdict, which status reports
+        chain_dir = q(f"{job.run_dir}/chain/{job.run_id}")
+        fail.append(f"    mkdir -p {chain_dir} && [ ! -e {chain_dir}/stopped ] && printf '%s\\n' \"$why\" "
+                    f"| grep -m 1 '^bridge-launch: secret ' | sed 's/^bridge-launch: //' > {chain_dir}/stopped")
+    return [
+        "# Secrets: read here, on the cluster, from files only their owner can read, when each job step starts",
+        "# (with_secrets); their values are in neither this script, sbatch's environment nor Slurm's job record.",
+        *_READER.splitlines(),
+        "load_secrets() {",
+        "    local v rc=0",
+        *loads,
+        '    return "$rc"',
+        "}",
+        'with_secrets() ( load_secrets || exit 1; exec "$@" )',
+        'why=$( (load_secrets) 2>&1 >/dev/null ); rc=$?',
+        'if [ -n "$why" ]; then printf \'%s\\n\' "$why" >&2; fi',
+        'if [ "$rc" -ne 0 ]; then',
+        *fail,
+        f"    printf '%s\\n' \"$rc\" > {q(job.run_dir + '/exit')}/\"$SLURM_JOB_ID\"",
+        '    exit "$rc"',
+        "fi",
+    ]
+
+
+def check_script(sources: dict) -> str:
+    """A bash script (stdin of `bash -s`, here or on the login host) that checks every source with
+    the job's own reader and prints `NAME<TAB>CODE<TAB>WHY` per secret; never a value."""
+    lines = [_READER, 'check() { local why rc; why=$("$@" 2>&1 >/dev/null); rc=$?; why=${why//$\'\\n\'/ }; '
+             'printf \'%s\\t%s\\t%s\\n\' "$2" "$rc" "${why#bridge-launch: }"; }']
+    for name, spec in sources.items():
+        lines.append("check " + _call(name, spec, optional=False))
+    return "\n".join(lines) + "\n"
+
+
+def parse_check(text: str) -> dict:
+    out = {}
+    for line in text.splitlines():
+        parts = line.split("\t", 2)
+        if len(parts) == 3 and parts[1].isdigit():
+            out[parts[0]] = (int(parts[1]), parts[2].strip())
+    return out
+
+
+_FAILURE = re.compile(r"^bridge-launch: (secret [A-Za-z_][A-Za-z0-9_]*: .*\S)\s*$", re.M)
+
+
+def failure(texts) -> str | None:
+    """Why a job stopped in its first lines: a secret's source could not be used there."""
+    for text in texts:
+        hit = _FAILURE.search(text or "")
+        if hit:
+            return hit.group(1)
+    return None
+
+
+# --- what Slurm keeps: `scontrol show config`, asked through the backend and cached ---
+
+CONFIG_KEYS = ("AccountingStoreFlags", "StateSaveLocation", "MinJobAge", "AccountingStorageType", "SLURM_VERSION")
+CONFIG_TTL = 24 * 3600
+
+
+def parse_config(text: str) -> dict:
+    """The keys we use from `scontrol show config` (`Name   = value` lines, as Slurm's
+    src/api/config_info.c writes them; AccountingStoreFlags is job_comment,job_env,job_script or
+    (null))."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if sep and key in CONFIG_KEYS:
+            out[key] = value.strip()
+    return out
+
+
+def stores_job_env(conf: dict) -> bool:
+    return "job_env" in [f.strip().lower() for f in conf.get("AccountingStoreFlags", "").split(",")]
+
+
+def cluster_config(s: dict, run) -> dict:
+    """The cluster's settings that decide where a job's environment is kept; {} when scontrol
+    cannot say. Cached for a day per login host and slurm.conf in the state dir."""
+    from bridge_launch.core import paths
+
+    key = f"{s.get('login_host') or 'local'}:{s.get('ssh_port') or 22}:{s.get('slurm_conf') or ''}"
+    cache = paths.state_dir() / "slurm-config.json"
+    try:
+        data = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        data = {}
+    hit = data.get(key) if isinstance(data, dict) else None
+    if isinstance(hit, dict) and time.time() - hit.get("at", 0) < CONFIG_TTL:
+        return hit.get("config", {})
+    proc = run(s, ["scontrol", "show", "config"], timeout=30)
+    if proc.returncode:
+        return {}
+    conf = parse_config(proc.stdout)
+    data = data if isinstance(data, dict) else {}
+    data[key] = {"at": time.time(), "config": conf}
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_name(f".{cache.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, cache)
+    return conf
+
+
+def env_warning(names: list, conf: dict, job_id: str, chain: bool) -> str:
+    """Where Slurm keeps values that went through sbatch's environment, as precisely as the cluster says."""
+    loc = conf.get("StateSaveLocation")
+    where = (f"{loc}/hash.{int(job_id) % 10}/job.{job_id}/environment" if loc and job_id.isdigit()
+             else "its StateSaveLocation (hash.N/job.N/environment)")
+    age = conf.get("MinJobAge", "").replace(" sec", " s")
+    text = (f"{', '.join(names)} went to the job through sbatch's environment: slurmctld keeps "
+            f"{'it' if len(names) == 1 else 'them'} in {where} until the job record is purged"
+            + (f" (MinJobAge, {age} after the job ends)" if age else ""))
+    if stores_job_env(conf):
+        text += (", and this cluster also stores job environments in its accounting database "
+                 "(AccountingStoreFlags=job_env), where sacct --env-vars shows them for as long as it keeps accounting")
+    if chain:
+        text += "; every segment of the chain is submitted with them again"
+    return text + f"; give each a source on the cluster instead: --secret NAME={FILE_HINT} or [slurm] secret_sources"
+
+
+def job_env_note(file_names: list) -> str:
+    text = ("this cluster stores each job's environment (sbatch's: your submitting environment) in its accounting "
+            "database (AccountingStoreFlags=job_env), where sacct --env-vars shows it")
+    if file_names:
+        text += f"; {', '.join(file_names)} {'is' if len(file_names) == 1 else 'are'} read from files on the cluster and not in it"
+    return text

@@ -1,0 +1,517 @@
+"""The bridge-launch command line. Thin: parse, call, print. Heavy modules load inside
+the command that needs them, so --help, recipes, status and --dry-run stay fast."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from typing import List, Optional
+
+import typer
+from typer.core import TyperCommand as _TyperCommand
+
+try:  # typer >= 0.20 carries its own copy of click
+    from typer._click.exceptions import ClickException as _ClickException
+except ImportError:  # pragma: no cover - older typer, click installed beside it
+    from click.exceptions import ClickException as _ClickException
+
+from bridge_launch import __version__
+from bridge_launch.core.errors import BridgeLaunchError
+from bridge_launch.core.errors import UsageError as BridgeLaunchUsage
+
+app = typer.Typer(
+    name="bridge-launch",
+    help="Turn a Megatron-Bridge recipe and a cluster profile into a running, resumable job.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    add_completion=False,  # ours below take the shell as a value (Typer's print the current shell's script)
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+recipes_app = typer.Typer(help="List and show recipes.", no_args_is_help=True)
+overlays_app = typer.Typer(help="List and show overlays (named partial overrides).", no_args_is_help=True)
+clusters_app = typer.Typer(help="List and show cluster profiles.", no_args_is_help=True)
+app.add_typer(recipes_app, name="recipes")
+app.add_typer(overlays_app, name="overlays")
+app.add_typer(clusters_app, name="clusters")
+image_app = typer.Typer(help="Container images: import one into a cluster's image cache.", no_args_is_help=True)
+app.add_typer(image_app, name="image")
+from bridge_launch.cli.datasets import app as data_app  # noqa: E402  (no heavy imports at its top)
+
+app.add_typer(data_app, name="data", help="Prepare and inspect datasets (Energon shards, packing report).")
+
+
+class Output(str, Enum):
+    text = "text"
+    json = "json"
+
+
+OUTPUT = typer.Option(Output.text, "--output", "-o", help="text or json.")
+
+
+def _version(value: bool):
+    if value:
+        typer.echo(f"bridge-launch {__version__}")
+        raise typer.Exit()
+
+
+def _show_completion(value: Optional[str]):
+    if value:
+        from bridge_launch.cli import completion
+
+        typer.echo(completion.script(value))
+        raise typer.Exit()
+
+
+def _install_completion(value: Optional[str]):
+    if value:
+        from bridge_launch.cli import completion
+
+        shell, path = completion.install(value)
+        typer.echo(f"{shell} completion installed in {path}; it takes effect in a new shell")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
+    show_completion: Optional[str] = typer.Option(
+        None, "--show-completion", metavar="[SHELL]", callback=_show_completion, is_eager=True, expose_value=False,
+        help="Print the completion script for SHELL (bash, zsh, fish, powershell; default: this shell)."),
+    install_completion: Optional[str] = typer.Option(
+        None, "--install-completion", metavar="[SHELL]", callback=_install_completion, is_eager=True,
+        expose_value=False, help="Install completion for SHELL (default: this shell)."),
+):
+    """Recipes x clusters -> validated, exactly printed, resumable jobs."""
+
+
+# TAB completion (completion.py): names a user can use, run ids, override keys from the schema.
+def _complete_recipe(incomplete: str):
+    from bridge_launch.cli import completion
+
+    return completion.recipes(incomplete)
+
+
+def _complete_cluster(incomplete: str):
+    from bridge_launch.cli import completion
+
+    return completion.clusters(incomplete)
+
+
+def _complete_overlay(incomplete: str):
+    from bridge_launch.cli import completion
+
+    return completion.overlays(incomplete)
+
+
+def _complete_run(incomplete: str):
+    from bridge_launch.cli import completion
+
+    return completion.runs(incomplete)
+
+
+def _complete_override(ctx: typer.Context, incomplete: str):
+    from bridge_launch.cli import completion
+
+    return completion.override_keys(incomplete, recipe=ctx.params.get("recipe"))
+
+
+def _complete_resume_override(ctx: typer.Context, incomplete: str):
+    from bridge_launch.cli import completion
+
+    return completion.override_keys(incomplete)
+
+
+def _complete_diff(incomplete: str):
+    from bridge_launch.cli import completion
+
+    return completion.runs(incomplete) + completion.recipes(incomplete)
+
+
+@app.command(context_settings={"allow_interspersed_args": True})
+def submit(
+    recipe: str = typer.Argument(..., help="Recipe name or alias (see 'recipes list').", autocompletion=_complete_recipe),
+    overrides: Optional[List[str]] = typer.Argument(None, help="Hydra overrides: key=value, +key=value, ++key=value, ~key.",
+                                                    autocompletion=_complete_override),
+    cluster: str = typer.Option("local", "--cluster", "-c", help="Cluster profile.", autocompletion=_complete_cluster),
+    overlay: Optional[List[str]] = typer.Option(None, "--overlay", help="Overlay to apply (repeatable, in order).",
+                                                autocompletion=_complete_overlay),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Node count (overrides the cluster/recipe)."),
+    time: Optional[str] = typer.Option(None, "--time", "-t", help="Slurm time limit, e.g. 04:00:00."),
+    partition: Optional[str] = typer.Option(None, "--partition", "-p", help="Slurm partition."),
+    account: Optional[str] = typer.Option(None, "--account", "-A", help="Slurm account."),
+    container: Optional[str] = typer.Option(None, "--container", help="Container image (overrides recipe and cluster)."),
+    env: Optional[List[str]] = typer.Option(None, "--env", "-e", help="Extra environment NAME=VALUE (not for secrets)."),
+    secret: Optional[List[str]] = typer.Option(None, "--secret", help="A secret by name (repeatable); on Slurm NAME=file:PATH or NAME=netrc:MACHINE reads it from a file on the cluster, never through sbatch."),
+    bridge_src: Optional[str] = typer.Option(None, "--bridge-src", help="A local Megatron-Bridge git checkout: packed (tracked files, uncommitted edits included), staged in the run dir and mounted over the container's copy."),
+    until_done: bool = typer.Option(False, "--until-done", help="Slurm: continue across time limits and flaky failures until train_iters."),
+    max_restarts: int = typer.Option(3, "--max-restarts", help="With --until-done: flaky failures to retry."),
+    signal_lead: int = typer.Option(120, "--signal-lead", help="With --until-done: seconds before the time limit to save."),
+    max_segments: Optional[int] = typer.Option(None, "--max-segments", help="With --until-done: stop after this many segments."),
+    step_time: Optional[float] = typer.Option(None, "--step-time", help="With --until-done: seconds per step, for sizing (default: plan's estimate)."),
+    canary: Optional[bool] = typer.Option(None, "--canary/--no-canary", help="First check on the cluster, in the job's image, what no local check can (recipe and overrides, data, checkpoint, HF cache, NVLink, busbw); the job waits for it. Default: the profile's [canary] enabled."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved job and the exact launch artifact; submit nothing."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Stream progress until the job ends (Ctrl-C detaches)."),
+    no_memory_check: bool = typer.Option(False, "--no-memory-check",
+                                         help="Submit even when plan's memory estimate exceeds the GPU (a warning, not an error)."),
+    sweep: bool = typer.Option(False, "--sweep", help="Expand Hydra sweeps (key=a,b, choice(...), range(...)): one run per combination, as one experiment."),
+    experiment: Optional[str] = typer.Option(None, "--experiment", help="Submit as a named experiment (a group of runs: a sweep, or several recipes given as RECIPE RECIPE...)."),
+    output: Output = OUTPUT,
+):
+    """Resolve RECIPE on a cluster, validate it, and submit it (or print it with --dry-run).
+    Several recipes (RECIPE RECIPE ...) or --sweep submit an experiment: a named group of runs."""
+    from bridge_launch.cli import commands
+
+    if sweep or experiment or _more_recipes(overrides or []):
+        from bridge_launch.runs import experiments
+
+        raise typer.Exit(experiments.submit_group(
+            recipe, overrides or [], sweep=sweep, experiment=experiment, follow=follow, output=output.value,
+            dry_run=dry_run, cluster=cluster, overlays=overlay or [], nodes=nodes, time=time, partition=partition,
+            account=account, container=container, env=env or [], secrets=secret or [], bridge_src=bridge_src,
+            until_done=until_done, max_restarts=max_restarts, signal_lead=signal_lead, max_segments=max_segments,
+            step_time=step_time, memory_check=not no_memory_check, canary=canary))
+
+    raise typer.Exit(commands.submit(
+        recipe, overrides or [], cluster=cluster, overlays=overlay or [], nodes=nodes, time=time,
+        partition=partition, account=account, container=container, env=env or [], secrets=secret or [],
+        bridge_src=bridge_src, until_done=until_done, max_restarts=max_restarts, signal_lead=signal_lead,
+        max_segments=max_segments, step_time=step_time, dry_run=dry_run, follow=follow, output=output.value,
+        memory_check=not no_memory_check, canary=canary))
+
+
+def _more_recipes(words: list[str]) -> bool:
+    """Whether the positional words name more recipes (an experiment of several recipes)."""
+    bare = [w for w in words if "=" not in w and not w.startswith(("~", "+"))]
+    if not bare:
+        return False
+    from bridge_launch.runs.experiments import looks_like_recipe
+
+    return any(looks_like_recipe(w) for w in bare)
+
+
+@app.command()
+def status(
+    run: Optional[str] = typer.Argument(None, help="A run id (or a unique prefix), or an experiment's name.",
+                                        autocompletion=_complete_run),
+    all_: bool = typer.Option(False, "--all", "-a", help="All runs, not only the 50 most recent."),
+    state: Optional[str] = typer.Option(None, "--state", help="Only runs in this state (e.g. RUNNING)."),
+    recipe: Optional[str] = typer.Option(None, "--recipe", help="Only runs of this recipe."),
+    watch: bool = typer.Option(False, "--watch", "-w", help="Refresh until every run shown has ended (with -o json: one object per line per refresh)."),
+    interval: float = typer.Option(5.0, "--interval", help="With --watch: seconds between refreshes."),
+    output: Output = OUTPUT,
+):
+    """Show recent runs and their states; with RUN, its live metrics (step, loss, grad norm, speed,
+    ETA, the last checkpoint, the first error line)."""
+    from bridge_launch.cli import commands
+
+    raise typer.Exit(commands.status(run, all_runs=all_, state=state, recipe=recipe, output=output.value,
+                                     watch=watch, interval=interval))
+
+
+@app.command()
+def logs(run: str = typer.Argument(..., help="A run id (or a unique prefix).", autocompletion=_complete_run),
+         follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
+         rank: Optional[int] = typer.Option(None, "--rank", "-r", help="Only this rank's lines (by their [rankN]: prefix)."),
+         grep: Optional[str] = typer.Option(None, "--grep", "-g", help="Only lines matching this regular expression."),
+         tail: Optional[int] = typer.Option(None, "--tail", "-n", help="Only the last N (matching) lines.")):
+    """Print a run's output."""
+    from bridge_launch.cli import commands
+
+    raise typer.Exit(commands.logs(run, follow=follow, rank=rank, grep=grep, tail=tail))
+
+
+@app.command()
+def check(
+    sources: List[str] = typer.Argument(..., help="Runs (id or prefix), experiments, or log files."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="The expected number of iterations (default: the total the iteration lines print)."),
+    only: Optional[List[str]] = typer.Option(None, "--only", help="Only these criteria (repeatable or comma-separated): steps, finite, skipped, nan, checkpoint, validation, test, no-signal."),
+    skip: Optional[List[str]] = typer.Option(None, "--skip", help="Leave these criteria out (as --only)."),
+    metric: str = typer.Option("lm loss", "--metric", help="The loss that must be on every iteration line."),
+    export_golden: Optional[str] = typer.Option(None, "--export-golden", help="Also write the run's values as Megatron-LM golden values (JSON)."),
+    output: Output = OUTPUT,
+):
+    """The hardware gate: last iteration equals its total, every loss and grad norm finite, no
+    skipped or NaN iterations, a checkpoint at the last iteration, validation and test lines, no
+    SIGTERM exit. Each criterion with its evidence; exit 0 passes, 1 fails."""
+    from bridge_launch.cli import judging as judge
+
+    raise typer.Exit(judge.check(sources, steps=steps, only=only, skip=skip, metric=metric,
+                                 export_golden=export_golden, output=output.value))
+
+
+@app.command()
+def compare(
+    sources: List[str] = typer.Argument(..., help="A B (runs, log files or Megatron-LM golden-values JSON; A is judged against B), or an experiment's name."),
+    metric: str = typer.Option("lm loss", "--metric", help="The iteration-line field to compare."),
+    rtol: float = typer.Option(0.02, "--rtol", help="Relative tolerance of each aligned step."),
+    atol: float = typer.Option(0.0, "--atol", help="Absolute tolerance added to it (as numpy.isclose)."),
+    allowed: Optional[int] = typer.Option(None, "--allowed", help="Steps allowed outside the tolerance (default: min(max(N//100, 1), 50), Megatron-LM's)."),
+    final_rtol: float = typer.Option(0.03, "--final-rtol", help="Relative tolerance of the final value."),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Draw the curves and their relative difference: FILE.png, .svg or .html (the 'plot' extra), or - for a terminal chart."),
+    output: Output = OUTPUT,
+):
+    """Loss parity: aligned per-step comparison, correlation, final difference, first step out of
+    tolerance. Exit 0 in parity, 1 not."""
+    from bridge_launch.cli import judging as judge
+
+    raise typer.Exit(judge.compare(sources, metric=metric, rtol=rtol, atol=atol, allowed=allowed,
+                                   final_rtol=final_rtol, plot=plot, output=output.value))
+
+
+@app.command()
+def cancel(run: str = typer.Argument(..., help="A run id (or a unique prefix).", autocompletion=_complete_run)):
+    """Cancel a run (idempotent)."""
+    from bridge_launch.cli import commands
+
+    raise typer.Exit(commands.cancel(run))
+
+
+@app.command(context_settings={"allow_interspersed_args": True})
+def resume(
+    run: str = typer.Argument(..., help="The run to resume (id or unique prefix).", autocompletion=_complete_run),
+    overrides: Optional[List[str]] = typer.Argument(None, help="Extra overrides, e.g. train.train_iters=2000.",
+                                                    autocompletion=_complete_resume_override),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Stream progress until the job ends."),
+    output: Output = OUTPUT,
+):
+    """Submit a run's job again from its last checkpoint, in the same run dir and chain."""
+    from bridge_launch.cli import commands
+
+    raise typer.Exit(commands.resume(run, overrides or [], follow=follow, output=output.value))
+
+
+def _submit_command(ctx):
+    root = ctx.find_root()
+    return root.command.get_command(root, "submit")
+
+
+class _DiffCommand(_TyperCommand):
+    """diff's help lists the options each side takes: submit's own (one list, one parser)."""
+
+    def format_epilog(self, ctx, formatter):
+        from bridge_launch.cli import commands
+
+        submit_cmd = _submit_command(ctx)
+        records = [p.get_help_record(ctx) for p in submit_cmd.params
+                   if p.name not in commands.NOT_SIDE and getattr(p, "param_type_name", "") == "option"]
+        with formatter.section("Options of each side (as for submit)"):
+            formatter.write_dl([r for r in records if r])
+        super().format_epilog(ctx, formatter)
+
+
+def _side_parser(ctx):
+    """One side of diff, parsed by submit's own parser: {click parameter name: value}."""
+    submit_cmd = _submit_command(ctx)
+
+    def parse(words):
+        try:
+            sub = submit_cmd.make_context("diff", list(words), resilient_parsing=False)
+        except _ClickException as exc:
+            raise BridgeLaunchUsage(f"diff: {' '.join(words)}: {exc.format_message()}") from None
+        return dict(sub.params)
+
+    return parse
+
+
+@app.command(cls=_DiffCommand, context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+def diff(
+    ctx: typer.Context,
+    args: List[str] = typer.Argument(..., help="RUN_A RUN_B, or RECIPE [OPTIONS] [KEY=VALUE...] -- RECIPE [OPTIONS] [KEY=VALUE...]",
+                                     autocompletion=_complete_diff),
+    all_keys: bool = typer.Option(False, "--all", help="Show equal values too."),
+    output: Output = OUTPUT,
+):
+    """Compare two runs, or two recipe/cluster/option/override sets, with the layer each value came from:
+    everything that reaches the job (scheduler options, environment, secrets by name, container, config)."""
+    from bridge_launch.cli import commands
+
+    raise typer.Exit(commands.diff(_raw_after("diff"), all_keys=all_keys, output=output.value,
+                                   parse_side=_side_parser(ctx)))
+
+
+@app.command(context_settings={"allow_interspersed_args": True})
+def plan(
+    recipe: str = typer.Argument(..., help="Recipe name or alias.", autocompletion=_complete_recipe),
+    overrides: Optional[List[str]] = typer.Argument(None, help="Hydra overrides, as for submit.",
+                                                    autocompletion=_complete_override),
+    cluster: str = typer.Option("local", "--cluster", "-c", help="Cluster profile.", autocompletion=_complete_cluster),
+    overlay: Optional[List[str]] = typer.Option(None, "--overlay", help="Overlay to apply (repeatable, in order).",
+                                                autocompletion=_complete_overlay),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Node count."),
+    tflops: Optional[float] = typer.Option(None, "--tflops", help="Achieved TFLOP/s per GPU (overrides the recipe's assumption)."),
+    tokens: Optional[float] = typer.Option(None, "--tokens", help="Token budget: steps = tokens / tokens per step."),
+    output: Output = OUTPUT,
+):
+    """Rank groups, NVLink domains, memory per GPU and GPU-hours, before submitting (needs the 'plan' extra)."""
+    from bridge_launch.cli import commands
+
+    raise typer.Exit(commands.plan(recipe, overrides or [], cluster=cluster, overlays=overlay or [], nodes=nodes,
+                                   tflops=tflops, tokens=tokens, output=output.value))
+
+
+@app.command()
+def prune(
+    older_than: str = typer.Option("30d", "--older-than", help="Age of finished runs to forget: 1w, 30d, 12h, 90m."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List what would be forgotten; change nothing."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation (asked only on a terminal)."),
+):
+    """Forget finished runs older than the given age: their records and local log copies (run dirs are
+    kept; 'bridge-launch import RUN_DIR' registers one again). Lists them first."""
+    from bridge_launch.cli import commands
+
+    raise typer.Exit(commands.prune(older_than, dry_run=dry_run, yes=yes))
+
+
+@app.command("import")
+def import_(
+    run_dirs: List[str] = typer.Argument(..., help="Run directories (<job_root>/<run id>) to register again."),
+    output: Output = OUTPUT,
+):
+    """Register the runs a run directory holds (e.g. after prune forgot them), with their lineage and state."""
+    from bridge_launch.cli import commands
+
+    raise typer.Exit(commands.import_runs(run_dirs, output.value))
+
+
+@image_app.command("import")
+def image_import(
+    image: str = typer.Argument(..., help="REGISTRY/IMAGE[:TAG] (or REGISTRY#IMAGE[:TAG]), or a squashfs path on the cluster."),
+    cluster: str = typer.Option(..., "--cluster", "-c", help="Slurm cluster profile with [slurm] image_cache.",
+                                autocompletion=_complete_cluster),
+    output: Output = OUTPUT,
+):
+    """Run `enroot import` once, as a job on one compute node, into the profile's image cache (keyed by
+    digest); later submits of that image start from the cached squashfs."""
+    from bridge_launch.cli import commands
+
+    raise typer.Exit(commands.image_import(image, cluster, output=output.value))
+
+
+def _raw_after(command: str) -> list[str]:
+    """The command's own words as typed (click drops the first '--', which diff needs)."""
+    argv = sys.argv[1:]
+    return argv[argv.index(command) + 1:] if command in argv else argv
+
+
+@recipes_app.command("list")
+def recipes_list(output: Output = OUTPUT):
+    """List recipes."""
+    from bridge_launch.cli import commands
+
+    raise typer.Exit(commands.recipes_list(output.value))
+
+
+@recipes_app.command("show")
+def recipes_show(name: str = typer.Argument(..., autocompletion=_complete_recipe), output: Output = OUTPUT):
+    """Show one recipe with every value it sets."""
+    from bridge_launch.cli import commands
+
+    raise typer.Exit(commands.recipes_show(name, output.value))
+
+
+@overlays_app.command("list")
+def overlays_list(output: Output = OUTPUT):
+    """List overlays."""
+    from bridge_launch.cli import commands
+
+    raise typer.Exit(commands.overlays_list(output.value))
+
+
+@overlays_app.command("show")
+def overlays_show(name: str = typer.Argument(..., autocompletion=_complete_overlay), output: Output = OUTPUT):
+    """Show one overlay."""
+    from bridge_launch.cli import commands
+
+    raise typer.Exit(commands.overlays_show(name, output.value))
+
+
+@clusters_app.command("list")
+def clusters_list(output: Output = OUTPUT):
+    """List cluster profiles."""
+    from bridge_launch.cli import commands
+
+    raise typer.Exit(commands.clusters_list(output.value))
+
+
+@clusters_app.command("show")
+def clusters_show(name: str = typer.Argument(..., autocompletion=_complete_cluster), output: Output = OUTPUT):
+    """Show one cluster profile (after 'extends')."""
+    from bridge_launch.cli import commands
+
+    raise typer.Exit(commands.clusters_show(name, output.value))
+
+
+def _exit_now(code) -> None:
+    """End the process without the interpreter's teardown. Once `plan` has imported megatron-core
+    (and with it torch and some 3,000 modules), tearing them down costs about a quarter of the
+    command's CPU time (measured: bench/plan_speed.py); nothing of ours runs at exit."""
+    import logging
+    import os
+
+    logging.shutdown()
+    if isinstance(code, str):  # sys.exit("message") prints the message and exits 1
+        sys.stderr.write(code + "\n")
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code if isinstance(code, int) else (0 if code is None else 1))
+
+
+def _json_mode(argv: list[str]) -> bool:
+    """-o json / --output json anywhere on the line: then stdout carries JSON only, errors too."""
+    return any(a in ("--output=json", "-ojson") or a in ("-o", "--output") and nxt == "json"
+               for a, nxt in zip(argv, [*argv[1:], ""]))
+
+
+def _with_shells(argv: list[str]) -> list[str]:
+    """--show-completion / --install-completion take an optional shell: alone, this shell's."""
+    out = list(argv)
+    for i, a in enumerate(out):
+        if a in ("--show-completion", "--install-completion") and (i + 1 == len(out) or out[i + 1].startswith("-")):
+            from bridge_launch.cli import completion
+
+            out.insert(i + 1, completion.detect_shell())
+            break
+    return out
+
+
+def main() -> None:
+    import json
+    import os
+
+    argv = _with_shells(sys.argv[1:])
+    json_mode = _json_mode(argv)
+
+    def fail(message: str, code: int):
+        if json_mode:  # the error as JSON on stdout; a human reading stderr still gets the line
+            sys.stdout.write(json.dumps({"error": message, "exit_code": code}) + "\n")
+        sys.stderr.write(f"bridge-launch: error: {message}\n")
+        sys.exit(code)
+
+    if os.environ.get("_BRIDGE_LAUNCH_COMPLETE"):
+        from typer._completion_classes import completion_init
+
+        completion_init()  # Typer's bash/zsh/fish/PowerShell completion classes
+    try:
+        code = app(args=argv, prog_name="bridge-launch", standalone_mode=False)
+    except BridgeLaunchError as exc:
+        fail(str(exc), exc.exit_code)
+    except _ClickException as exc:
+        if json_mode:
+            fail(exc.format_message(), exc.exit_code)
+        exc.show()
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write("bridge-launch: interrupted\n")
+        sys.exit(130)
+    code = code if isinstance(code, int) else 0
+    if "megatron.core" in sys.modules:  # plan: skip the teardown of torch and megatron-core (_exit_now)
+        _exit_now(code)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""`check` and `compare`: what the user names (runs, experiments, log files, golden-values files)
+turned into logs and series, judged by gate.py and parity.py, shown as text, JSON or a plot."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+
+from bridge_launch.cli import views
+from bridge_launch.core.errors import UsageError
+from bridge_launch.logs.reader import LOSS, Log
+
+
+@dataclass
+class Source:
+    kind: str  # run | log | golden
+    label: str
+    run: object = None
+    path: str | None = None
+    member: str = ""  # its label within an experiment
+
+
+def _is_golden(path: str) -> bool:
+    if path.endswith(".json"):
+        return True
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(64).lstrip().startswith(b"{")
+    except OSError:
+        return False
+
+
+def sources(reg, words: list[str], *, expand_experiments: bool = True) -> tuple[list[Source], str | None]:
+    """Each word as a run (id or unique prefix), an experiment (its runs, in order), a log file
+    or a golden-values file; (sources, the experiment's name when one word named one)."""
+    out, group = [], None
+    for w in words:
+        if os.path.isfile(w):
+            out.append(Source("golden" if _is_golden(w) else "log", w, path=w))
+            continue
+        exp = reg.experiment(w) if reg is not None else None
+        if exp is not None and expand_experiments:
+            if not exp["runs"]:
+                raise UsageError(f"experiment '{w}' has no runs left")
+            group = w
+            out += [Source("run", r.run_id, run=r, member=label) for r, label in exp["runs"]]
+            continue
+        if os.sep in w or w.endswith((".log", ".out", ".txt", ".json")):
+            raise UsageError(f"{w}: no such file")
+        hits = reg.find(w) if reg is not None else []
+        if not hits:
+            raise UsageError(f"'{w}' is not a run, an experiment or a file; list runs with 'bridge-launch status'")
+        from bridge_launch.runs import lifecycle as launch
+
+        run = launch.find_run(reg, w)
+        out.append(Source("run", run.run_id, run=run))
+    return out, group
+
+
+def _log_of(reg, src: Source) -> Log:
+    if src.kind == "log":
+        return Log.of_files([src.path])
+    from bridge_launch.runs import monitor
+
+    return monitor.lineage_log(reg, src.run)
+
+
+def _criteria(values) -> set:
+    from bridge_launch.judge.gate import CRITERIA
+
+    out = set()
+    for v in values or []:
+        for name in v.split(","):
+            name = name.strip()
+            if not name:
+                continue
+            if name not in CRITERIA:
+                raise UsageError(f"criterion {name!r} is not one of: {', '.join(CRITERIA)}")
+            out.add(name)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# check
+# ------------------------------------------------------------------------------------------------
+def check(words, *, steps, only, skip, metric, export_golden, output) -> int:
+    from bridge_launch.judge import gate
+
+    only_set, skip_set = _criteria(only), _criteria(skip)
+    if steps is not None and steps < 1:
+        raise UsageError(f"--steps {steps}: give the expected number of iterations (1 or more)")
+    reg = None
+    if any(not os.path.isfile(w) for w in words):  # a log file alone needs no state dir
+        from bridge_launch.runs.registry import Registry
+
+        reg = Registry()
+    srcs, _ = sources(reg, words)
+    if export_golden and len(srcs) != 1:
+        raise UsageError(f"--export-golden writes one run's values; {len(srcs)} sources were given")
+    if export_golden and not os.path.isdir(os.path.dirname(os.path.abspath(export_golden))):
+        raise UsageError(f"--export-golden {export_golden!r}: its folder does not exist")
+    verdicts = []
+    for src in srcs:
+        if src.kind == "golden":
+            raise UsageError(f"{src.label}: a golden-values file has no log lines to check; check a run or a log")
+        finished = None
+        if src.kind == "run":
+            from bridge_launch.runs import lifecycle as launch
+
+            src.run = launch.refresh(reg, [src.run])[0]
+            finished = src.run.finished
+        log = _log_of(reg, src)
+        label = src.label + (f" ({src.member})" if src.member else "")
+        verdicts.append(gate.check(log, label, steps=steps, only=only_set or None, skip=skip_set, metric=metric,
+                                   finished=finished))
+        if export_golden:
+            data = gate.write_golden(log, export_golden)
+            if not data:
+                raise UsageError(f"{src.label}: no iteration lines to export")
+    passed = all(v.passed for v in verdicts)
+    if output == "json":
+        views.dump_json({"passed": passed, "results": [v.to_dict() for v in verdicts]})
+    else:
+        for v in verdicts:
+            sys.stdout.write(gate.render(v))
+        if export_golden:
+            print(f"golden values written to {export_golden}")
+    return 0 if passed else 1
+
+
+# ------------------------------------------------------------------------------------------------
+# compare
+# ------------------------------------------------------------------------------------------------
+def compare(words, *, metric, rtol, atol, allowed, final_rtol, plot, output) -> int:
+    from bridge_launch.judge import parity
+    from bridge_launch.cli import plot as plotting
+
+    for name, v in (("--rtol", rtol), ("--final-rtol", final_rtol), ("--atol", atol)):
+        if v < 0:
+            raise UsageError(f"{name} {v}: a tolerance is 0 or more")
+    if allowed is not None and allowed < 0:
+        raise UsageError(f"--allowed {allowed}: 0 or more steps")
+    if plot and plot != "-":
+        plotting.check_path(plot)
+    needs_reg = any(not os.path.isfile(w) for w in words)
+    reg = None
+    if needs_reg:
+        from bridge_launch.runs.registry import Registry
+
+        reg = Registry()
+    srcs, group = sources(reg, words)
+    if len(srcs) < 2:
+        what = f"experiment '{group}' has one run" if group else "compare needs two sources"
+        raise UsageError(f"{what}: compare A B (runs, log files or golden-values files), or an experiment's name")
+    if group is None and len(srcs) > 2:
+        raise UsageError("compare takes two sources (A is judged against B), or one experiment's name")
+    series = []
+    for src in srcs:
+        if src.kind == "golden":
+            series.append(parity.golden_series(src.path, metric, src.label))
+        else:
+            label = f"{src.member} [{src.label}]" if src.member else src.label
+            series.append(parity.log_series(_log_of(reg, src), metric, label, src.kind))
+    # A against B; in an experiment every run against its first
+    ref = 1 if group is None else 0
+    pairs = [(i, ref) for i in range(len(series)) if i != ref]
+    results = [parity.compare(series[i], series[j], metric=metric, rtol=rtol, atol=atol, allowed=allowed,
+                              final_rtol=final_rtol) for i, j in pairs]
+    ok = all(c.parity for c in results)
+    chart = None
+    if plot:
+        title = (f"{metric}: experiment {group}" if group else f"{metric}: {series[0].label} vs {series[1].label}")
+        title += "  -  " + ("parity" if ok else "NO parity")
+        drawn = [(s.label, s.values) for s in series]
+        summary = [f"{c.a} vs {c.b}: {'parity' if c.parity else 'no parity'}, {c.outside}/{c.steps} steps outside "
+                   f"{c.rtol:g} (allowed {c.allowed})" for c in results]
+        if plot != "-" and plotting.have_matplotlib():
+            plotting.draw(plot, drawn, ref, metric, rtol, title, summary)
+        else:
+            if plot != "-":
+                sys.stderr.write(f"bridge-launch: matplotlib is not installed (pip install 'bridge-launch[plot]'); "
+                                 f"{plot} not written, a terminal chart instead\n")
+            chart = plotting.terminal(drawn, ref, metric)
+    if output == "json":
+        views.dump_json({"parity": ok, "metric": metric, "experiment": group, "plot": plot if plot and not chart else None,
+                         "comparisons": [c.to_dict() for c in results]})
+        if chart:
+            sys.stderr.write(chart)
+    else:
+        for c in results:
+            sys.stdout.write(parity.render(c))
+        if chart:
+            sys.stdout.write(chart)
+        elif plot:
+            print(f"plot written to {plot}")
+    return 0 if ok else 1
+
+
+def dump(obj) -> str:
+    return json.dumps(obj, indent=2, default=str)

@@ -1,0 +1,168 @@
+"""Presentation: text and JSON views of jobs, runs, recipes and clusters.
+
+Plain text when stdout is not a terminal (fast, pipeable); rich tables and syntax
+highlighting only on a terminal, imported on that path alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from bridge_launch.backends.base import Artifact
+
+
+def is_tty() -> bool:
+    return sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+
+
+def dump_json(obj) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def _model(job):
+    """The model description the rules checked (models.py), for Megatron-Bridge jobs."""
+    if job.workload != "megatron-bridge":
+        return None
+    from bridge_launch.spec import models
+
+    return models.facts_for(job)
+
+
+def job_view(job, artifact: Artifact) -> dict:
+    """The --dry-run --output json object (and the basis of the text view)."""
+    model = _model(job)
+    return {
+        "recipe": job.recipe, "upstream": job.upstream, "mode": job.mode, "workload": job.workload,
+        "cluster": job.cluster, "backend": job.backend, "overlays": job.overlays,
+        "nodes": job.nodes, "gpus_per_node": job.gpus_per_node, "world_size": job.world_size,
+        "gpu_type": job.gpu_type, "container": job.container, "mounts": job.mounts, "run_dir": job.run_dir,
+        "config": job.config, "env": job.env, "secrets": job.secrets,
+        "secret_sources": job.secret_sources, "scheduler": job.scheduler,
+        "provenance": job.provenance, "missing_inputs": job.missing_inputs,
+        "model": model.as_dict() if model else None,
+        "artifact": artifact.to_dict(), "warnings": job.warnings, "errors": job.errors,
+        "upstream_status": job.upstream_status,
+    }
+
+
+def fmt(value) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+def _table(rows: list[tuple[str, str, str]], indent: str = "  ") -> list[str]:
+    if not rows:
+        return [indent + "(none)"]
+    w = min(max(len(r[0]) for r in rows), 48)
+    v = min(max(len(r[1]) for r in rows), 40)
+    return [f"{indent}{k:<{w}}  {val:<{v}}  {src}".rstrip() for k, val, src in rows]
+
+
+def chain_lines(c: dict) -> list[str]:
+    """--until-done in words: the signal path, the resume rule, the stops, the estimates."""
+    cap = f", at most {c['max_segments']} segments" if c.get("max_segments") else ""
+    out = [
+        f"Until done segments resubmit themselves until train_iters={c['train_iters']}{cap}",
+        f"           USR1 {c['signal_lead']} s before the time limit -> SIG{c['exit_signal']} to the training processes on "
+        "every node (torchrun is left alone), which save and exit",
+        f"           each segment loads the newest complete checkpoint ({', '.join(c['complete_files'])} in iter_N)",
+        f"           stops after {c['max_no_progress']} segments in a row without a new checkpoint or "
+        f"{c['max_restarts']} restarts after failures",
+    ]
+    e = c.get("estimate") or {}
+    if e.get("step_s"):
+        parts = [f"~{e['step_s']:.0f} s a step ({e['step_source']})"]
+        if e.get("save_s"):
+            parts.append(f"~{e['save_s']:.0f} s a save")
+        if e.get("eval_s"):
+            parts.append(f"~{e['eval_s']:.0f} s an evaluation")
+        if e.get("segments"):
+            parts.append(f"about {e['segments']} segments to train_iters")
+        out.append("           estimate: " + ", ".join(parts))
+    else:
+        out.append("           estimate: none (no step time: plan does not know this model; give --step-time SECONDS)")
+    return out
+
+
+def job_text(job, artifact: Artifact, placeholder: str) -> str:
+    prov = job.provenance
+    jsrc = prov["job"]
+    lines = [
+        f"Recipe     {job.recipe}" + (f"  (Megatron-Bridge --recipe {job.upstream} --mode {job.mode})" if job.upstream else f"  (workload {job.workload})"),
+        *([f"Upstream   {job.upstream_status}"
+           + (f" Runs from --bridge-src {job.bridge_src} (checked to have it)." if job.bridge_src else "")]
+          if job.upstream_status else []),
+        f"Cluster    {job.cluster} ({job.backend})",
+        f"Size       {job.nodes} node{'s' if job.nodes != 1 else ''} x {job.gpus_per_node} {'GPUs' if job.gpu_type != 'cpu' else 'processes'} = {job.world_size}  [{jsrc.get('nodes')}]",
+        f"Container  {job.container or '(none: bare processes)'}  [{jsrc.get('container')}]",
+    ]
+    if job.overlays:
+        lines.append(f"Overlays   {', '.join(job.overlays)}")
+    model = _model(job)
+    if model:
+        lines.append(f"Model      {model.summary()}")
+    sched = {k: job.scheduler[k] for k in ("partition", "account", "qos", "time", "reservation") if job.scheduler.get(k)}
+    if sched:
+        lines.append("Scheduler  " + "  ".join(f"{k}={v} [{jsrc.get(k, 'cluster')}]" for k, v in sched.items()))
+    lines.append(f"Run dir    {job.run_dir}")
+    if job.chain:
+        lines += chain_lines(job.chain)
+    lines.append(f"\nConfig ({len(job.config)} keys; each is passed to the job explicitly)")
+    lines += _table([(k, fmt(v), prov["config"].get(k, "")) for k, v in job.config.items()])
+    removed = [k for k, s in prov["config"].items() if s == "cli (removed)"]
+    if removed:
+        lines.append("  removed on the command line: " + ", ".join(removed))
+    lines.append("\nEnvironment")
+    lines += _table([(k, v, prov["env"].get(k, "")) for k, v in job.env.items()])
+    if job.secrets:
+        sources = getattr(job, "secret_sources", None) or {}
+        lines.append("\nSecrets (by name; values are written nowhere)")
+        for n in job.secrets:
+            if n in sources:
+                spec = sources[n]
+                lines.append(f"  {n:<24}  {spec['source']}: read on the cluster when each step starts"
+                             f"{' (optional)' if spec['optional'] else ''}  [{spec['from']}]")
+            else:
+                lines.append(f"  {n:<24}  from your environment at submit: {'set' if os.environ.get(n) else 'not set'}")
+    if job.warnings:
+        lines.append("\nWarnings")
+        lines += [f"  ! {w}" for w in job.warnings]
+    if job.errors:
+        lines.append("\nErrors")
+        lines += [f"  x {e}" for e in job.errors]
+    lines.append(f"\n--- {artifact.kind}: {artifact.filename} (run id {placeholder} is allocated at submit) ---")
+    return "\n".join(lines) + "\n"
+
+
+def print_job(job, artifact: Artifact, placeholder: str) -> None:
+    head = job_text(job, artifact, placeholder)
+    if is_tty():
+        from rich.console import Console
+        from rich.syntax import Syntax
+
+        console = Console()
+        console.print(head, markup=False, highlight=False, end="")
+        console.print(Syntax(artifact.text, "bash" if artifact.kind != "lepton-job" and artifact.kind != "dgxc-workload" else "json",
+                             word_wrap=True))
+    else:
+        sys.stdout.write(head + artifact.text)
+
+
+def table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    if is_tty():
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title=title, title_justify="left")
+        for c in columns:
+            t.add_column(c)
+        for r in rows:
+            t.add_row(*[str(x) for x in r])
+        Console().print(t)
+        return
+    widths = [max(len(c), *(len(str(r[i])) for r in rows)) if rows else len(c) for i, c in enumerate(columns)]
+    out = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip()]
+    out += ["  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows]
+    sys.stdout.write("\n".join(out) + "\n")

@@ -1,0 +1,40 @@
+"""Where things live: shipped data, user config, local state."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_PKG = Path(__file__).resolve().parent.parent
+
+
+def data_dir() -> Path:
+    """Shipped recipes/ and clusters/: inside the wheel, or the source checkout."""
+    packaged = _PKG / "_data"
+    if packaged.is_dir():
+        return packaged
+    return _PKG.parent.parent  # src/bridge_launch -> repo root
+
+
+def config_dir() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "bridge-launch"
+
+
+LOG_COPIES = ("cloud-logs", "slurm-logs")  # local copies of remote logs, one directory per run
+
+
+def log_copies(kind: str, run_id: str) -> Path:
+    """Where this machine keeps its copy of a run's remote logs (kind: one of LOG_COPIES); created."""
+    assert kind in LOG_COPIES, kind
+    path = state_dir() / kind / run_id
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def state_dir() -> Path:
+    home = os.environ.get("BRIDGE_LAUNCH_HOME")
+    if home:
+        return Path(home)
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "bridge-launch"

@@ -1,0 +1,63 @@
+"""How a failed segment is classified from its logs. Flaky failures (the hardware or the
+network) are retried up to the run's restart limit; deterministic ones (the job itself is
+wrong) stop the chain, since running it again would fail the same way. A failure that
+matches neither is treated as flaky. The patterns are extended regular expressions, used
+by the batch script's grep -E and by status alike."""
+
+from __future__ import annotations
+
+import re
+
+DETERMINISTIC = {
+    "out of memory": r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|oom-kill",
+    "invalid configuration": r"OverridesError|ConfigCompositionException|smoke\.py: error:|AssertionError: .*(must|should) be|ValueError: .*(must|should|invalid)",
+    "missing data or file": r"FileNotFoundError|No such file or directory: |Dataset path .* does not exist|not a valid Energon dataset",
+    "import error": r"ModuleNotFoundError|ImportError: ",
+}
+FLAKY = {
+    "NCCL timeout": r"Watchdog caught collective operation timeout|NCCL (communicator|operation).*timed? ?out|HYBRID-EP .*TIMEOUT",
+    "NCCL error": r"NCCL error|ncclInternalError|ncclSystemError|ncclRemoteError",
+    # the kernel's "NVRM: Xid (PCI:0000:1b:00): 79, pid=..., GPU has fallen off the bus."
+    "ECC error": r"ECC error|uncorrectable ECC|Xid( \([^)]*\))?[ :]+(48|63|64|74|79|92|94|95)\b",
+    "lost node": r"Node failure|NODE_FAIL|srun: error: .*: task .*: Killed|lost connection to node",
+    "network error": r"DistNetworkError|RendezvousConnectionError|Connection reset by peer|Socket Timeout|Broken pipe",
+}
+
+
+def grep_pattern(table: dict) -> str:
+    return "|".join(f"({p})" for p in table.values())
+
+
+def known_re() -> re.Pattern:
+    """Every class's pattern in one regex (what the log reader looks for first)."""
+    global _KNOWN
+    if _KNOWN is None:
+        _KNOWN = re.compile("|".join(f"(?:{p})" for table in (DETERMINISTIC, FLAKY) for p in table.values()))
+    return _KNOWN
+
+
+_KNOWN = None
+
+
+def classify_line(line: str) -> tuple[str, str] | None:
+    """('deterministic'|'flaky', what) for one log line, else None."""
+    for kind, table in (("deterministic", DETERMINISTIC), ("flaky", FLAKY)):
+        for what, pattern in table.items():
+            if re.search(pattern, line):
+                return kind, what
+    return None
+
+
+def classify(text: str) -> tuple[str, str] | None:
+    """('deterministic'|'flaky', what) of a log's failure: the class of the failing rank's first
+    error line (logread.first_error_detail), else the first known failure anywhere in the log."""
+    from bridge_launch.logs.reader import first_error_detail
+
+    err = first_error_detail([text])
+    if err is not None and err.kind:
+        return err.kind, err.what
+    for kind, table in (("deterministic", DETERMINISTIC), ("flaky", FLAKY)):
+        for what, pattern in table.items():
+            if re.search(pattern, text):
+                return kind, what
+    return None

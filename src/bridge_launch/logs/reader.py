@@ -1,0 +1,677 @@
+"""The one reader of Megatron-LM / Megatron-Bridge training output.
+
+Everything bridge-launch knows about a run's progress comes from here: `status` (step, loss,
+throughput, ETA, checkpoint, first error), `--follow`, `check` (the hardware gate), `compare`
+(loss parity), until-done's progress and the failure reasons (failures.classify). The formats are
+the trainer protocol's (workloads/trainer_protocol.py: the facts the smoke workload writes by,
+each cited at the pinned Megatron-Bridge / Megatron-LM commits); nothing here defines a format.
+
+A run's output is a list of texts in order: the segments of an --until-done chain, the runs of a
+resume lineage, and each node's log within them. The reader takes them in that order and keeps,
+for every step, the line of the attempt that got furthest: a later text that starts again below
+the last step seen (a restart from a checkpoint) replaces what came after its start. Rank
+prefixes (`[rank3]: `, `[default0]:`, srun -l's ` 3: `) are stripped where a line is shown; the
+scans do not care about them. Timestamps with and without microseconds are read; lines without
+loss fields (fp16 iterations skipped while the loss scale settles) are iterations like any other.
+
+Cost: one regex scan per text for iteration lines (fields are split only for the lines asked
+for) plus one substring search per rarer kind of line, all over the raw text.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+
+from bridge_launch.workloads import trainer_protocol as P
+
+LOSS = P.LOSS_KEY
+
+
+# ------------------------------------------------------------------------------------------------
+# lines
+# ------------------------------------------------------------------------------------------------
+def strip_prefix(line: str) -> tuple[int | None, str]:
+    """(rank, line without its prefixes). The rank is torchrun's `[rankN]` (global) where there is
+    one, else `[defaultN]` (local to its node), else srun --label's task number, else None."""
+    label = P.SRUN_LABEL_RE.match(line)
+    ranks: dict = {}
+    if label:
+        ranks["srun"] = int(label.group(1))
+        line = line[label.end():]
+    while True:
+        m = P.RANK_PREFIX_RE.match(line)
+        if not m:
+            break
+        ranks.setdefault(m.group(1), int(m.group(2)))
+        line = line[m.end():]
+    if not ranks:
+        return None, line
+    for kind in ("rank", "default", "srun"):
+        if kind in ranks:
+            return ranks[kind], line
+    return None, line
+
+
+def number(value: str):
+    """A field value as a number where it is one (int for integers, float otherwise, nan/inf
+    included), else the string."""
+    v = value.strip()
+    try:
+        return int(v)
+    except ValueError:
+        pass
+    try:
+        return float(v)
+    except ValueError:
+        return v
+
+
+def fields(rest: str) -> dict:
+    """The `key: value |` fields after an iteration line's head, values as numbers."""
+    return {k: number(v) for k, v in P.FIELD_RE.findall(rest)}
+
+
+def parse_stamp(text: str) -> datetime | None:
+    for fmt in P.STAMP_FORMATS:
+        try:
+            return datetime.strptime(text, fmt)
+        except ValueError:
+            continue
+    return None
+
+
+def finite(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _text(t) -> str:
+    return t.decode("utf-8", "replace") if isinstance(t, (bytes, bytearray)) else t
+
+
+def _enc(raw, s: str):
+    return s.encode() if isinstance(raw, (bytes, bytearray)) else s
+
+
+def _line_at(text: str, pos: int) -> tuple[int, str]:
+    start = text.rfind("\n", 0, pos) + 1
+    end = text.find("\n", pos)
+    return start, text[start:end if end >= 0 else len(text)].rstrip("\r")
+
+
+@dataclass
+class Iteration:
+    """One iteration line. `fields` is split on first use."""
+    step: int
+    total: int
+    rest: str
+    text: int = 0  # which of the texts it came from
+    _fields: dict | None = field(default=None, repr=False)
+
+    @property
+    def fields(self) -> dict:
+        if self._fields is None:
+            self._fields = fields(self.rest)
+        return self._fields
+
+    @property
+    def losses(self) -> dict:
+        """Every loss average on the line, in print order: "lm loss", MoE auxiliary losses, "mtp_N loss"."""
+        return {k: v for k, v in self.fields.items() if k not in P.NOT_LOSSES}
+
+    def get(self, key, default=None):
+        return self.fields.get(key, default)
+
+    @property
+    def loss(self):
+        return self.fields.get(LOSS)
+
+    @property
+    def grad_norm(self):
+        return self.fields.get(P.FIELD_GRAD_NORM)
+
+    @property
+    def elapsed_ms(self):
+        return self.fields.get(P.FIELD_ELAPSED_MS)
+
+    @property
+    def skipped(self) -> int:
+        return self.fields.get(P.FIELD_SKIPPED, 0) if isinstance(self.fields.get(P.FIELD_SKIPPED, 0), int) else 0
+
+    @property
+    def nan(self) -> int:
+        return self.fields.get(P.FIELD_NAN, 0) if isinstance(self.fields.get(P.FIELD_NAN, 0), int) else 0
+
+    def clean(self) -> bool:
+        """No value that is not finite, both counters zero (checked on the raw text, cheaply)."""
+        r = self.rest
+        return (P.ZERO_SKIPPED in r and P.ZERO_NAN in r and not any(mark in r for mark in P.NONFINITE_MARKS))
+
+
+@dataclass
+class Event:
+    """A rarer line: a save, a load, a validation/test result, an exit, a NaN check, memory."""
+    kind: str  # saved | loaded | starting | validation | exit | nan_check | memory
+    step: int | None
+    line: str  # without rank prefixes
+    rank: int | None
+    text: int
+    pos: int
+    data: dict = field(default_factory=dict)
+
+
+def _nan_event(line: str, ti: int, pos: int) -> Event | None:
+    m = P.NAN_CHECK_RE.search(line)
+    if not m:
+        return None
+    rank, bare = strip_prefix(line)
+    if m.group(1) is not None:
+        r, it, result, msg = int(m.group(1)), int(m.group(2)), m.group(3), m.group(4)
+    else:
+        r, it, result, msg = int(m.group(6)), int(m.group(7)), m.group(5), m.group(8)
+    return Event("nan_check", it, bare, r if r is not None else rank, ti, pos, {"result": result, "message": msg})
+
+
+# ------------------------------------------------------------------------------------------------
+# a run's output
+# ------------------------------------------------------------------------------------------------
+class Log:
+    """A run's output: texts in order (segments, restarts, nodes). Everything is read lazily."""
+
+    def __init__(self, texts):
+        self.raw = [t for t in texts if t]  # str or bytes, as read
+
+    @cached_property
+    def texts(self) -> list[str]:
+        return [_text(t) for t in self.raw]
+
+    @classmethod
+    def of_files(cls, paths) -> "Log":
+        out = []
+        for p in paths:
+            try:
+                with open(p, "rb") as fh:
+                    out.append(fh.read())
+            except OSError:
+                continue
+        return cls(out)
+
+    # -- iterations --------------------------------------------------------------------------
+    @cached_property
+    def iterations(self) -> list[Iteration]:
+        """Every iteration line, ordered by step; where a text restarts below the furthest step
+        seen, its lines replace the earlier ones from there on (the attempt that counts)."""
+        out: list[Iteration] = []
+        restarts = self._restart_points
+        for ti, text in enumerate(self.texts):
+            if ti in restarts and out:
+                self._cut(out, restarts[ti] + 1)
+            found = P.ITERATION_RE.findall(text)
+            if not found:
+                continue
+            for step, total, rest in found:
+                s = int(step)
+                if out and s <= out[-1].step:
+                    self._cut(out, s)
+                out.append(Iteration(s, int(total), rest, ti))
+        return out
+
+    @staticmethod
+    def _cut(out: list, step: int) -> None:
+        """Drop the records at `step` and after (they are being run again)."""
+        lo, hi = 0, len(out)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if out[mid].step < step:
+                lo = mid + 1
+            else:
+                hi = mid
+        del out[lo:]
+
+    @cached_property
+    def _restart_points(self) -> dict:
+        """{text index: the iteration a load or a (re)start in that text resumed from}."""
+        points = {}
+        for e in self.events:
+            if e.kind in ("loaded", "starting") and e.step is not None:
+                points.setdefault(e.text, e.step)
+        return points
+
+    @property
+    def last(self) -> Iteration | None:
+        its = self.iterations
+        return its[-1] if its else None
+
+    def series(self, key: str = LOSS) -> dict:
+        """{step: value} of one field (a loss key, "grad norm", ...) over every iteration line."""
+        return {it.step: it.fields[key] for it in self.iterations if key in it.fields}
+
+    def keys(self) -> list[str]:
+        """The field names the iteration lines carry, in first-seen order."""
+        seen: dict = {}
+        its = self.iterations
+        for it in (its[:1] + its[-1:]) if len(its) > 2 else its:
+            for k in it.fields:
+                seen.setdefault(k, None)
+        return list(seen)
+
+    # -- rarer lines ------------------------------------------------------------------------------
+    def _find(self, mark: str):
+        """(text index, position, line start, line) of each line holding `mark`, in order."""
+        for ti, text in enumerate(self.texts):
+            pos = text.find(mark)
+            while pos >= 0:
+                start, line = _line_at(text, pos)
+                yield ti, pos, start, line
+                nxt = text.find("\n", pos)
+                if nxt < 0:
+                    break
+                pos = text.find(mark, nxt)
+
+    @cached_property
+    def events(self) -> list[Event]:
+        out: list[Event] = []
+        for ti, pos, _, line in self._find(P.SAVED_MARK):
+            m = P.SAVED_RE.search(line)
+            if m:
+                rank, bare = strip_prefix(line)
+                out.append(Event("saved", int(m.group(1)), bare, rank, ti, pos, {"path": m.group(2)}))
+        for ti, pos, _, line in self._find(P.LOADED_MARK):
+            m = P.LOADED_RE.search(line)
+            if m:
+                rank, bare = strip_prefix(line)
+                out.append(Event("loaded", int(m.group(2)), bare, rank, ti, pos, {"path": m.group(1)}))
+        for ti, pos, _, line in self._find("Starting training loop at iteration"):
+            m = P.STARTING_RE.search(line)
+            if m:
+                rank, bare = strip_prefix(line)
+                out.append(Event("starting", int(m.group(1)), bare, rank, ti, pos))
+        for ti, pos, _, line in self._find(P.VALIDATION_MARK):
+            m = P.VALIDATION_RE.search(line)
+            if m:
+                rank, bare = strip_prefix(line)
+                values = {}
+                for k, v in P.FIELD_RE.findall(m.group(4)):
+                    if k.endswith(" value"):
+                        values[k[:-len(" value")]] = number(v)
+                out.append(Event("validation", int(m.group(2)), bare, rank, ti, pos,
+                                 {"set": m.group(3) or "in-loop", "losses": values}))
+        for ti, pos, _, line in self._find(P.EXIT_MARK):
+            m = P.EXIT_RE.search(line)
+            if m:
+                rank, bare = strip_prefix(line)
+                what = m.group(1)
+                kind = next((k for word, k in P.EXIT_KINDS if word in what), "exit")
+                step = re.search(r"at iteration (\d+)", what)
+                out.append(Event("exit", int(step.group(1)) if step else self._step_before(ti, pos), bare, rank, ti,
+                                 pos, {"why": kind, "text": what}))
+        for ti, pos, _, line in self._find(P.NAN_CHECK_MARK):
+            ev = _nan_event(line, ti, pos)
+            if ev:
+                out.append(ev)
+        out.sort(key=lambda e: (e.text, e.pos))
+        return out
+
+    def _step_before(self, ti: int, pos: int) -> int | None:
+        """The step of the last iteration line before `pos` in text `ti` (for lines without one)."""
+        text = self.texts[ti]
+        lo = pos
+        while lo > 0:
+            lo = max(0, lo - 65536)
+            hits = P.ITERATION_RE.findall(text, lo, pos)
+            if hits:
+                return int(hits[-1][0])
+        return None
+
+    def of_kind(self, kind: str) -> list[Event]:
+        return [e for e in self.events if e.kind == kind]
+
+    @property
+    def saves(self) -> list[Event]:
+        return self.of_kind("saved")
+
+    @property
+    def validations(self) -> list[Event]:
+        return self.of_kind("validation")
+
+    @property
+    def exits(self) -> list[Event]:
+        return self.of_kind("exit")
+
+    @property
+    def nan_checks(self) -> list[Event]:
+        return self.of_kind("nan_check")
+
+    @cached_property
+    def step_times(self) -> list[tuple[float, float]]:
+        """Bridge's rank-0 `Step Time : S s GPU utilization: T MODEL_TFLOP/s/GPU` lines: (seconds, TFLOP/s/GPU)."""
+        return [(float(s), float(t)) for text in self.texts for s, t in P.STEP_TIME_RE.findall(text)]
+
+    @property
+    def last_step_time(self) -> tuple[float, float] | None:
+        for text in reversed(self.texts):
+            pos = text.rfind("Step Time :")
+            if pos >= 0:
+                m = P.STEP_TIME_RE.search(_line_at(text, pos)[1])
+                if m:
+                    return float(m.group(1)), float(m.group(2))
+        return None
+
+    @cached_property
+    def memory(self) -> list[dict]:
+        """Memory reports: {"rank", "step", "unit", "values": {name: number}}."""
+        out = []
+        for text in self.texts:
+            for rank, step, unit, rest in P.MEMORY_RE.findall(text):
+                values = {k.strip(): number(v) for k, v in re.findall(r"\|\s*([^|:]+?):\s*([^|]+)", rest)}
+                out.append({"rank": int(rank), "step": int(step), "unit": unit, "values": values})
+        return out
+
+    def stamp_of(self, it: Iteration) -> datetime | None:
+        """The timestamp in front of an iteration line (with or without microseconds), if any."""
+        text = self.texts[it.text]
+        head = f"iteration {it.step:8d}/"
+        pos = text.rfind(head)
+        if pos < 0:
+            return None
+        start = text.rfind("\n", 0, pos) + 1
+        m = P.STAMP_RE.search(text, start, pos)
+        return parse_stamp(m.group(1)) if m else None
+
+    # -- whole-log questions answered without parsing every line (the gate on long logs) ---------
+    def tally(self, metric: str = LOSS) -> dict:
+        """Counts over the raw texts, by substring search alone: iteration lines (by their skipped
+        counter, which every Megatron iteration line has), lines whose skipped and NaN counters are
+        both 0, lines carrying `metric`, and where a loss or norm is not finite. Exact for
+        Megatron's formats; a mismatch sends the caller to the line-by-line reading."""
+        counters = zero = with_metric = 0
+        nonfinite = []
+        for ti, raw in enumerate(self.raw):
+            counters += raw.count(_enc(raw, P.FIELD_SKIPPED + ":"))
+            zero += raw.count(_enc(raw, P.ZERO_COUNTERS))
+            with_metric += raw.count(_enc(raw, f"| {metric}: "))
+            for rx in P.NONFINITE_RES:
+                m = (rx[1] if isinstance(raw, (bytes, bytearray)) else rx[0]).search(raw)
+                if m:
+                    nonfinite.append((ti, m.start()))
+        return {"lines": counters, "counters": counters, "zero_counters": zero, "with_metric": with_metric,
+                "nonfinite": nonfinite}
+
+    def _tail_iterations(self, raw, first: bool = False) -> list:
+        """The iteration lines at the end (or, with first, the start) of one raw text: a window
+        that doubles until it holds one."""
+        size = 1 << 16
+        n = len(raw)
+        while True:
+            chunk = raw[:size] if first else raw[max(0, n - size):]
+            text = _text(chunk)
+            if not first and size < n:
+                text = text[text.find("\n") + 1:]  # the window may start mid-line
+            hits = P.ITERATION_RE.findall(text)
+            if hits or size >= n:
+                return hits
+            size *= 4
+
+    def final(self) -> Iteration | None:
+        """The last iteration line of the last text that has one (the attempt that counts)."""
+        for ti in range(len(self.raw) - 1, -1, -1):
+            hits = self._tail_iterations(self.raw[ti])
+            if hits:
+                step, total, rest = hits[-1]
+                return Iteration(int(step), int(total), rest, ti)
+        return None
+
+    def initial(self) -> Iteration | None:
+        for ti, raw in enumerate(self.raw):
+            hits = self._tail_iterations(raw, first=True)
+            if hits:
+                step, total, rest = hits[0]
+                return Iteration(int(step), int(total), rest, ti)
+        return None
+
+    def last_line(self, mark: str, regex=None, *, after: tuple | None = None):
+        """(text index, match or None, bare line, rank) of the last line holding `mark` (and
+        matching `regex`), searching texts from the end; with after=(text index, raw position),
+        only what comes after that point."""
+        for ti in range(len(self.raw) - 1, -1, -1):
+            if after and ti < after[0]:
+                break
+            raw = self.raw[ti]
+            lo = after[1] if after and ti == after[0] else 0
+            end = len(raw)
+            needle = _enc(raw, mark)
+            while True:
+                pos = raw.rfind(needle, lo, end)
+                if pos < 0:
+                    break
+                start = raw.rfind(_enc(raw, "\n"), 0, pos) + 1
+                stop = raw.find(_enc(raw, "\n"), pos)
+                line = _text(raw[start:stop if stop >= 0 else len(raw)]).rstrip("\r")
+                m = regex.search(line) if regex else None
+                if regex is None or m:
+                    rank, bare = strip_prefix(line)
+                    return ti, m, bare, rank
+                end = start
+        return None
+
+    def raw_find(self, mark: str) -> list:
+        """(text index, raw position) of each occurrence of `mark` (a substring search per text)."""
+        out = []
+        for ti, raw in enumerate(self.raw):
+            needle = _enc(raw, mark)
+            pos = raw.find(needle)
+            while pos >= 0:
+                out.append((ti, pos))
+                pos = raw.find(needle, pos + len(needle))
+        return out
+
+    def nan_checks_fast(self) -> list[Event]:
+        """The NaN-check errors, found by a substring search of the raw texts."""
+        out = []
+        for ti, pos in self.raw_find(P.NAN_CHECK_MARK):
+            raw = self.raw[ti]
+            start = raw.rfind(_enc(raw, "\n"), 0, pos) + 1
+            stop = raw.find(_enc(raw, "\n"), pos)
+            ev = _nan_event(_text(raw[start:stop if stop >= 0 else len(raw)]), ti, pos)
+            if ev:
+                out.append(ev)
+        return out
+
+    def position_of(self, it: Iteration) -> int:
+        """Where the (last) line of this iteration lies in its raw text."""
+        raw = self.raw[it.text]
+        return raw.rfind(_enc(raw, f"iteration {it.step:8d}/"))
+
+    # -- summaries ----------------------------------------------------------------------------
+    def progress(self) -> dict:
+        """Status fields from the last iteration line and the rarer lines: step, train_iters, loss,
+        grad_norm, step_time_s, tflops_per_gpu, global_batch, checkpoint (the last save), error."""
+        out: dict = {}
+        last = self.last
+        if last is not None:
+            out.update(step=last.step, train_iters=last.total)
+            f = last.fields
+            if LOSS in f:
+                out["loss"] = f[LOSS]
+            elif last.losses:
+                key, value = next(iter(last.losses.items()))
+                out.update(loss=value, loss_key=key)
+            for key, name in ((P.FIELD_GRAD_NORM, "grad_norm"), (P.FIELD_GBS, "global_batch"),
+                              (P.FIELD_TFLOPS, "tflops_per_gpu"), (P.FIELD_LR, "lr")):
+                if key in f:
+                    out[name] = f[key]
+            if finite(f.get(P.FIELD_ELAPSED_MS)):
+                out["step_time_s"] = f[P.FIELD_ELAPSED_MS] / 1000.0
+        st = self.last_step_time
+        if st:
+            out.setdefault("step_time_s", st[0])
+            out.setdefault("tflops_per_gpu", st[1])
+        saves = self.saves
+        if saves:
+            out["saved"] = saves[-1].step
+        err = first_error(self.texts)
+        if err:
+            out["error"] = err
+        return out
+
+
+# ------------------------------------------------------------------------------------------------
+# the old entry points, read through the Log
+# ------------------------------------------------------------------------------------------------
+def last_step(text: str):
+    """(step, total, loss) of the last iteration line in `text`, or None."""
+    hits = P.ITERATION_RE.findall(text) if text else []
+    if not hits:
+        return None
+    step, total, rest = hits[-1]
+    loss = fields(rest).get(LOSS)
+    return int(step), int(total), loss if isinstance(loss, (int, float)) else None
+
+
+def progress(texts) -> dict:
+    """Status fields from the tails of a run's logs (backends.base.progress)."""
+    return Log(list(texts)).progress()
+
+
+# ------------------------------------------------------------------------------------------------
+# the first error line of the failing rank
+# ------------------------------------------------------------------------------------------------
+# A Python exception's last line ("torch.OutOfMemoryError: CUDA out of memory ..."), the trainer's
+# NaN check, and launcher/runtime errors (srun, pyxis, NCCL).
+_EXCEPTION_RE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Failure)\b:? ?.*$"
+                           r"|^[\w.]*(?:Error|Exception)$")
+_ERROR_WORDS = re.compile(r"\berror: |\bERROR\b|\bFATAL\b|Segmentation fault|core dumped|Killed\b")
+# Lines that are consequences of another rank's failure, not its cause.
+_COLLATERAL = re.compile(
+    r"ChildFailedError|SignalException|torch\.distributed\.elastic|Sending process \d+ closing signal|"
+    r"failed \(exitcode: -\d+\)|srun: error: .*(Terminated|Killed)|srun: .*(task|step).*(abort|cancel)|"
+    r"DistBackendError|ProcessGroupNCCL.*(abort|Aborting|shut)|Socket Timeout|Connection reset by peer|"
+    # A peer died first. gloo (CPU): "[.../gloo/transport/tcp/pair.cc:553] Connection closed by peer
+    # [ADDR]:PORT. This is typically caused by a remote worker crashing." (torch 2.13 wheel). NCCL
+    # (the real trainer): ncclGetErrorString(ncclRemoteError) "remote process exited or there was a
+    # network error" (NCCL src/init.cc), torch's "ncclRemoteError: A call failed possibly due to a
+    # network error or a remote process exiting prematurely." (T csrc/distributed/c10d/NCCLUtils.cpp,
+    # getNcclErrorDetailStr) and NCCL's "socketProgress: Connection closed by remote peer". Alone,
+    # such a line is still reported (the fallback below); it only yields to a rank with a cause.
+    r"Connection closed by (remote )?peer|caused by a remote worker crashing|"
+    r"remote process exited or there was a network error|ncclRemoteError|"
+    r"Broken pipe|recvValue|TCPStore|exiting program|^SystemExit: 0$|with SystemExit: 0\b|"
+    r"bridge-launch: |^\[W |UserWarning|FutureWarning|DeprecationWarning")
+
+
+# Substrings without which a text holds no error line _candidates would yield (cheap to rule out).
+_SUSPECT_WORDS = ("rror", "RROR", "xception", "Traceback", "FATAL", "Killed", "Unexpected result", "Segmentation",
+                  "core dumped", "imeout", "TIMEOUT", "NCCL", "ECC", "Xid", "NODE_FAIL", "oom-kill", "No such file",
+                  "lost connection", "Broken pipe", "reset by peer", "Interrupt", "Failure", "out of memory",
+                  "ALLOC_FAILED", "Watchdog", "HYBRID-EP", "Node failure", "Dataset path", "not a valid Energon",
+                  "Connection reset")
+
+
+@dataclass
+class ErrorLine:
+    rank: int | None
+    line: str  # without rank prefixes
+    kind: str | None = None  # "deterministic" | "flaky" (failures.py's classes), or None
+    what: str | None = None  # the class name, e.g. "out of memory"
+
+    def __str__(self) -> str:
+        return (f"rank {self.rank}: " if self.rank is not None else "") + self.line[:300]
+
+
+def _candidates(text: str):
+    """(rank, bare line, index) of each line that reads like an error, in order: known failures
+    (failures.py), NaN checks, error words, and the exception line that ends each traceback."""
+    from bridge_launch.logs import failures
+
+    known = failures.known_re()
+    in_tb: dict = {}  # rank -> inside a traceback, waiting for its exception line
+    for i, raw in enumerate(text.splitlines()):
+        rank, bare = strip_prefix(raw)
+        s = bare.strip()
+        if not s:
+            continue
+        if s.startswith("Traceback (most recent call last)"):
+            in_tb[rank] = True
+            continue
+        if in_tb.get(rank):
+            if bare[:1] in (" ", "\t") or s.startswith(("^", "~")):
+                continue  # a frame or its source line
+            in_tb[rank] = False
+            if not P.BENIGN_EXIT_RE.search(s):
+                yield rank, s, i, True
+            continue
+        if known.search(s) or _EXCEPTION_RE.match(s) or P.NAN_CHECK_MARK in s or _ERROR_WORDS.search(s):
+            if not P.BENIGN_EXIT_RE.search(s):
+                yield rank, s, i, False
+
+
+def _scan_window(text: str) -> str:
+    """Errors are near where things stopped; reading at most the last 4 MiB keeps status cheap."""
+    return text[-4 * 1024 * 1024:] if len(text) > 4 * 1024 * 1024 else text
+
+
+def first_error_detail(texts) -> ErrorLine | None:
+    """The first error line of the rank that failed first, with failures.py's class.
+
+    Which rank failed first: torchrun's own "Root Cause (first observed failure)" with a positive
+    exit code (a negative one is a rank killed by a signal after another failed), else the first
+    rank whose error is not a consequence of another's (NCCL aborts, SIGTERM tracebacks, srun
+    tearing the step down). Its line: the first known failure (failures.py: out of memory, NCCL
+    timeout, ...) among that rank's lines, else its exception's last line, else its first error line."""
+    from bridge_launch.logs import failures
+
+    texts = [t.decode("utf-8", "replace") if isinstance(t, bytes) else t for t in texts if t]
+    if not texts:
+        return None
+    # every torchrun (one per node) names its own root cause; a rank that exited 1 because a peer
+    # on another node died is one too, so each is only a first guess, in order
+    roots: list = []
+    for text in texts:
+        for m in P.ROOT_CAUSE_RE.finditer(text):
+            if int(m.group(2)) > 0 and int(m.group(1)) not in roots:
+                roots.append(int(m.group(1)))
+    by_rank: dict = {}
+    order: list = []
+    for ti, text in enumerate(texts):
+        if not any(word in text for word in _SUSPECT_WORDS):
+            continue  # a healthy log: no line-by-line reading
+        for rank, line, i, raised in _candidates(_scan_window(text)):
+            if rank not in by_rank:
+                by_rank[rank] = []
+                order.append(rank)
+            by_rank[rank].append((raised, i, line))
+    if not by_rank:
+        return None
+
+    def pick(lines):
+        known = [ln for _, _, ln in lines if failures.classify_line(ln) and not _COLLATERAL.search(ln)]
+        if known:
+            return known[0]
+        causes = [(raised, ln) for raised, _, ln in lines if not _COLLATERAL.search(ln)]
+        exc = [ln for raised, ln in causes if raised or _EXCEPTION_RE.match(ln)]
+        return (exc or [ln for _, ln in causes] or [None])[0]
+
+    ranks = [r for r in roots if r in by_rank]
+    ranks += [r for r in order if r not in ranks]
+    chosen = None
+    for r in ranks:
+        line = pick(by_rank[r])
+        if line is not None:
+            chosen = (r, line)
+            break
+    if chosen is None:
+        r = ranks[0]
+        chosen = (r, by_rank[r][0][2])
+    rank, line = chosen
+    cls = failures.classify_line(line)
+    return ErrorLine(rank, line, *(cls or (None, None)))
+
+
+def first_error(texts) -> str | None:
+    """The first error line of the failing rank, as one line ("rank 3: torch.OutOfMemoryError:
+    CUDA out of memory..."), or None when the texts show no error."""
+    err = first_error_detail(texts)
+    return str(err) if err else None

@@ -1,0 +1,560 @@
+"""recipe x cluster x overlays x overrides -> ResolvedJob, with provenance.
+
+Pure: reads the recipe/cluster/overlay files and the shipped schema, nothing else.
+Layers apply in this order, later ones winning: upstream defaults the recipe records,
+the recipe, overlays (in the order given), the cluster profile, the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+
+from bridge_launch.spec import clusters
+from bridge_launch.runs import images
+from bridge_launch.core import paths
+from bridge_launch.spec import recipes
+from bridge_launch.spec import schema
+from bridge_launch.plan import rules as validate
+from bridge_launch.core.errors import UsageError
+from bridge_launch.spec.overrides import OverrideError, format_override, parse_override
+from bridge_launch.workloads import trainer_protocol as P
+
+RUN_ID_PLACEHOLDER = "@RUN_ID@"
+BRIDGE_IN_CONTAINER = "/opt/Megatron-Bridge"
+BRIDGE_SRC_DIR = "bridge-src"  # where --bridge-src's packed tree is staged, under the run dir
+_SECRETISH = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Everything the command line can say about a job besides the recipe name."""
+
+    cluster: str = "local"
+    overlays: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()
+    nodes: int | None = None
+    time: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    container: str | None = None
+    env: tuple[str, ...] = ()  # NAME=VALUE
+    secrets: tuple[str, ...] = ()  # NAME
+    bridge_src: str | None = None  # a local Megatron-Bridge git checkout, packed and mounted over the container's copy
+    until_done: bool = False  # keep going across time limits and flaky failures until train_iters
+    max_restarts: int = 3  # flaky failures retried per run (time-limit continuations do not count)
+    signal_lead: int = 120  # seconds before the time limit that the trainer is told to save
+    max_segments: int | None = None  # --until-done: an optional cap on the number of segments
+    step_time: float | None = None  # seconds per training step, for sizing a chain (else plan's estimate)
+    memory_check: bool = True  # plan's memory estimate above 100% of the GPU is an error (else a warning)
+    canary: bool | None = None  # --canary / --no-canary; None: the profile's [canary] enabled
+
+
+@dataclass(frozen=True)
+class ResolvedJob:
+    recipe: str
+    upstream: str | None
+    mode: str | None
+    workload: str
+    dataset_kind: str | None
+    entry: str
+    hf_model: str | None
+    cluster: str
+    backend: str
+    overlays: list
+    nodes: int
+    gpus_per_node: int
+    world_size: int
+    gpu_type: str
+    container: str | None
+    config: dict  # dotted key -> value (what the job will run with, as far as we set it)
+    args: list  # the KEY=VALUE tokens handed to the entry point, one per key we set
+    env: dict  # non-secret environment
+    secrets: list  # names only; values are read from the submitting environment at submit
+    required_secrets: list
+    mounts: list
+    job_root: str
+    run_id: str  # RUN_ID_PLACEHOLDER until submit allocates it
+    run_dir: str  # job_root/<run id>; the id is RUN_ID_PLACEHOLDER until submit allocates it
+    python: str
+    scheduler: dict  # backend settings after CLI flags (slurm / lepton / dgxcloud section)
+    profile: dict  # the resolved cluster profile
+    chain: dict | None  # --until-done: see _chain
+    provenance: dict  # {"config": {key: source}, "env": {...}, "job": {...}}
+    missing_inputs: list
+    warnings: list
+    errors: list
+    image: dict | None = None  # from the image cache: {"ref", "digest", "squashfs"} (container is the squashfs)
+    bridge_src: str | None = None  # the local checkout --bridge-src packs at submit
+    # Slurm: {NAME: {"source": "file:PATH" | "netrc:MACHINE[:PATH]", "optional", "from"}}, read on the cluster
+    secret_sources: dict = field(default_factory=dict)
+    upstream_status: str | None = None  # the recipe's note when its upstream function is not in Megatron-Bridge
+    canary: dict | None = None  # canary.settings: the checks before the job (None: none)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ResolvedJob":
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+    def with_run_id(self, run_id: str) -> "ResolvedJob":
+        """The same job with the run id filled in everywhere the placeholder stands."""
+        return ResolvedJob.from_dict(_replace(self.to_dict(), RUN_ID_PLACEHOLDER, run_id))
+
+    def for_run(self, run_id: str) -> "ResolvedJob":
+        """The same job (same run dir, checkpoints, logger paths) under another run id: a resume."""
+        return dataclasses.replace(self, run_id=run_id)
+
+
+def _replace(obj, old: str, new: str):
+    if isinstance(obj, str):
+        return obj.replace(old, new)
+    if isinstance(obj, list):
+        return [_replace(x, old, new) for x in obj]
+    if isinstance(obj, dict):
+        return {_replace(k, old, new): _replace(v, old, new) for k, v in obj.items()}
+    return obj
+
+
+# Keys that default into the run directory when no layer sets them, so a run keeps its
+# checkpoints and logs together and a resumed run finds them.
+RUN_DIR_DEFAULTS = {
+    "checkpoint.save": "checkpoints",
+    "checkpoint.load": "checkpoints",
+    "logger.tensorboard_dir": "tensorboard",
+    "logger.wandb_save_dir": "wandb",
+}
+
+
+@dataclass
+class _Layers:
+    values: dict = field(default_factory=dict)
+    tokens: dict = field(default_factory=dict)
+    source: dict = field(default_factory=dict)
+
+    def set(self, key, value, source, token=None):
+        self.values[key] = value
+        self.tokens[key] = token if token is not None else format_override(key, value)
+        self.source[key] = source
+
+
+def _check_value(key: str, value, where: str) -> None:
+    spec = schema.lookup(key)
+    if spec is None:
+        return
+    if isinstance(value, str) and "${" in value:
+        return  # interpolation: resolved inside the job
+    want = schema.type_error(spec, value)
+    if want:
+        raise UsageError(f"{where}: {key} expects {want}, got {value!r}")
+
+
+def _apply_cli(layers: _Layers, tokens, deleted: list) -> None:
+    known = set(layers.values)
+    for text in tokens:
+        try:
+            ov = parse_override(text)
+        except OverrideError as exc:
+            raise UsageError(str(exc)) from None
+        where = f"override '{text}'"
+        if ov.is_sweep:
+            raise UsageError(f"{where}: sweeps are not supported (one job runs one configuration); give a single value, "
+                             "or add --sweep to submit one run per value")
+        key = ov.key
+        in_schema = schema.lookup(key) is not None
+        if ov.op == "delete":
+            if key not in known and not in_schema:
+                raise UsageError(f"{where}: cannot remove '{key}': the job does not set it and it is not a known key")
+            if key in layers.values:
+                del layers.values[key], layers.tokens[key]
+                layers.source[key] = "cli (removed)"
+            else:
+                deleted.append(text)
+            continue
+        if ov.op == "set" and key not in known and not in_schema:
+            hints = schema.closest(key, extra=known)
+            hint = f"; did you mean {' or '.join(repr(h) for h in hints)}?" if hints else ""
+            raise UsageError(f"{where}: unknown config key '{key}'{hint} (prefix with + to add a new key)")
+        if ov.op == "add" and (key in known or in_schema):
+            raise UsageError(f"{where}: '{key}' already exists; use {key}=... to change it or ++{key}=... to force")
+        if in_schema and not ov.has_interpolation:
+            _check_value(key, ov.value, where)
+        layers.set(key, ov.value, "cli", token=text)
+
+
+def _nodes(recipe: dict, overlays: list, prof: dict, opts: Options, jobsrc: dict, errors: list, warnings: list) -> int:
+    gpn = prof["gpus_per_node"]
+    want, want_src = recipe.get("gpus"), "recipe"
+    for ov in overlays:
+        if ov.get("gpus"):
+            want, want_src = ov["gpus"], f"overlay:{ov['name']}"
+    if opts.nodes is not None:
+        if opts.nodes < 1:
+            raise UsageError(f"--nodes must be >= 1, got {opts.nodes}")
+        nodes, jobsrc["nodes"] = opts.nodes, "cli"
+        if prof["nodes"] is not None and nodes != prof["nodes"]:
+            warnings.append(f"--nodes {nodes} overrides the fixed size of cluster '{prof['name']}' ({prof['nodes']} nodes, "
+                            f"{prof['nodes'] * gpn} GPUs): this job asks for {nodes * gpn} GPUs ({nodes} x {gpn})")
+        if want and nodes * gpn != want:
+            warnings.append(f"running on {nodes * gpn} GPUs ({nodes} x {gpn}) instead of the {want} that {want_src} states")
+        elif not want and prof["nodes"] is not None and nodes != prof["nodes"]:  # gb200-32 --nodes 4: 16 GPUs
+            warnings.append(f"cluster '{prof['name']}' is a fixed size of {_n(prof['nodes'], 'node')} "
+                            f"({prof['nodes'] * gpn} GPUs); --nodes {nodes} runs on {_n(nodes, 'node')} ({nodes * gpn} GPUs)")
+    elif prof["nodes"] is not None:
+        nodes, jobsrc["nodes"] = prof["nodes"], f"cluster:{prof['name']}"
+        if want and nodes * gpn != want:
+            errors.append(f"{recipe['name']} needs {want} GPUs ({want_src}) but cluster '{prof['name']}' has "
+                          f"{nodes * gpn} ({_n(nodes, 'node')} x {gpn}); {_size_hint(prof, want)}")
+    elif want:
+        if want % gpn:
+            errors.append(f"{want} GPUs ({want_src}) is not a whole number of {gpn}-GPU nodes on cluster '{prof['name']}'")
+        nodes, jobsrc["nodes"] = max(1, math.ceil(want / gpn)), want_src
+    else:
+        nodes, jobsrc["nodes"] = 1, "default"
+    if prof["max_nodes"] is not None and nodes > prof["max_nodes"]:
+        errors.append(f"{nodes} nodes exceeds cluster '{prof['name']}' maximum of {prof['max_nodes']}")
+    return nodes
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def _size_hint(prof: dict, want: int) -> str:
+    """What would give `want` GPUs: a profile of that size (same backend and GPU first), and
+    --nodes only where this cluster allows that many (its max_nodes)."""
+    gpn = prof["gpus_per_node"]
+    need = math.ceil(want / gpn)
+    fits = [p for p in clusters.list_profiles(skip_broken=True)
+            if not p["abstract"] and p["name"] != prof["name"] and p["nodes"] and p["nodes"] * p["gpus_per_node"] == want]
+    fits.sort(key=lambda p: (p["backend"] != prof["backend"], p["gpu_type"] != prof["gpu_type"], p["name"]))
+    grow = want % gpn == 0 and (prof["max_nodes"] is None or need <= prof["max_nodes"])
+    ways = ([f"--cluster {fits[0]['name']}"] if fits else []) + ([f"--nodes {need}"] if grow else [])
+    if grow:
+        return "use " + " or ".join(ways)
+    why = (f"cluster '{prof['name']}' allows at most {_n(prof['max_nodes'], 'node')}" if prof["max_nodes"] is not None
+           and need > prof["max_nodes"] else f"{want} GPUs is not a whole number of {gpn}-GPU nodes")
+    return f"{why}; " + (f"use {ways[0]} ({want} GPUs)" if ways else f"use a cluster with {want} GPUs")
+
+
+def _mounts(prof: dict, job_root: str) -> list:
+    mounts = list(prof["container_mounts"])
+
+    def covered(path):
+        for m in mounts:
+            src, _, dst = m.partition(":")
+            dst = dst.split(":")[0] or src
+            if src == dst and (path == src or path.startswith(src.rstrip("/") + "/")):
+                return True
+        return False
+
+    for path in (job_root, prof["hf_home"]):
+        if path and not covered(path):
+            mounts.append(f"{path}:{path}")
+    return mounts
+
+
+_SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def slurm_time_seconds(text: str) -> int | None:
+    """Seconds in a Slurm time limit (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S); None if unlimited.
+    Raises ValueError for anything Slurm would not accept."""
+    if text.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    m = _SLURM_TIME.match(text)
+    if not m:
+        raise ValueError(text)
+    days, a, b, c = m.groups()
+    # Slurm itself folds overflowing fields (99:99:99 is read as 100:40:39); a field past its clock
+    # range is almost always a typo, so it is refused here with what it would have meant.
+    if days is not None:  # D-H[:M[:S]]
+        h, mi, se = int(a), int(b or 0), int(c or 0)
+        total = ((int(days) * 24 + h) * 60 + mi) * 60 + se
+        over = h > 23 or mi > 59 or se > 59
+    elif c is not None:  # H:M:S
+        mi, se = int(b), int(c)
+        total, over = (int(a) * 60 + mi) * 60 + se, mi > 59 or se > 59
+    elif b is not None:  # M:S
+        total, over = int(a) * 60 + int(b), int(b) > 59
+    else:
+        return int(a) * 60  # M
+    if over:
+        d, rest = divmod(total, 86400)
+        meant = (f"{d}-" if d else "") + f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+        raise ValueError(f"hours must be below 24 after a day count, minutes and seconds below 60 (Slurm would read "
+                         f"it as {meant})")
+    return total
+
+
+MAX_NO_PROGRESS = 2  # segments in a row that end without a new complete checkpoint stop the chain
+
+
+def _chain(opts: Options, prof: dict, recipe: dict, layers: _Layers, scheduler: dict, jobsrc: dict) -> dict:
+    """--until-done: segments that continue across time limits, told to save before the limit,
+    each resuming from the newest complete checkpoint (trainer_protocol's publication rule)."""
+    if prof["backend"] != "slurm":
+        raise UsageError(f"--until-done runs a chain of Slurm jobs; cluster '{prof['name']}' uses the {prof['backend']} backend")
+    if opts.max_restarts < 0:
+        raise UsageError(f"--max-restarts must be >= 0, got {opts.max_restarts}")
+    if opts.max_segments is not None and opts.max_segments < 1:
+        raise UsageError(f"--max-segments must be >= 1, got {opts.max_segments}")
+    if opts.step_time is not None and not (opts.step_time > 0 and math.isfinite(opts.step_time)):
+        raise UsageError(f"--step-time must be a positive number of seconds, got {opts.step_time}")
+    if opts.signal_lead < 10:
+        raise UsageError(f"--signal-lead must be at least 10 seconds, got {opts.signal_lead}")
+    values = layers.values
+    iters, save = values.get("train.train_iters"), values.get("checkpoint.save")
+    if not isinstance(iters, int) or not isinstance(save, str) or not save:
+        raise UsageError("--until-done needs train.train_iters (an integer) and checkpoint.save (a directory)")
+    load = values.get("checkpoint.load") if layers.source.get("checkpoint.load") != "derived (run dir)" else None
+    if load not in (None, "") and str(load).rstrip("/") != save.rstrip("/"):
+        raise UsageError(f"--until-done resumes every segment from checkpoint.save ({save}), but checkpoint.load is "
+                         f"{load}; drop checkpoint.load or set it to the same directory (start from other weights "
+                         "with checkpoint.pretrained_checkpoint)")
+    if values.get(P.CKPT_STEP_KEY) is not None:
+        raise UsageError(f"--until-done: {P.CKPT_STEP_KEY}={values[P.CKPT_STEP_KEY]} would load that iteration in every "
+                         f"segment; remove it (the chain sets it itself when the newest checkpoint is incomplete)")
+    layers.set("checkpoint.load", save, "until-done")
+    # Megatron-Bridge saves and exits on the signal only with its handler on (trainer_protocol).
+    layers.set("train.exit_signal_handler", True, "until-done")
+    limit = slurm_time_seconds(scheduler["time"]) if scheduler.get("time") else None
+    if limit is not None and opts.signal_lead >= limit:
+        raise UsageError(f"--signal-lead {opts.signal_lead}s is not shorter than the time limit {scheduler['time']} "
+                         f"({limit}s); the trainer would be told to save before it starts")
+    scheduler["signal"] = f"B:USR1@{opts.signal_lead}"
+    jobsrc["signal"] = "until-done"
+    np_dir = None
+    if values.get("checkpoint.non_persistent_ckpt_type") == "global":
+        np_dir = values.get("checkpoint.non_persistent_global_ckpt_dir") or f"{save.rstrip('/')}/{P.NON_PERSISTENT_SUBDIR}"
+    exit_signal = values.get("train.exit_signal")
+    return {"max_restarts": opts.max_restarts, "signal_lead": opts.signal_lead, "max_segments": opts.max_segments,
+            "max_no_progress": MAX_NO_PROGRESS, "train_iters": iters, "save": save, "non_persistent_dir": np_dir,
+            "complete_files": list(P.complete_files(values.get("checkpoint.ckpt_format"))),
+            "exit_signal": _signal_name(exit_signal) if exit_signal is not None else P.DEFAULT_EXIT_SIGNAL[3:],
+            "time_limit_s": limit, "step_time": opts.step_time}
+
+
+def _signal_name(value) -> str:
+    """train.exit_signal as kill(1) takes it (TERM, USR1, ...)."""
+    import signal
+
+    text = str(value).strip().rsplit(".", 1)[-1].upper()
+    try:
+        sig = signal.Signals(int(text)) if text.isdigit() else signal.Signals[text if text.startswith("SIG") else "SIG" + text]
+    except (KeyError, ValueError):
+        raise UsageError(f"train.exit_signal={value!r} is not a signal name or number (e.g. SIGTERM, 15)") from None
+    return sig.name[3:]
+
+
+def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = False) -> ResolvedJob:
+    recipe = recipes.load(recipe_name)
+    prof = clusters.load(opts.cluster)
+    if prof["abstract"]:
+        raise UsageError(f"cluster '{prof['name']}' is a base profile; use one that extends it")
+    overlays = [recipes.load_overlay(n) for n in opts.overlays]
+    errors: list = []
+    warnings: list = []
+    jobsrc: dict = {}
+
+    layers = _Layers()
+    # The seed-stated values first, then the upstream ones the recipe records (disjoint sets).
+    for key, value in recipe["config"].items():
+        _check_value(key, value, f"recipe '{recipe['name']}'")
+        layers.set(key, value, recipe["sources"]["config"].get(key, "recipe"))  # recipe:<name>: a user's file
+    for key, value in recipe["upstream_config"].items():
+        _check_value(key, value, f"recipe '{recipe['name']}'")
+        layers.set(key, value, "upstream")
+    for ov in overlays:
+        for key, value in ov["config"].items():
+            _check_value(key, value, f"overlay '{ov['name']}'")
+            layers.set(key, value, f"overlay:{ov['name']}")
+    for key, value in recipes.flatten(prof["config"], keep_dict=schema.is_dict_key).items():
+        _check_value(key, value, f"cluster '{prof['name']}'")
+        layers.set(key, value, f"cluster:{prof['name']}")
+    deleted: list = []
+    _apply_cli(layers, opts.overrides, deleted)
+
+    env, envsrc = {}, {}
+    for layer_env, src in ([(recipe["upstream_env"], "upstream"), (recipe["env"], "recipe")] + [(o["env"], f"overlay:{o['name']}") for o in overlays]
+                           + [(prof["env"], f"cluster:{prof['name']}")]):
+        for k, v in layer_env.items():
+            env[k], envsrc[k] = v, recipe["sources"]["env"].get(k, src) if src == "recipe" else src
+    if prof["hf_home"]:
+        for k, v in (("HF_HOME", prof["hf_home"]), ("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1")):
+            if k not in env:
+                env[k], envsrc[k] = v, f"cluster:{prof['name']}"
+    cli_secrets, cli_sources = [], {}
+    for item in opts.secrets:  # NAME, or NAME=SOURCE (a file on a Slurm cluster)
+        name, sep, source = item.partition("=")
+        if not _ENV_NAME.match(name):
+            raise UsageError(f"--secret {name!r}: expected an environment variable name, or NAME=file:PATH "
+                             "(a file on the cluster)")
+        cli_secrets.append(name)
+        if sep:
+            cli_sources[name] = source
+    secrets = list(dict.fromkeys(prof["secrets"] + prof["required_secrets"] + cli_secrets))
+    for item in opts.env:
+        name, sep, value = item.partition("=")
+        if not sep or not _ENV_NAME.match(name):
+            raise UsageError(f"--env '{item}': expected NAME=VALUE with a valid variable name")
+        if _SECRETISH.search(name):
+            raise UsageError(f"--env {name}=...: this looks like a secret; pass it by name with --secret {name} "
+                             "(its value is then taken from your environment at submit and written nowhere)")
+        env[name], envsrc[name] = value, "cli"
+    for name in secrets:
+        if name in env:
+            raise UsageError(f"{name} is both a secret and a plain environment value ({envsrc[name]}); secrets are passed by name only")
+
+    from bridge_launch.backends.slurm import secrets as slurm_secrets
+
+    secrets, secret_sources, more_errors, more_warnings = slurm_secrets.plan(
+        prof, secrets, prof["required_secrets"], cli_secrets, cli_sources)
+    errors += more_errors
+    warnings += more_warnings
+    through_env = [n for n in secrets if n not in secret_sources]
+    if prof["backend"] == "slurm" and through_env and not for_submit:  # submit says it with Slurm's own paths
+        warnings.append(slurm_secrets.env_note(through_env, prof["name"]))
+    if not opts.memory_check:
+        jobsrc["memory_check"] = "off (--no-memory-check)"  # kept for resume, which validates again
+    before = len(errors)
+    nodes = _nodes(recipe, overlays, prof, opts, jobsrc, errors, warnings)
+    gpu_count_ok = len(errors) == before
+    gpn = prof["gpus_per_node"]
+
+    container, jobsrc["container"] = recipe.get("container") or None, "recipe"
+    if prof["container_image"]:
+        container, jobsrc["container"] = prof["container_image"], f"cluster:{prof['name']}"
+    if opts.container:
+        container, jobsrc["container"] = opts.container, "cli"
+    if not prof["containers"]:
+        if opts.container:
+            raise UsageError(f"--container: cluster '{prof['name']}' runs bare processes (containers = false)")
+        container, jobsrc["container"] = None, f"cluster:{prof['name']} (bare processes)"
+    image = None
+    if container and prof["backend"] in ("lepton", "dgxcloud"):
+        container = images.docker_ref(container)  # REGISTRY/IMAGE there (users may write pyxis's #)
+    elif container and prof["backend"] == "slurm":
+        ref = images.pyxis_ref(container)  # the renderer writes this form; a bare *.sqsh is refused here
+        hit = images.cached(prof["name"], prof["slurm"].get("image_cache", "").rstrip("/"), ref)
+        if hit:  # `image import` put it in the profile's cache: start from that squashfs
+            image = {"ref": ref, "digest": hit["digest"], "squashfs": hit["squashfs"]}
+            container, jobsrc["container"] = hit["squashfs"], f"{jobsrc['container']}, image cache {hit['digest'][:19]}"
+
+    section = prof.get(prof["backend"], {}) if prof["backend"] in ("slurm", "lepton", "dgxcloud") else {}
+    scheduler = dict(section)
+    for flag in ("time", "partition", "account"):
+        value = getattr(opts, flag)
+        if value is not None:
+            if prof["backend"] != "slurm":
+                raise UsageError(f"--{flag} applies to Slurm clusters; '{prof['name']}' uses the {prof['backend']} backend")
+            scheduler[flag] = value
+            jobsrc[flag] = "cli"
+        elif flag in scheduler:
+            jobsrc[flag] = f"cluster:{prof['name']}"
+    if scheduler.get("time"):
+        try:
+            slurm_time_seconds(scheduler["time"])
+        except ValueError as exc:
+            why = f": {exc}" if str(exc) != scheduler["time"] else ""
+            raise UsageError(f"time limit {scheduler['time']!r} ({jobsrc['time']}) is not a Slurm time{why}; valid: MM, "
+                             "MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED") from None
+
+    job_root = (prof["job_root"] or str(paths.state_dir() / "runs")).rstrip("/")
+    run_dir = f"{job_root}/{RUN_ID_PLACEHOLDER}"
+    for key, sub in RUN_DIR_DEFAULTS.items():
+        if key not in layers.source and (recipe["workload"] == "smoke" and key.startswith("checkpoint.")
+                                         or recipe["workload"] != "smoke" and schema.lookup(key) is not None):
+            layers.set(key, f"{run_dir}/{sub}", "derived (run dir)")
+    # Bare processes run the interpreter running bridge-launch unless the profile names one.
+    python = prof["python"] or (sys.executable if not container else "python")
+    mounts = _mounts(prof, job_root) if container else []
+    bridge_src = None
+    if opts.bridge_src:
+        if prof["backend"] != "slurm":
+            raise UsageError(f"--bridge-src is staged into the run dir of a Slurm job; cluster '{prof['name']}' uses "
+                             f"the {prof['backend']} backend")
+        if not container:
+            raise UsageError(f"--bridge-src needs a container to mount into; cluster '{prof['name']}' runs bare processes")
+        bridge_src = os.path.abspath(os.path.expanduser(opts.bridge_src))
+        mounts.append(f"{run_dir}/{BRIDGE_SRC_DIR}:{BRIDGE_IN_CONTAINER}")
+        jobsrc["bridge_src"] = f"cli ({bridge_src}, packed at submit)"
+
+    if not opts.until_done:
+        for flag, value in (("--max-segments", opts.max_segments), ("--step-time", opts.step_time)):
+            if value is not None:
+                raise UsageError(f"{flag} sizes an --until-done chain; add --until-done or drop {flag}")
+    chain = _chain(opts, prof, recipe, layers, scheduler, jobsrc) if opts.until_done else None
+
+    if recipe.get("upstream_status") and not bridge_src:  # the full note: --dry-run's Upstream line, recipes show
+        alt = ", or with --bridge-src CHECKOUT that has it" if prof["backend"] == "slurm" and container else ""
+        warnings.append(f"recipe function {recipe.get('upstream')} is not in upstream Megatron-Bridge: the job runs only "
+                        f"if its image ({container or 'none'}) carries it{alt}")
+    from bridge_launch.runs import canary as _canary
+
+    canary = _canary.settings(prof, opts.canary, nodes, jobsrc)
+    missing = [k for k in recipe["required"] if layers.values.get(k) in (None, "")]
+    for key in missing:
+        (errors if for_submit else warnings).append(
+            f"required input {key} is not set; give it as {key}=... (the recipe has no default)")
+    if for_submit:
+        for name in prof["required_secrets"]:
+            if name not in secret_sources and not os.environ.get(name):
+                errors.append(f"secret {name} is required by cluster '{prof['name']}' but not set in your environment")
+
+    job = ResolvedJob(
+        recipe=recipe["name"], upstream=recipe.get("upstream"), mode=recipe.get("mode"),
+        workload=recipe["workload"], dataset_kind=recipe.get("dataset_kind"), entry=recipe["entry"], hf_model=recipe.get("hf_model"),
+        cluster=prof["name"], backend=prof["backend"], overlays=[o["name"] for o in overlays],
+        nodes=nodes, gpus_per_node=gpn, world_size=nodes * gpn, gpu_type=prof["gpu_type"],
+        container=container, config=dict(layers.values),
+        args=list(layers.tokens.values()) + deleted, env=env, secrets=secrets,
+        required_secrets=list(prof["required_secrets"]), mounts=mounts, job_root=job_root, run_id=RUN_ID_PLACEHOLDER, run_dir=run_dir, python=python,
+        scheduler=scheduler, profile=prof, chain=chain,
+        provenance={"config": dict(layers.source), "env": envsrc, "job": jobsrc},
+        missing_inputs=missing, warnings=warnings, errors=errors, image=image, bridge_src=bridge_src,
+        secret_sources=secret_sources, upstream_status=recipe.get("upstream_status"),
+        canary=canary,
+    )
+    errs, warns = validate.check(job, gpu_count_ok=gpu_count_ok, memory_check=opts.memory_check)
+    job.errors.extend(errs)
+    job.warnings.extend(warns)
+    if chain is not None:
+        from bridge_launch.plan import sizing
+
+        chain["estimate"] = sizing.estimate(job)
+        more_warnings, more_errors = sizing.check(job)
+        job.warnings.extend(more_warnings)
+        job.errors.extend(more_errors)
+    return job
+
+
+def amend(job: ResolvedJob, overrides=()) -> ResolvedJob:
+    """A resolved job with more command-line overrides applied (resume), loading its own
+    checkpoints, re-validated."""
+    layers = _Layers()
+    deleted, token_of = [], {}
+    for text in job.args:
+        ov = parse_override(text)
+        if ov.op == "delete":
+            deleted.append(text)
+        else:
+            token_of[ov.key] = text
+    for key, value in job.config.items():
+        layers.set(key, value, job.provenance["config"].get(key, ""), token=token_of.get(key))
+    _apply_cli(layers, overrides, deleted)
+    if layers.values.get("checkpoint.save"):
+        layers.set("checkpoint.load", layers.values["checkpoint.save"], "resume")
+    prov = dict(job.provenance, config={**job.provenance["config"], **layers.source})
+    new = dataclasses.replace(job, config=dict(layers.values), args=list(layers.tokens.values()) + deleted,
+                              provenance=prov, errors=[], warnings=[])
+    errs, warns = validate.check(new, memory_check="memory_check" not in job.provenance.get("job", {}))
+    new.errors.extend(errs)
+    new.warnings.extend(warns)
+    return new

@@ -1,0 +1,273 @@
+"""Watching runs: their logs as texts (from whatever each backend already fetches), live metrics
+for `status RUN`, `status --watch`, and the filters of `logs --rank/--grep/--tail`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+
+from bridge_launch.core.errors import UsageError
+from bridge_launch.runs.registry import TERMINAL
+
+TAIL = 65536  # bytes of each log that status reads (the iteration line, the last save, an error)
+
+
+def read_logs(run, tail: int | None = None) -> list:
+    """A run's log texts in order (batch output then each node's, segment by segment), whole or
+    the last `tail` bytes of each, through its backend (SSH, a platform API, local files)."""
+    from bridge_launch import backends
+
+    be = backends.backend(run.backend)
+    if hasattr(be, "log_texts"):
+        return be.log_texts(run, tail)
+    out = []
+    for path in be.log_files(run):
+        try:
+            with open(path, "rb") as fh:
+                if tail:
+                    fh.seek(max(0, os.path.getsize(path) - tail))
+                out.append(fh.read())
+        except OSError:
+            continue
+    return out
+
+
+def lineage(reg, run) -> list:
+    """The runs of `run`'s chain up to and including it (a resume continues its predecessor)."""
+    chain = reg.chain(run.chain) if run.chain else [run]
+    return [r for r in chain if r.created <= run.created] or [run]
+
+
+def lineage_log(reg, run) -> "Log":  # noqa: F821 - logread is imported lazily
+    """Everything the run and the runs it resumed printed, in order."""
+    from bridge_launch.logs.reader import Log
+
+    texts = []
+    for r in lineage(reg, run):
+        texts += read_logs(r)
+    return Log(texts)
+
+
+def _seq_length(job) -> int | None:
+    for key in ("dataset.seq_length", "model.seq_length", "dataset.sequence_length"):
+        v = job.config.get(key) if job else None
+        if isinstance(v, int) and v > 0:
+            return v
+    return None
+
+
+def metrics(run, job=None, texts=None) -> dict:
+    """Live metrics of one run from the tails of its logs: step, train_iters, loss, grad_norm,
+    step_time_s, tflops_per_gpu, tokens_per_s, eta_s (while it runs), saved (the last checkpoint
+    saved), error (the first error line of the failing rank)."""
+    from bridge_launch.logs.reader import Log
+
+    if texts is None:
+        try:
+            texts = read_logs(run, TAIL)
+        except Exception as exc:  # noqa: BLE001 - the logs may be unreachable; say so, show the rest
+            return {"logs": f"unreadable: {exc}"}
+    m = Log(texts).progress()
+    total = m.get("train_iters")
+    if job is not None and not total:
+        t = job.config.get("train.train_iters")
+        total = t if isinstance(t, int) else None
+        if total:
+            m["train_iters"] = total
+    seq = _seq_length(job)
+    st = m.get("step_time_s")
+    if st and seq and isinstance(m.get("global_batch"), int):
+        m["tokens_per_s"] = m["global_batch"] * seq / st
+    if st and total and m.get("step") is not None and run.state not in TERMINAL:
+        m["eta_s"] = max(0, total - m["step"]) * st
+    return m
+
+
+def duration(seconds: float) -> str:
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def _num(v, digits: int = 4) -> str:
+    if isinstance(v, float):
+        return f"{v:.{digits}g}" if abs(v) < 1e5 else f"{v:,.0f}"
+    return str(v)
+
+
+def metric_lines(m: dict, run) -> list[str]:
+    """The metrics block of `status RUN`."""
+    lines = []
+    if m.get("logs"):
+        lines.append(f"logs        {m['logs']}")
+    if m.get("step") is not None:
+        total = m.get("train_iters")
+        pct = f" ({100 * m['step'] / total:.0f}%)" if total else ""
+        eta = f"   ETA {duration(m['eta_s'])}" if m.get("eta_s") is not None else ""
+        lines.append(f"step        {m['step']}/{total or '?'}{pct}{eta}")
+        parts = []
+        if m.get("loss") is not None:
+            parts.append(f"{m.get('loss_key', 'lm loss')} {_num(m['loss'], 6)}")
+        if m.get("grad_norm") is not None:
+            parts.append(f"grad norm {_num(m['grad_norm'])}")
+        if m.get("lr") is not None:
+            parts.append(f"lr {m['lr']:.3g}" if isinstance(m["lr"], float) else f"lr {m['lr']}")
+        if parts:
+            lines.append("loss        " + "   ".join(parts))
+        speed = []
+        if m.get("step_time_s") is not None:
+            speed.append(f"{m['step_time_s']:.3g} s/step")
+        if m.get("tflops_per_gpu") is not None:
+            speed.append(f"{_num(m['tflops_per_gpu'])} TFLOP/s/GPU")
+        if m.get("tokens_per_s") is not None:
+            speed.append(f"{m['tokens_per_s']:,.0f} tokens/s")
+        if speed:
+            lines.append("speed       " + "   ".join(speed))
+    elif run.state in ("RUNNING", "PENDING"):
+        lines.append("step        (no iteration line yet)")
+    if m.get("saved") is not None:
+        lines.append(f"saved       iteration {m['saved']} (the last checkpoint saved)")
+    if m.get("error"):
+        lines.append(f"error       {m['error']}")
+    return lines
+
+
+# ------------------------------------------------------------------------------------------------
+# what `status` adds to its views
+# ------------------------------------------------------------------------------------------------
+def run_metrics(reg, run) -> dict:
+    from bridge_launch.runs import lifecycle as launch
+
+    try:
+        job = launch.load_job(reg, run)
+    except Exception:  # noqa: BLE001 - a record without its job file still has logs
+        job = None
+    return metrics(run, job)
+
+
+def run_view(reg, run, *, metrics: bool) -> dict:
+    """A run as `status -o json` shows it; with metrics (one run, an experiment) its live metrics."""
+    d = run.to_dict()
+    if metrics:
+        d["metrics"] = run_metrics(reg, run)
+    return d
+
+
+def loss_text(run) -> str:
+    v = run.info.get("loss")
+    return f"{v:.4f}" if isinstance(v, float) else ("" if v is None else str(v))
+
+
+def group_column(runs: list, group):
+    """(runs, extra) for the runs table: with an experiment shown, its member labels; with runs of
+    experiments among recent ones, their experiment's name, each experiment's runs together at the
+    place of its newest. extra(run) gives the added cells (extra(None): the added headers)."""
+    if group is not None:
+        labels = {r.run_id: label for r, label in group["runs"]}
+        return runs, lambda r: ["member"] if r is None else [labels.get(r.run_id, "")]
+    if not any(r.info.get("experiment") for r in runs):
+        return runs, lambda r: []
+    first: dict = {}
+    for i, r in enumerate(runs):
+        first.setdefault(r.info.get("experiment") or r.run_id, i)
+    runs = sorted(runs, key=lambda r: first[r.info.get("experiment") or r.run_id])
+    return runs, lambda r: ["experiment"] if r is None else [r.info.get("experiment") or ""]
+
+
+def print_group(reg, group, runs) -> None:
+    print(f"\nexperiment  {group['name']}: {len(runs)} runs, submitted "
+          f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(group['created']))}")
+    labels = {r.run_id: label for r, label in group["runs"]}
+    for r in runs:
+        lines = metric_lines(run_metrics(reg, r), r)
+        if lines:
+            print(f"\n{r.run_id} ({labels.get(r.run_id) or r.recipe})")
+            for line in lines:
+                print("  " + line)
+
+
+def print_metrics(reg, run) -> None:
+    """The live-metrics block of `status RUN`."""
+    if run.info.get("experiment"):
+        print(f"experiment  {run.info['experiment']} ({run.info.get('member', '')})")
+    for line in metric_lines(run_metrics(reg, run), run):
+        print(line)
+
+
+# ------------------------------------------------------------------------------------------------
+# logs --rank --grep --tail
+# ------------------------------------------------------------------------------------------------
+def line_filter(rank: int | None, grep: str | None):
+    """A predicate over log lines: from rank `rank` (by its prefix) and matching `grep`."""
+    rx = None
+    if grep is not None:
+        try:
+            rx = re.compile(grep)
+        except re.error as exc:
+            raise UsageError(f"--grep {grep!r} is not a regular expression: {exc}") from None
+    if rank is not None and rank < 0:
+        raise UsageError(f"--rank {rank}: ranks start at 0")
+    from bridge_launch.logs.reader import strip_prefix
+
+    def keep(line: str) -> bool:
+        if rank is not None and strip_prefix(line)[0] != rank:
+            return False
+        return rx is None or rx.search(line) is not None
+
+    return keep
+
+
+# ------------------------------------------------------------------------------------------------
+# status --watch
+# ------------------------------------------------------------------------------------------------
+def watch_status(show, *, output: str, interval: float) -> int:
+    """`status --watch`: show(output, shown) prints one view of status, refreshing the runs it
+    shows and adding them to `shown`; repeated until every one of them has ended. With JSON,
+    each view is one object on one line: {"time", "runs"}."""
+    import contextlib
+    import io
+
+    if interval <= 0:
+        raise UsageError(f"--interval {interval}: give more than 0 seconds")
+
+    def frame():
+        buf, seen = io.StringIO(), []
+        with contextlib.redirect_stdout(buf):
+            show(output, seen)
+        done = all(r.finished for r in seen)
+        if output == "json":
+            return {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "runs": json.loads(buf.getvalue())}, done
+        head = f"{time.strftime('%H:%M:%S')}  every {interval:g}s" + ("" if done else "; Ctrl-C stops") + "\n"
+        return head + buf.getvalue(), done
+
+    return watch(frame, interval=interval, json_mode=output == "json")
+
+
+def watch(frame, *, interval: float, json_mode: bool) -> int:
+    """Call frame() -> (text or JSON object, done) every `interval` seconds until done. On a
+    terminal the text is redrawn in place; piped, each refresh follows the last; with JSON, each
+    refresh is one object on one line."""
+    tty = sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+    try:
+        while True:
+            shown, done = frame()
+            if json_mode:
+                sys.stdout.write(json.dumps(shown, default=str, separators=(",", ":")) + "\n")
+            elif tty:
+                sys.stdout.write("\x1b[H\x1b[2J" + shown)
+            else:
+                sys.stdout.write(shown + ("" if shown.endswith("\n") else "\n") + "\n")
+            sys.stdout.flush()
+            if done:
+                return 0
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return 0

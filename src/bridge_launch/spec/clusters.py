@@ -1,0 +1,215 @@
+"""Cluster profiles: where a job runs (clusters/*.toml plus the user's config dir)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from bridge_launch.core import paths
+from bridge_launch.runs.canary import PROFILE_KEYS as _CANARY
+from bridge_launch.spec.catalog import Catalog, where
+from bridge_launch.core.errors import UsageError, suggest
+
+BACKENDS = ("local", "slurm", "lepton", "dgxcloud")
+
+# GPU type -> architecture generation, for precision checks.
+GPU_ARCH = {
+    "gb300": "blackwell", "b300": "blackwell", "gb200": "blackwell", "b200": "blackwell",
+    "rtx-pro-6000": "blackwell", "vr200": "rubin",
+    "h100": "hopper", "h200": "hopper", "gh200": "hopper", "h20": "hopper",
+    "a100": "ampere", "a10g": "ampere", "l40s": "ada",
+    "cpu": "cpu",
+}
+# GPU type -> CUDA compute capability (NVIDIA's CUDA GPUs table, developer.nvidia.com/cuda-gpus), for
+# the checks Transformer Engine and Megatron-Bridge make against it. None: not known here.
+GPU_CC = {
+    "gb300": (10, 3), "b300": (10, 3), "gb200": (10, 0), "b200": (10, 0), "rtx-pro-6000": (12, 0), "vr200": None,
+    "h100": (9, 0), "h200": (9, 0), "gh200": (9, 0), "h20": (9, 0),
+    "a100": (8, 0), "a10g": (8, 6), "l40s": (8, 9),
+    "cpu": None,
+}
+
+# key -> (type or tuple of types, default). None default = optional / unset.
+_TOP = {
+    "name": (str, None), "description": (str, ""), "aliases": (list, []), "extends": (str, None),
+    "abstract": (bool, False), "backend": (str, None), "gpu_type": (str, "cpu"),
+    "gpus_per_node": (int, 1), "gpu_memory_gib": ((int, float), 0), "nodes": (int, None),
+    "max_nodes": (int, None), "nvlink_domain_nodes": (int, 0), "job_root": (str, ""),
+    "checkpoint_write_gbps_per_node": ((int, float), 0),
+    # seconds a node waits in torchrun's rendezvous for the others (0: derived, backends/torchrun_opts.py)
+    "rdzv_join_timeout": (int, 0),
+    "python": (str, ""), "container_image": (str, ""), "container_mounts": (list, []),
+    "numa_bind": (bool, False), "containers": (bool, True), "hf_home": (str, ""), "env": (dict, {}), "secrets": (list, []),
+    "required_secrets": (list, []), "config": (dict, {}),
+    "slurm": (dict, {}), "lepton": (dict, {}), "dgxcloud": (dict, {}),
+    "canary": (dict, {}),  # canary.py: the checks before the job (submit --canary)
+}
+_SLURM = {
+    "account": (str, ""), "partition": (str, ""), "qos": (str, ""), "time": (str, "01:00:00"),
+    "reservation": (str, ""), "exclude": (list, []), "exclusive": (bool, False), "mem": (str, ""),
+    "request_gpus": (bool, False), "segment": (bool, False), "sbatch_args": (list, []),
+    "srun_args": (list, []), "slurm_conf": (str, ""), "login_host": (str, ""), "ssh_port": (int, 22),
+    "ssh_user": (str, ""), "ssh_identity": (str, ""), "ssh_config": (str, ""), "rdzv_port": (int, 0), "signal": (str, ""),
+    # srun --mpi: torchrun needs no MPI, so none unless the profile asks (pmix, pmi2, ...)
+    "mpi": (str, "none"),
+    # pyxis image cache: a shared directory `bridge-launch image import` fills (one squashfs per digest)
+    "image_cache": (str, ""), "image_import_time": (str, "01:00:00"),
+    # secrets: NAME -> "file:PATH" | "netrc:MACHINE[:PATH]", read on the cluster (backends/slurm_secrets.py);
+    # a secret without one goes through sbatch's environment: "warn" (default) or "refuse"
+    "secret_sources": (dict, {}), "env_secrets": (str, "warn"),
+    # srun --cpu-bind: none, so that a site's task autobind does not pin the one task per node
+    # (and every worker under it) to a core before the NUMA wrapper binds each worker; "" leaves
+    # the flag out (the site's default)
+    "cpu_bind": (str, "none"),
+    # the cluster's TopologyPlugin, when stated here instead of read once with `scontrol show config`
+    "topology_plugin": (str, ""),
+}
+_LEPTON = {
+    "resource_shape": (str, ""), "node_group": (str, ""), "node_reservation": (str, ""),
+    "image_pull_secrets": (list, []), "mounts": (list, []), "shared_memory_size": (int, 0),
+    "can_be_preempted": (bool, False), "queue_priority": (str, ""), "workspace_env": (str, "LEPTON_WORKSPACE_ID"),
+    "token_env": (str, "LEPTON_WORKSPACE_TOKEN"), "secret_refs": (dict, {}), "mover_resource_shape": (str, "cpu.small"),
+    "request_timeout": ((int, float), 30), "retries": (int, 3), "retry_wait": ((int, float), 2.0),
+    "poll_interval": ((int, float), 5.0), "mover_timeout": ((int, float), 600),
+    # segment_config: workers of one segment share an NVL72 domain (same rule as Slurm's --segment)
+    "segment": (bool, True),
+}
+_DGXC = {
+    "base_url": (str, ""), "kube_apiserver_url": (str, ""), "project_name": (str, ""),
+    "pvcs": (list, []), "client_id_env": (str, "DGXC_CLIENT_ID"), "client_secret_env": (str, "DGXC_CLIENT_SECRET"),
+    "distributed_framework": (str, "PyTorch"), "pull_secret": (str, ""), "secret_refs": (dict, {}),
+    "local_job_root": (str, ""), "request_timeout": ((int, float), 30), "retries": (int, 3),
+    "retry_wait": ((int, float), 2.0), "poll_interval": ((int, float), 5.0), "mover_timeout": ((int, float), 600),
+}
+_SECTIONS = {"slurm": _SLURM, "lepton": _LEPTON, "dgxcloud": _DGXC, "canary": _CANARY}
+
+
+def _check(at, data: dict, spec: dict, section: str = "") -> dict:
+    out = {}
+    for key, value in data.items():
+        if key not in spec:
+            what = f"[{section.rstrip('.')}] key" if section else "profile key"
+            raise UsageError(f"{at(section + key)}: {suggest(key, spec, what)}")
+        typ = spec[key][0]
+        if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
+            names = " or ".join(t.__name__ for t in (typ if isinstance(typ, tuple) else (typ,)))
+            raise UsageError(f"{at(section + key)}: '{key}' must be {names}, got {type(value).__name__} {value!r}")
+        out[key] = value
+    for key, (_, default) in spec.items():
+        out.setdefault(key, default if not isinstance(default, (list, dict)) else type(default)(default))
+    return out
+
+
+def _validate(data: dict, path, paths=None) -> dict:
+    """The profile with defaults filled in; a bad value is one line naming the file and line that
+    set it (`paths`: the files it is built from, head first)."""
+    files = paths or [path]
+
+    def at(key: str | None = None) -> str:
+        return f"{where(files, key)}: cluster profile '{data.get('name')}'"
+
+    prof = _check(at, data, _TOP)
+    for section, spec in _SECTIONS.items():
+        prof[section] = _check(at, prof[section], spec, section + ".")
+    if prof["backend"] not in BACKENDS:
+        raise UsageError(f"{at('backend')}: backend must be one of {', '.join(BACKENDS)}, got {prof['backend']!r}")
+    if prof["gpu_type"] not in GPU_ARCH:
+        raise UsageError(f"{at('gpu_type')}: {suggest(prof['gpu_type'], GPU_ARCH, 'gpu_type')}")
+    if prof["gpus_per_node"] < 1:
+        raise UsageError(f"{at('gpus_per_node')}: gpus_per_node must be >= 1")
+    for key in ("nodes", "max_nodes"):
+        if prof[key] is not None and prof[key] < 1:
+            raise UsageError(f"{at(key)}: {key} must be >= 1")
+    if prof["nodes"] is not None:
+        if prof["max_nodes"] is None:
+            prof["max_nodes"] = prof["nodes"]
+        elif prof["nodes"] > prof["max_nodes"]:
+            raise UsageError(f"{at('nodes')}: nodes ({prof['nodes']}) exceeds max_nodes ({prof['max_nodes']})")
+    for key in ("env",):
+        for k, v in prof[key].items():
+            if not isinstance(v, (str, int, float, bool)):
+                raise UsageError(f"{at('env.' + k)}: env {k} must be a string or number")
+            prof[key][k] = _env_str(v)
+    for key in ("secrets", "required_secrets"):
+        for name in prof[key]:
+            if not isinstance(name, str) or not name.replace("_", "").isalnum():
+                raise UsageError(f"{at(key)}: secrets must be environment variable names, got {name!r}")
+            if name in prof["env"]:
+                raise UsageError(f"{at(key)}: {name} is listed as a secret and also given a value in [env]; secrets "
+                                 "are passed by name only")
+    mpi = prof["slurm"]["mpi"]
+    if not mpi.replace("_", "").isalnum() or any(a.startswith("--mpi") for a in prof["slurm"]["srun_args"]):
+        raise UsageError(f"{at('slurm.mpi')}: [slurm] mpi must be one MPI plugin name (none, pmix, pmi2, ...), set "
+                         "there and not as --mpi in srun_args")
+    _check_secret_sources(at("slurm.secret_sources"), prof["slurm"])
+    bind = prof["slurm"]["cpu_bind"]
+    if not all(c.isalnum() or c in "_,:.-=" for c in bind) or any(
+            a.startswith(("--cpu-bind", "--cpu_bind")) for a in prof["slurm"]["srun_args"]):
+        raise UsageError(f"{at('slurm.cpu_bind')}: [slurm] cpu_bind must be one srun --cpu-bind value (none, cores, "
+                         "map_cpu:..., verbose,none; empty for the site's default), set there and not in srun_args")
+    port = prof["slurm"]["rdzv_port"]
+    from bridge_launch.backends.torchrun import EPHEMERAL_PORTS, port_in_ephemeral_range
+
+    if port and (port < 1024 or port > 65535 or port_in_ephemeral_range(port)):
+        raise UsageError(f"{at('slurm.rdzv_port')}: [slurm] rdzv_port {port} is not usable: choose 1024-{EPHEMERAL_PORTS[0] - 1} "
+                         f"(Linux gives outgoing connections ports {EPHEMERAL_PORTS[0]}-{EPHEMERAL_PORTS[1]}, "
+                         "so a rendezvous port there may already be taken)")
+    if prof["rdzv_join_timeout"] < 0:
+        raise UsageError(f"{at('rdzv_join_timeout')}: rdzv_join_timeout must be >= 0 seconds (0: derived)")
+    from bridge_launch.runs.canary import check_profile
+
+    check_profile(at("canary"), prof["canary"])
+    if prof["canary"]["enabled"] and prof["backend"] == "local":
+        raise UsageError(f"{at('canary.enabled')}: [canary] enabled: the local backend runs on this machine; a canary checks a cluster")
+    prof["arch"] = GPU_ARCH[prof["gpu_type"]]
+    prof["path"] = str(path)
+    return prof
+
+
+def _check_secret_sources(where: str, s: dict) -> None:
+    from bridge_launch.backends.slurm import secrets as slurm_secrets
+
+    for name, text in s["secret_sources"].items():
+        if not name.replace("_", "").isalnum() or name[0].isdigit():
+            raise UsageError(f"{where} [slurm] secret_sources: {name!r} is not an environment variable name")
+        if not isinstance(text, str):
+            raise UsageError(f"{where} [slurm] secret_sources {name}: expected a string, {slurm_secrets.FILE_HINT}")
+        slurm_secrets.parse(text, f"{where} [slurm] secret_sources {name}")
+    if s["env_secrets"] not in slurm_secrets.ENV_POLICIES:
+        raise UsageError(f"{where} [slurm] env_secrets must be one of {', '.join(slurm_secrets.ENV_POLICIES)}, "
+                         f"got {s['env_secrets']!r}")
+
+
+def _env_str(v) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    return str(v)
+
+
+@lru_cache(maxsize=1)
+def catalog() -> Catalog:
+    return Catalog("cluster", [(paths.data_dir() / "clusters", "shipped"), (paths.config_dir() / "clusters", "user")])
+
+
+def load(name: str) -> dict:
+    cat = catalog()
+    entry = cat.get(name)
+    prof = _validate(cat.resolved(entry.name), entry.path, [p for p, *_ in cat.chain(entry.name)])
+    prof["origin"] = entry.origin
+    return prof
+
+
+def list_profiles(skip_broken: bool = False, problems: list | None = None) -> list[dict]:
+    """Every profile. A file that does not load fails the call, unless skip_broken (left out) or
+    `problems` is given (left out, its one-line error appended there)."""
+    out = []
+    if problems is not None:
+        problems.extend(catalog().broken())
+    for e in catalog().entries():
+        try:
+            out.append(load(e.name))
+        except UsageError as exc:
+            if problems is not None:
+                problems.append(str(exc))
+            elif not skip_broken:
+                raise
+    return out

@@ -1,0 +1,205 @@
+"""Recipes (what to run) and overlays (named partial overrides): recipes/*.toml,
+recipes/overlays/*.toml, plus the user's config dir."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from bridge_launch.core import paths
+from bridge_launch.spec.catalog import Catalog, where
+from bridge_launch.core.errors import UsageError, suggest
+
+WORKLOADS = ("megatron-bridge", "smoke")
+MODES = ("pretrain", "sft", "lora", "dora")
+DEFAULT_ENTRY = "/opt/Megatron-Bridge/scripts/training/run_recipe.py"
+
+_RECIPE_KEYS = {
+    "name": str, "description": str, "aliases": list, "extends": str, "abstract": bool,
+    "upstream": str, "upstream_ref": str, "upstream_status": str, "mode": str, "workload": str, "gpus": int,
+    "container": str, "hf_model": str, "required": list, "entry": str, "notes": str, "dataset_kind": str,
+    "env": dict, "upstream_env": dict, "config": dict, "upstream_config": dict, "assumptions": dict,
+}
+_OVERLAY_KEYS = {
+    "name": str, "description": str, "aliases": list, "extends": str, "abstract": bool,
+    "gpus": int, "env": dict, "config": dict, "notes": str,
+}
+
+
+def flatten(table: dict, prefix: str = "", keep_dict=lambda key: False) -> dict:
+    """Nested TOML tables -> {dotted.key: value}, in file order. A table whose key
+    the schema types as a dict (e.g. env_vars) is kept whole."""
+    out = {}
+    for key, value in table.items():
+        full = f"{prefix}{key}"
+        if isinstance(value, dict) and value and not keep_dict(full):
+            out.update(flatten(value, full + ".", keep_dict))
+        else:
+            out[full] = value
+    return out
+
+
+def _check_keys(at, data: dict, spec: dict) -> None:
+    for key, value in data.items():
+        if key not in spec:
+            raise UsageError(f"{at(key)}: {suggest(key, spec, 'recipe key')}")
+        typ = spec[key]
+        if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
+            raise UsageError(f"{at(key)}: '{key}' must be {typ.__name__}, got {value!r}")
+
+
+def _env(at, section: str, env: dict) -> dict:
+    out = {}
+    for k, v in env.items():
+        if isinstance(v, bool):
+            v = "1" if v else "0"
+        if not isinstance(v, (str, int, float)):
+            raise UsageError(f"{at(f'{section}.{k}')}: env {k} must be a string or number, got {v!r}")
+        out[k] = str(v)
+    return out
+
+
+@lru_cache(maxsize=1)
+def catalog() -> Catalog:
+    return Catalog("recipe", [(paths.data_dir() / "recipes", "shipped"), (paths.config_dir() / "recipes", "user")])
+
+
+@lru_cache(maxsize=1)
+def overlay_catalog() -> Catalog:
+    return Catalog(
+        "overlay",
+        [(paths.data_dir() / "recipes" / "overlays", "shipped"), (paths.config_dir() / "recipes" / "overlays", "user")],
+    )
+
+
+def _keep_dict():
+    from bridge_launch.spec.schema import is_dict_key
+
+    return is_dict_key
+
+
+def _sections(cat: Catalog, name: str, pairs) -> tuple[dict, dict]:
+    """A child may change any value of its parent: for each (section, upstream section) pair, a key
+    lives in the section of the file nearest the head that sets it. Returns ({key: section}, {key:
+    source label}) where the label is "recipe:<name>" for a value a user's file sets (so --dry-run
+    shows the child) and absent for the shipped files' values."""
+    keep = _keep_dict()
+    owner: dict = {}
+    label: dict = {}
+    for path, origin, entry_name, own in reversed(cat.chain(name)):  # base first
+        for plain, upstream in pairs:
+            a = flatten(own.get(plain, {}), keep_dict=keep) if plain.endswith("config") else dict(own.get(plain, {}))
+            b = flatten(own.get(upstream, {}), keep_dict=keep) if plain.endswith("config") else dict(own.get(upstream, {}))
+            both = sorted(set(a) & set(b))
+            if both:
+                raise UsageError(f"{where([path], f'{plain}.{both[0]}')}: {both[0]} is set in both [{plain}] and "
+                                 f"[{upstream}] of the same file; keep one")
+            for sect, keys in ((plain, a), (upstream, b)):
+                for key in keys:
+                    owner[(plain, key)] = sect
+                    if origin == "user":
+                        label[(plain, key)] = f"recipe:{entry_name}"
+                    else:
+                        label.pop((plain, key), None)
+    return owner, label
+
+
+def _check_values(at, section: str, values: dict) -> None:
+    from bridge_launch.spec import schema
+
+    for key, value in values.items():
+        spec = schema.lookup(key)
+        if spec is None or (isinstance(value, str) and "${" in value):
+            continue
+        want = schema.type_error(spec, value)
+        if want:
+            raise UsageError(f"{at(f'{section}.{key}')}: {key} expects {want}, got {value!r}")
+
+
+def load(name: str, allow_abstract: bool = False) -> dict:
+    cat = catalog()
+    entry = cat.get(name)
+    data = cat.resolved(entry.name)
+    files = [p for p, *_ in cat.chain(entry.name)]
+
+    def at(key: str | None = None) -> str:
+        return f"{where(files, key)}: recipe '{entry.name}'"
+
+    _check_keys(at, data, _RECIPE_KEYS)
+    if data["abstract"] and not allow_abstract:
+        raise UsageError(f"recipe '{entry.name}' is a base for other recipes; use one that extends it")
+    data.setdefault("workload", "megatron-bridge")
+    if data["workload"] not in WORKLOADS:
+        raise UsageError(f"{at('workload')}: workload must be one of {', '.join(WORKLOADS)}")
+    if data["workload"] == "megatron-bridge" and not data["abstract"]:
+        for key in ("upstream", "mode", "container"):
+            if not data.get(key):
+                raise UsageError(f"{at()}: '{key}' is required for a Megatron-Bridge recipe")
+    if data.get("mode") is not None:
+        if data["mode"] not in MODES:
+            raise UsageError(f"{at('mode')}: mode must be one of {', '.join(MODES)}, got {data['mode']!r}")
+    keep = _keep_dict()
+    owner, label = _sections(cat, entry.name, (("config", "upstream_config"), ("env", "upstream_env")))
+    data["config"] = flatten(data.get("config", {}), keep_dict=keep)
+    data["upstream_config"] = flatten(data.get("upstream_config", {}), keep_dict=keep)
+    data["env"] = _env(at, "env", data.get("env", {}))
+    data["upstream_env"] = _env(at, "upstream_env", data.get("upstream_env", {}))
+    for plain, upstream in (("config", "upstream_config"), ("env", "upstream_env")):
+        for key in set(data[plain]) & set(data[upstream]):  # set in both by different files: the nearer wins
+            del data[upstream if owner.get((plain, key)) == plain else plain][key]
+    for section in ("config", "upstream_config"):
+        _check_values(at, section, data[section])
+    # Values a user's recipe file sets: their source in --dry-run names it (recipe:<name>).
+    data["sources"] = {"config": {k: v for (sect, k), v in label.items() if sect == "config" and k in data["config"]},
+                       "env": {k: v for (sect, k), v in label.items() if sect == "env" and k in data["env"]}}
+    data.setdefault("required", [])
+    data.setdefault("entry", DEFAULT_ENTRY)
+    data["origin"] = entry.origin
+    data["path"] = str(entry.path)
+    return data
+
+
+def load_overlay(name: str) -> dict:
+    cat = overlay_catalog()
+    entry = cat.get(name)
+    data = cat.resolved(entry.name)
+    files = [p for p, *_ in cat.chain(entry.name)]
+
+    def at(key: str | None = None) -> str:
+        return f"{where(files, key)}: overlay '{entry.name}'"
+
+    _check_keys(at, data, _OVERLAY_KEYS)
+    data["config"] = flatten(data.get("config", {}), keep_dict=_keep_dict())
+    _check_values(at, "config", data["config"])
+    data["env"] = _env(at, "env", data.get("env", {}))
+    data["origin"] = entry.origin
+    data["path"] = str(entry.path)
+    return data
+
+
+def _listed(cat: Catalog, load_one, names, problems: list | None) -> list[dict]:
+    """Each entry loaded. A file that does not load fails the call, unless `problems` is given:
+    then it is left out and its one-line error appended there."""
+    out = []
+    if problems is not None:
+        problems.extend(cat.broken())
+    for n in names:
+        try:
+            out.append(load_one(n))
+        except UsageError as exc:
+            if problems is None:
+                raise
+            problems.append(str(exc))
+    return out
+
+
+def list_recipes(problems: list | None = None) -> list[dict]:
+    return _listed(catalog(), load, catalog().names(listed=True), problems)
+
+
+def list_all() -> list[dict]:
+    """Every recipe file, abstract bases included (for checks over the whole catalog)."""
+    return [load(e.name, allow_abstract=True) for e in catalog().entries()]
+
+
+def list_overlays(problems: list | None = None) -> list[dict]:
+    return _listed(overlay_catalog(), load_overlay, overlay_catalog().names(), problems)
