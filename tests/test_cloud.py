@@ -98,7 +98,7 @@ def test_submit_running_completed_logs(env, cluster, kind, capfd):
         info = refreshed[1].info
         assert (info["step"], info["train_iters"], info["loss"], info["grad_norm"]) == (5, 50, 1.234, 0.5)
         assert info["tflops_per_gpu"] == 512.0
-    lines = list(launch.Tail(lambda: backends.backend(kind).log_files(Registry().get(run.run_id))).lines())
+    lines = list(launch.Tail(lambda: backends.backend(kind).log_files(Registry().get(run.run_id), launch.load_job(Registry(), run))).lines())
     if kind == "lepton":
         assert any("lm loss: 1.234" in ln for ln in lines) and len(lines) == 2  # one per replica
     else:
@@ -124,7 +124,9 @@ def test_dgx_logs_from_reachable_storage(env, tmp_path):
     line = P.iteration_line(iteration=3, train_iters=50, consumed=24, elapsed_ms=900.0, lr=1e-4, global_batch=8,
                             losses={"lm loss": 2.0}, loss_scale=1.0, grad_norm=0.7, skipped=0, nan=0)
     write(root / run.run_id / "logs" / f"{run.run_id}-node0.log", f"[default0]:{line}\n")
-    files = backends.backend("dgxcloud").log_files(Registry().get(run.run_id))
+    from bridge_launch.runs.records import load_job
+
+    files = backends.backend("dgxcloud").log_files(Registry().get(run.run_id), load_job(Registry(), run))
     assert [f.name for f in files] == [f"{run.run_id}-node0.log"]
     states = [_refresh(run) for _ in range(2)]  # live metrics from the PVC, where it is reachable
     assert states[-1].state == "RUNNING" and (states[-1].info["step"], states[-1].info["loss"]) == (3, 2.0)

@@ -15,6 +15,8 @@ from bridge_launch.runs import codepack
 from bridge_launch.runs import images
 from bridge_launch.resolve import resolver as resolve
 from bridge_launch.core.errors import UsageError
+from bridge_launch.backends.slurm import image_import
+from bridge_launch.core import image_cache, image_ref
 
 
 @pytest.mark.parametrize("given,pyxis", [
@@ -30,8 +32,8 @@ from bridge_launch.core.errors import UsageError
     ("./nemo.sqsh", "./nemo.sqsh"),
 ])
 def test_pyxis_reference_forms(given, pyxis):
-    assert images.pyxis_ref(given) == pyxis
-    assert images.pyxis_ref(pyxis) == pyxis  # idempotent
+    assert image_ref.pyxis_ref(given) == pyxis
+    assert image_ref.pyxis_ref(pyxis) == pyxis  # idempotent
 
 
 @pytest.mark.parametrize("given,docker", [
@@ -41,14 +43,14 @@ def test_pyxis_reference_forms(given, pyxis):
     ("nvcr.io/nvidia/nemo@sha256:" + "a" * 64, "nvcr.io/nvidia/nemo@sha256:" + "a" * 64),
 ])
 def test_registry_reference_forms(given, docker):
-    assert images.docker_ref(given) == docker
+    assert image_ref.docker_ref(given) == docker
 
 
 def test_a_bare_squashfs_name_is_refused_not_pulled(home):
     r = run_cli("submit", "smoke", "-c", "gb200-8", "--container", "nemo.sqsh", "--dry-run")
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "absolute path" in r.err, r.err
     with pytest.raises(UsageError):
-        images.docker_ref("/lustre/images/nemo.sqsh")
+        image_ref.docker_ref("/lustre/images/nemo.sqsh")
 
 
 def test_gb200_renders_pyxis_form_workdir_and_no_mpi(home):
@@ -100,7 +102,7 @@ DIGEST = "sha256:" + "ab" * 32
 
 
 def test_submit_starts_from_the_cached_squashfs(home):
-    images.remember("gb200-8", "nvcr.io#nvidia/nemo:26.10", {
+    image_cache.remember("gb200-8", "nvcr.io#nvidia/nemo:26.10", {
         "digest": DIGEST, "squashfs": f"/lustre/fsw/enroot-cache/sha256-{'ab' * 32}.sqsh",
         "cache_dir": "/lustre/fsw/enroot-cache", "source": "nvcr.io#nvidia/nemo:26.10"})
     d = run_cli("submit", "smoke", "-c", "gb200-8", "--dry-run", "-o", "json").json()
@@ -114,7 +116,7 @@ def test_submit_starts_from_the_cached_squashfs(home):
     other = run_cli("submit", "smoke", "-c", "gb200-32", "--dry-run", "-o", "json").json()
     assert other["container"] == "nvcr.io/nvidia/nemo:26.10"
     write(home / "clusters" / "gb200-8-moved.toml", 'extends = "gb200-8"\nname = "gb200-8-moved"\n')
-    images.remember("gb200-8-moved", "nvcr.io#nvidia/nemo:26.10", {
+    image_cache.remember("gb200-8-moved", "nvcr.io#nvidia/nemo:26.10", {
         "digest": DIGEST, "squashfs": "/old/x.sqsh", "cache_dir": "/old", "source": "nvcr.io#nvidia/nemo:26.10"})
     assert run_cli("submit", "smoke", "-c", "gb200-8-moved", "--dry-run", "-o", "json").json()["container"] == \
         "nvcr.io/nvidia/nemo:26.10"
@@ -140,10 +142,10 @@ def test_import_job_is_keyed_by_digest_and_safe_when_two_race(tmp_path):
     src = tmp_path / "img.sqsh"
     src.write_bytes(os.urandom(3 << 20))
     cache = tmp_path / "cache"
-    script = images.import_script(str(src), str(cache))
+    script = image_import.import_script(str(src), str(cache))
     with ThreadPoolExecutor(8) as pool:
         procs = list(pool.map(lambda i: _run_import(script, 100 + i), range(8)))
-    results = [images.parse_result(p.stdout) for p in procs]
+    results = [image_import.parse_result(p.stdout) for p in procs]
     assert all(p.returncode == 0 for p in procs), [p.stderr for p in procs]
     import hashlib
 
@@ -153,10 +155,10 @@ def test_import_job_is_keyed_by_digest_and_safe_when_two_race(tmp_path):
     assert sorted(p.name for p in cache.iterdir()) == [f"sha256-{digest[7:]}.sqsh"]
     assert (cache / f"sha256-{digest[7:]}.sqsh").read_bytes() == src.read_bytes()
     again = _run_import(script, 200)
-    assert images.parse_result(again.stdout)[2] == "cached"
+    assert image_import.parse_result(again.stdout)[2] == "cached"
     # a tag that moved is a new digest, so a new file beside the old one
     src.write_bytes(os.urandom(1 << 20))
-    moved = images.parse_result(_run_import(script, 201).stdout)
+    moved = image_import.parse_result(_run_import(script, 201).stdout)
     assert moved[0] != digest and len(list(cache.iterdir())) == 2
 
 
@@ -164,8 +166,8 @@ def test_import_failure_reports_enroots_line():
     out = ("[INFO] Querying registry for permission grant\n[INFO] Authenticating with user: <anonymous>\n"
            "curl: (6) Could not resolve host: nvcr.io\n[ERROR] URL https://nvcr.io/v2/ returned error code: 6\n"
            "enroot digest failed\n")
-    assert images.failure_line(out) == "curl: (6) Could not resolve host: nvcr.io"
-    assert images.parse_result(out) is None
+    assert image_import.failure_line(out) == "curl: (6) Could not resolve host: nvcr.io"
+    assert image_import.parse_result(out) is None
 
 
 def test_image_import_refuses_profiles_it_cannot_use(home):
@@ -261,12 +263,12 @@ def test_bridge_src_inside_a_checkout_asks_for_its_top(home, tmp_path):
 
 def test_staging_unpacks_the_tree_in_the_run_dir(tmp_path):
     from bridge_launch.runs import lifecycle as launch
-    from bridge_launch.backends.base import Tree
+    from bridge_launch.backends.base import Tree, stage_locally
 
     mb = _checkout(tmp_path)
     packed = codepack.pack(str(mb))
     run_dir = tmp_path / "run"
-    launch.stage_locally(str(run_dir), {"bridge-src": Tree(packed.tar), "launch/x.json": "{}"}, new_dir=True)
+    stage_locally(str(run_dir), {"bridge-src": Tree(packed.tar), "launch/x.json": "{}"}, new_dir=True)
     assert (run_dir / "bridge-src" / "src" / "megatron" / "bridge" / "__init__.py").read_text() == 'ORIGIN = "committed"\n'
     assert os.access(run_dir / "bridge-src" / "scripts" / "training" / "run_recipe.py", os.X_OK)
     assert json.loads((run_dir / "launch" / "x.json").read_text()) == {}

@@ -18,7 +18,7 @@ from bridge_launch.core.errors import UsageError
 np = pytest.importorskip("numpy")
 pytest.importorskip("PIL")
 
-from bridge_launch.data import packing, prepare, source, synthetic, tokens  # noqa: E402
+from bridge_launch.data import packing, prepare, shards, source, synthetic, tokens  # noqa: E402
 
 DS = "nemotron-image-v3"
 
@@ -176,12 +176,12 @@ def test_without_copy_file_range_the_shards_are_the_same(src, tmp_path, monkeypa
         raise OSError(errno.EXDEV, "Invalid cross-device link")
 
     monkeypatch.setattr(os, "copy_file_range", refuse)
-    monkeypatch.setattr(prepare, "_COPY", "copy_file_range")
+    monkeypatch.setattr(shards, "_COPY", "copy_file_range")
     _prep(src, tmp_path / "b", validation_fraction=0)
-    assert calls and prepare._COPY == "sendfile"
+    assert calls and shards._COPY == "sendfile"
     monkeypatch.setattr(os, "sendfile", lambda *a: (_ for _ in ()).throw(OSError(errno.EINVAL, "no")))
     _prep(src, tmp_path / "c", validation_fraction=0)
-    assert prepare._COPY == "pread"
+    assert shards._COPY == "pread"
     ta = sorted(p.name for p in (tmp_path / "a").glob("*.tar*"))
     for n in ta:
         assert (tmp_path / "a" / n).read_bytes() == (tmp_path / "b" / n).read_bytes() == (tmp_path / "c" / n).read_bytes()

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from bridge_launch import backends
+from bridge_launch.core.ports import EPHEMERAL_PORTS
 from bridge_launch.resolve import resolver as resolve
 from bridge_launch.backends.slurm import backend as slurm
 from bridge_launch.backends.slurm import topology_plugin as slurm_topology
@@ -126,7 +127,7 @@ def test_the_rendezvous_port_stays_below_the_ephemeral_range(home, cli):
     for jid in (1, 12345, 32767, 987654321, 2**31 - 1):
         port = int(subprocess.run(["bash", "-c", f"SLURM_JOB_ID={jid}; echo {expr}"], capture_output=True,
                                   text=True, check=True).stdout)
-        assert 20000 <= port < torchrun_opts.EPHEMERAL_PORTS[0], (jid, port)
+        assert 20000 <= port < EPHEMERAL_PORTS[0], (jid, port)
     _profile(home, "eph", 'extends = "gb200-8"\n[slurm]\nrdzv_port = 45000\n')
     r = cli("submit", "smoke", "-c", "eph", "--dry-run")
     assert r.code == 2 and "rdzv_port 45000" in r.err and "32768-60999" in r.err and len(r.err.splitlines()) == 1
@@ -222,13 +223,13 @@ class _Backend:
     def __init__(self, text, rc=0):
         self.text, self.rc, self.calls = text, rc, 0
 
-    def _run(self, s, argv, timeout=120):
+    def command(self, s, argv, timeout=120):
         assert argv == ["scontrol", "show", "config"]
         self.calls += 1
         return subprocess.CompletedProcess(argv, self.rc, self.text, "" if self.rc == 0 else "scontrol: error: down")
 
     @staticmethod
-    def _first_error(proc):
+    def first_error(proc):
         return (proc.stderr or proc.stdout or "").strip() or f"exit code {proc.returncode}"
 
 

@@ -8,7 +8,6 @@ import math
 
 import pytest
 
-from bridge_launch.logs import failures
 from bridge_launch.logs import reader as logread
 from bridge_launch.logs.reader import Log, first_error, first_error_detail, strip_prefix
 from bridge_launch.workloads import trainer_protocol as P
@@ -289,10 +288,10 @@ def test_a_peer_that_exited_because_another_node_failed_is_not_the_cause(backend
 
 
 def test_failures_classify_reads_through_the_reader():
-    assert failures.classify("[rank1]: torch.OutOfMemoryError: CUDA out of memory.") == ("deterministic", "out of memory")
-    assert failures.classify("[rank0]: Watchdog caught collective operation timeout: WorkNCCL(...)") == \
+    assert logread.classify("[rank1]: torch.OutOfMemoryError: CUDA out of memory.") == ("deterministic", "out of memory")
+    assert logread.classify("[rank0]: Watchdog caught collective operation timeout: WorkNCCL(...)") == \
         ("flaky", "NCCL timeout")
-    assert failures.classify("nothing wrong") is None
+    assert logread.classify("nothing wrong") is None
 
 
 def test_the_gate_counts_agree_with_the_lines():

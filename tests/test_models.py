@@ -53,12 +53,12 @@ def test_a_recipe_without_an_entry_gets_megatrons_defaults():
 
 def test_plan_and_validate_read_the_same_facts(home):
     pytest.importorskip("megatron.core")
-    from bridge_launch.plan import estimate as plan
+    from bridge_launch.plan import estimate, report
 
     job = resolve.resolve("nemotron-3-nano-pretrain", resolve.Options(cluster="gb200-8", overrides=("model.num_moe_experts=64",)))
-    assert plan.arch_for(job).moe["num_experts"] == 64
+    assert estimate.arch_for(job).moe["num_experts"] == 64
     assert validate.context(job).facts.get("moe.num_experts") == 64
-    assert plan.plan(job)["model"]["facts"]["moe.num_experts"] == {"value": 64, "source": "job config: cli"}
+    assert report.plan(job)["model"]["facts"]["moe.num_experts"] == {"value": 64, "source": "job config: cli"}
 
 
 def test_dry_run_shows_the_model_and_its_sources(cli):

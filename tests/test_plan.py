@@ -18,6 +18,7 @@ import pytest
 pytest.importorskip("megatron.core")
 
 from bridge_launch.plan import estimate as plan
+from bridge_launch.plan import report, topology
 from bridge_launch.resolve import resolver as resolve
 from bridge_launch.core.errors import UsageError  # noqa: E402
 
@@ -77,11 +78,11 @@ def test_expert_groups_ep2_etp2_world8():
 
 def test_spans_count_nodes_and_domains():
     groups = {"x": [[0, 1, 2, 3, 4, 5, 6, 7]], "y": [[0, 1], [2, 3]]}
-    s = plan.spans(groups, gpus_per_node=4, domain_nodes=1)
+    s = topology.spans(groups, gpus_per_node=4, domain_nodes=1)
     assert s["x"]["max_nodes"] == 2 and s["x"]["crosses_nodes"] and s["x"]["crosses_domains"]
     assert s["x"]["widest"]["ranks"] == "0-7"
     assert s["y"]["max_nodes"] == 1 and not s["y"]["crosses_nodes"]
-    assert not plan.spans(groups, gpus_per_node=4, domain_nodes=2)["x"]["crosses_domains"]
+    assert not topology.spans(groups, gpus_per_node=4, domain_nodes=2)["x"]["crosses_domains"]
 
 
 CHECK_SCRIPT = textwrap.dedent("""
@@ -150,7 +151,7 @@ def test_groups_match_megatron_parallel_state_on_gloo(tmp_path):
 
 
 def test_vl_sft_on_gb200_32_stays_inside_nodes_and_one_domain(home):
-    result = plan.plan(job("qwen35-vl-sft", "gb200-32", "dataset.path=/lustre/fsw/clevr2",
+    result = report.plan(job("qwen35-vl-sft", "gb200-32", "dataset.path=/lustre/fsw/clevr2",
                            "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt"))
     assert result["parallel"] == {"tp": 2, "pp": 1, "cp": 8, "ep": 16, "etp": 1, "dp": 2, "edp": 2, "vpp": None, "sp": True}
     assert result["world_size"] == 32 and result["nodes"] == 8
@@ -167,22 +168,22 @@ def test_vl_sft_on_gb200_32_stays_inside_nodes_and_one_domain(home):
     assert sum("is not in upstream Megatron-Bridge" in w for w in result["warnings"]) == 1
     assert result["errors"] == []
     json.dumps(result)  # JSON-able as --output json prints it
-    text = plan.render_text(result)
+    text = report.render_text(result)
     assert "segment 8 nodes" in text and "HybridEP" in text and "warning: TP" not in text and "error" not in text
 
 
 def test_tp_across_nodes_warns(home):
     # TP8 on 4-GPU nodes (16 heads, 4 query groups and 16 GDN key heads all allow TP8)
-    result = plan.plan(job("qwen35-9b-pretrain", "gb200-8", "model.tensor_model_parallel_size=8"))
+    result = report.plan(job("qwen35-9b-pretrain", "gb200-8", "model.tensor_model_parallel_size=8"))
     assert result["spans"]["tp"]["max_nodes"] == 2
     assert any(w.startswith("TP groups of 8 span 2 nodes") for w in result["warnings"])
-    assert "warning: TP groups of 8" in plan.render_text(result)
+    assert "warning: TP groups of 8" in report.render_text(result)
 
 
 def test_hybrid_ep_across_nvlink_domains_warns_with_a_segment_that_fits(home):
     # 36 GB200 nodes are two 18-node NVLink domains; EP16 groups cover 4 nodes, and 18 is not a
     # multiple of 4, so the group on nodes 16-19 straddles the domain boundary.
-    result = plan.plan(job("qwen35-35b-a3b-pretrain", "gb200-nvl72", "model.expert_model_parallel_size=16",
+    result = report.plan(job("qwen35-35b-a3b-pretrain", "gb200-nvl72", "model.expert_model_parallel_size=16",
                            "train.global_batch_size=576", nodes=36))
     assert result["segment"] == 18
     assert result["spans"]["ep"]["crosses_domains"] and result["spans"]["ep"]["max_domains"] == 2
@@ -191,13 +192,13 @@ def test_hybrid_ep_across_nvlink_domains_warns_with_a_segment_that_fits(home):
 
 
 def test_ep_wider_than_a_domain_has_no_segment_fix(home):
-    result = plan.plan(job("qwen35-35b-a3b-pretrain", "gb200-nvl72", "model.expert_model_parallel_size=144",
+    result = report.plan(job("qwen35-35b-a3b-pretrain", "gb200-nvl72", "model.expert_model_parallel_size=144",
                            "train.global_batch_size=576", nodes=36))
     assert any("a group of 144 ranks needs 36 nodes, more than one 18-node NVLink domain; keep EP <= 72" in w for w in result["warnings"])
 
 
 def test_ep_without_hybridep_may_cross_domains(home):
-    result = plan.plan(job("qwen35-35b-a3b-pretrain", "gb200-nvl72", "model.expert_model_parallel_size=16",
+    result = report.plan(job("qwen35-35b-a3b-pretrain", "gb200-nvl72", "model.expert_model_parallel_size=16",
                            "train.global_batch_size=576", "model.moe_token_dispatcher_type=alltoall", nodes=36))
     assert not result["domains"]["hybrid_ep"]
     assert not any("EP" in w for w in result["warnings"])
@@ -205,13 +206,13 @@ def test_ep_without_hybridep_may_cross_domains(home):
 
 def test_bad_sizes_are_usage_errors(home):
     with pytest.raises(UsageError, match="not divisible by TP\\*PP\\*CP"):
-        plan.plan(job("qwen35-9b-pretrain", "gb200-8", "model.tensor_model_parallel_size=3"))
+        report.plan(job("qwen35-9b-pretrain", "gb200-8", "model.tensor_model_parallel_size=3"))
 
 
 def test_missing_megatron_core_is_one_usage_error(home, monkeypatch):
     monkeypatch.setitem(sys.modules, "megatron.core.parallel_state", None)
     with pytest.raises(UsageError) as err:
-        plan.plan(job("qwen35-9b-pretrain", "gb200-8"))
+        report.plan(job("qwen35-9b-pretrain", "gb200-8"))
     assert str(err.value) == "bridge-launch plan needs the 'plan' extra: pip install 'bridge-launch[plan]'"
 
 
@@ -294,7 +295,7 @@ def test_qwen35_9b_parameter_count_matches_published_size():
 
 
 def test_vl_sft_memory_breakdown(home):
-    mem = plan.plan(job("qwen35-vl-sft", "gb200-32"))["memory"]
+    mem = report.plan(job("qwen35-vl-sft", "gb200-32"))["memory"]
     p = mem["parameters"]
     # experts over EP16, the rest (embeddings, output layer, vision) over TP2
     assert p["expert_per_gpu"] == pytest.approx(p["experts"] / 16, rel=1e-9)
@@ -312,10 +313,10 @@ def test_vl_sft_memory_breakdown(home):
 
 
 def test_recompute_lowers_activations(home):
-    base = plan.plan(job("qwen35-9b-pretrain", "gb200-8"))["memory"]
-    sel = plan.plan(job("qwen35-9b-pretrain", "gb200-8", "model.recompute_granularity=selective",
+    base = report.plan(job("qwen35-9b-pretrain", "gb200-8"))["memory"]
+    sel = report.plan(job("qwen35-9b-pretrain", "gb200-8", "model.recompute_granularity=selective",
                         "model.recompute_modules=[layernorm,mlp]"))["memory"]
-    full = plan.plan(job("qwen35-9b-pretrain", "gb200-8", "model.recompute_granularity=full",
+    full = report.plan(job("qwen35-9b-pretrain", "gb200-8", "model.recompute_granularity=full",
                          "model.recompute_method=uniform", "model.recompute_num_layers=1"))["memory"]
     assert full["activations"]["layers"] < sel["activations"]["layers"] < base["activations"]["layers"]
     assert full["activations"]["recompute_transient"] > 0
@@ -323,13 +324,13 @@ def test_recompute_lowers_activations(home):
 
 def test_memory_above_100_percent_is_an_error_with_what_fits(home):
     j = job("qwen35-9b-pretrain", "gb200-8", "train.micro_batch_size=8")
-    result = plan.plan(j)
+    result = report.plan(j)
     assert result["memory"]["fraction"] > 1
     err = [e for e in result["errors"] if e.startswith("memory: about")]
     assert len(err) == 1 and "does not fit; would fit: " in err[0] and "--no-memory-check" in err[0]
     assert err[0] in j.errors  # what submit refuses
     assert "train.micro_batch_size=4" in err[0]  # half the micro batch fits
-    assert f"error: {err[0]}" in plan.render_text(result)
+    assert f"error: {err[0]}" in report.render_text(result)
 
 
 def test_config_values_override_the_table(home):
@@ -340,7 +341,7 @@ def test_config_values_override_the_table(home):
 
 
 def test_unknown_model_gives_no_memory_but_a_note(home):
-    result = plan.plan(job("smoke", "local", "~model.num_layers"))
+    result = report.plan(job("smoke", "local", "~model.num_layers"))
     assert result["memory"] is None and result["throughput"] is None
     assert any("no architecture known" in n for n in result["notes"])
 
@@ -365,7 +366,7 @@ def test_qwen35_flops_per_token_match_the_verification_card():
 
 
 def test_throughput_for_the_convergence_overlay(home):
-    thr = plan.plan(job("nemotron-3-nano-pretrain", "gb200-64", overlays=("nemo-ci-convergence",)))["throughput"]
+    thr = report.plan(job("nemotron-3-nano-pretrain", "gb200-64", overlays=("nemo-ci-convergence",)))["throughput"]
     assert thr["tokens_per_step"] == 512 * 4096
     assert thr["steps"] == 48000 and thr["tokens"] == 48000 * 512 * 4096
     assert thr["budget_source"] == "overlay:nemo-ci-convergence"
@@ -373,7 +374,7 @@ def test_throughput_for_the_convergence_overlay(home):
     assert thr["precision"] == "bf16" and thr["tflops_assumption"] is None and thr["gpu_hours"] is None
     assert "no BF16 measurement on gb200" in thr["no_assumption"] and "MXFP8 on gb200: 776" in thr["no_assumption"]
     # at MXFP8 the measurement applies
-    thr = plan.plan(job("nemotron-3-nano-pretrain", "gb200-64", "mixed_precision=bf16_with_mxfp8_mixed",
+    thr = report.plan(job("nemotron-3-nano-pretrain", "gb200-64", "mixed_precision=bf16_with_mxfp8_mixed",
                         overlays=("nemo-ci-convergence",)))["throughput"]
     assert thr["precision"] == "mxfp8" and thr["tflops_assumption"] == 776 and "performance-summary" in thr["source"]
     expected = thr["tokens"] * thr["flops_per_token"] / 776e12 / 3600
@@ -382,32 +383,32 @@ def test_throughput_for_the_convergence_overlay(home):
 
 
 def test_tflops_and_token_budget_from_the_caller(home):
-    thr = plan.plan(job("qwen35-9b-pretrain", "gb200-8"), tflops_per_gpu=500, token_budget=10**9)["throughput"]
+    thr = report.plan(job("qwen35-9b-pretrain", "gb200-8"), tflops_per_gpu=500, token_budget=10**9)["throughput"]
     assert thr["steps"] == -(-10**9 // (128 * 4096)) and thr["budget_source"] == "a budget of 1,000,000,000 tokens"
     assert thr["tflops_assumption"] == 500 and thr["source"] == "given for this plan" and thr["gpu_hours"] > 0
 
 
 def test_recipe_without_a_stated_tflops_has_no_gpu_hours(home):
-    result = plan.plan(job("qwen35-9b-pretrain", "gb200-8"))
+    result = report.plan(job("qwen35-9b-pretrain", "gb200-8"))
     assert result["throughput"]["gpu_hours"] is None and result["throughput"]["tflops_assumption"] is None
-    assert "GPU-hours unknown" in plan.render_text(result)
+    assert "GPU-hours unknown" in report.render_text(result)
 
 
 def test_mxfp8_recipe_states_the_model_card_assumption(home):
-    thr = plan.plan(job("qwen35-vl-sft-mxfp8", "gb200-32"))["throughput"]
+    thr = report.plan(job("qwen35-vl-sft-mxfp8", "gb200-32"))["throughput"]
     assert thr["tflops_assumption"] == 210.36 and "qwen3.6-35b-a3b" in thr["source"]
 
 
 def test_throughput_assumption_depends_on_precision(home):
     # issue 12: the BF16 and MXFP8 VL recipes used to get the same step time from one MXFP8 measurement
     inputs = ("dataset.path=/lustre/fsw/clevr2", "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt")
-    bf16 = plan.plan(job("qwen35-vl-sft", "gb200-32", *inputs))["throughput"]
-    mxfp8 = plan.plan(job("qwen35-vl-sft-mxfp8", "gb200-32", *inputs))["throughput"]
+    bf16 = report.plan(job("qwen35-vl-sft", "gb200-32", *inputs))["throughput"]
+    mxfp8 = report.plan(job("qwen35-vl-sft-mxfp8", "gb200-32", *inputs))["throughput"]
     assert (bf16["precision"], mxfp8["precision"]) == ("bf16", "mxfp8")
     assert mxfp8["tflops_assumption"] == 210.36 and mxfp8["step_seconds"] > 0
     assert bf16["tflops_assumption"] is None and bf16["step_seconds"] is None and bf16["gpu_hours"] is None
     assert bf16["no_assumption"].startswith("no BF16 measurement on gb200 for this model (measured: MXFP8 on gb200: 210.36")
-    assert "GPU-hours unknown" in plan.render_text(plan.plan(job("qwen35-vl-sft", "gb200-32", *inputs)))
+    assert "GPU-hours unknown" in report.render_text(report.plan(job("qwen35-vl-sft", "gb200-32", *inputs)))
     # a measurement is for one GPU type too: the GB300 row applies on GB300 only
     par8 = plan.Parallel(world=8, tp=1, pp=1, cp=1, ep=8, etp=1, dp=8, edp=1, vpp=None, sp=False)
     j = job("nemotron-3-nano-pretrain", "gb200-8", "mixed_precision=bf16_with_mxfp8_mixed")

@@ -14,6 +14,7 @@ from bridge_launch.core.errors import UsageError
 pytest.importorskip("megatron.core")
 
 from bridge_launch.plan import estimate as plan
+from bridge_launch.plan import report
 
 VL_IN = ("dataset.path=/lustre/fsw/clevr2", "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt")
 
@@ -58,7 +59,7 @@ def test_plan_and_submit_never_disagree(home, recipe, cluster, nodes, overrides)
     except UsageError:
         return  # an override this recipe does not take: refused the same way by both commands
     try:
-        result = plan.plan(job)
+        result = report.plan(job)
     except UsageError:
         assert job.errors, "plan refused a job that submit would accept"
         return
@@ -106,7 +107,7 @@ def test_memory_between_90_and_100_percent_warns(home):
     # qwen35-9b on 8 GB200 at micro batch 4 (half of the micro batch that does not fit)
     job = resolve.resolve("qwen35-9b-pretrain", resolve.Options(cluster="gb200-8", overrides=(
         "train.micro_batch_size=4", "train.global_batch_size=128")))
-    mem = plan.plan(job)["memory"]
+    mem = report.plan(job)["memory"]
     assert 0.9 < mem["fraction"] <= 1, f"the estimate moved ({mem['fraction']:.0%}): pick a job between 90% and 100%"
     assert job.errors == [] and any(w.startswith("memory: about") and "is above 90%" in w for w in job.warnings)
 

@@ -165,9 +165,9 @@ def test_status_without_and_with_accounting(cluster, home):
     s = load("local-slurm")["slurm"]
     jid = failed["job_ids"][0]
     deadline = time.time() + 60  # slurmctld hands records to slurmdbd in batches, seconds later
-    while time.time() < deadline and Backend()._sacct(s, [jid]).get(jid, {}).get("state") != "FAILED":
+    while time.time() < deadline and Backend().sacct(s, [jid]).get(jid, {}).get("state") != "FAILED":
         time.sleep(1)
-    assert Backend()._sacct(s, [jid])[jid]["state"] == "FAILED"
+    assert Backend().sacct(s, [jid])[jid]["state"] == "FAILED"
 
 
 def test_twenty_concurrent_submits(cluster, home):

@@ -14,6 +14,7 @@ from bridge_launch import backends
 from bridge_launch.resolve import resolver as resolve
 from bridge_launch.backends.slurm import secrets as S
 from bridge_launch.core.errors import UsageError
+from bridge_launch.core import secret_ref
 
 
 @pytest.mark.parametrize("text,kind,path,machine", [
@@ -23,7 +24,7 @@ from bridge_launch.core.errors import UsageError
     ("netrc:api.wandb.ai:/shared/me/netrc", "netrc", "/shared/me/netrc", "api.wandb.ai"),
 ])
 def test_sources_parse(text, kind, path, machine):
-    assert S.parse(text, "here") == S.Source(kind, path, machine)
+    assert secret_ref.parse(text, "here") == secret_ref.Source(kind, path, machine)
 
 
 @pytest.mark.parametrize("text,says", [
@@ -37,15 +38,15 @@ def test_sources_parse(text, kind, path, machine):
 ])
 def test_bad_sources_are_one_clear_line(text, says):
     with pytest.raises(UsageError) as e:
-        S.parse(text, "--secret T")
+        secret_ref.parse(text, "--secret T")
     assert says in str(e.value) and "\n" not in str(e.value) and str(e.value).startswith("--secret T: ")
     if not text.startswith(("file:", "netrc:")):
         assert text not in str(e.value)  # perhaps a value typed where a source belongs: not echoed
 
 
 def test_shell_paths_expand_home_on_the_cluster_and_quote_the_rest():
-    assert S.Source("file", "~/.cache/hf token").shell_path() == "\"$HOME\"/'.cache/hf token'"
-    assert S.Source("file", "/a/$(x)").shell_path() == "'/a/$(x)'"
+    assert secret_ref.Source("file", "~/.cache/hf token").shell_path() == "\"$HOME\"/'.cache/hf token'"
+    assert secret_ref.Source("file", "/a/$(x)").shell_path() == "'/a/$(x)'"
 
 
 # --- the command line and profiles -------------------------------------------------------------

@@ -183,13 +183,13 @@ def test_bad_profile_value_is_one_line(cfg):
 @pytest.mark.parametrize("text,seconds", [("30", 1800), ("01:30", 90), ("04:00:00", 14400), ("1-2", 93600),
                                           ("1-02:30", 95400), ("1-00:00:01", 86401), ("UNLIMITED", None)])
 def test_slurm_time_formats(text, seconds):
-    assert resolve.slurm_time_seconds(text) == seconds
+    assert slurm_time.seconds(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["4h", "1:2:3:4", "-5", "", "1-"])
 def test_bad_slurm_times(text):
     with pytest.raises(ValueError):
-        resolve.slurm_time_seconds(text)
+        slurm_time.seconds(text)
 
 
 # ------------------------------------------------------------------------------------------
@@ -198,6 +198,7 @@ def test_bad_slurm_times(text):
 # facts come from models.toml; every rule in validate.RULES has a row here.
 
 from bridge_launch.plan import rules as validate
+from bridge_launch.core import slurm_time
 
 VL_IN = ("dataset.path=/lustre/fsw/clevr2", "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt")
 SHIPPED_TEST_CLUSTERS = {

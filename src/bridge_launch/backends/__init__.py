@@ -16,9 +16,9 @@ def module(backend: str):
 def render(job):
     """The exact launch artifact submit hands to the backend (dry-run shows the same)."""
     if getattr(job, "canary", None) and job.backend == "slurm":  # waits for the canary (its id known at submit)
-        from bridge_launch.runs import canary
+        from bridge_launch.job.derived import JOB_PLACEHOLDER, gated
 
-        job = canary.gated(job, canary.JOB_PLACEHOLDER)
+        job = gated(job, JOB_PLACEHOLDER)
     return module(job.backend).render(job)
 
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from bridge_launch import __version__
+from bridge_launch.core import paths
+from bridge_launch.job.artifact import Artifact as Artifact
+from bridge_launch.job.artifact import Tree as Tree
 
 WORKLOAD_DIR = "workload"  # the smoke workload and its modules, staged into the run dir
 SMOKE_FILE = f"{WORKLOAD_DIR}/smoke.py"
@@ -56,21 +59,6 @@ def progress(texts) -> dict:
     from bridge_launch.logs.reader import progress as read
 
     return read([t for t in texts if t])
-
-
-@dataclass(frozen=True)
-class Artifact:
-    kind: str  # "sbatch" | "local-command" | "lepton-job" | "dgxc-workload"
-    text: str
-    filename: str  # where submit writes it, relative to the run dir
-
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "text": self.text}
-
-
-class Tree(bytes):
-    """A staged file whose value is a tar archive, unpacked at its path under the run dir
-    (--bridge-src's packed checkout) instead of written as one file."""
 
 
 def q(value) -> str:
@@ -130,7 +118,56 @@ def numa_wrapper(job) -> list[str] | None:
 
 
 class Backend(Protocol):
+    """What callers use of every backend. The job is always passed in (a backend never loads a
+    run's job itself), and nothing here prints: what a user should know comes back as notes."""
+
+    name: str
+
+    def stage(self, job, files: dict, *, new_dir: bool) -> None: ...
+    def unstage(self, job) -> None: ...
     def submit(self, job, run, artifact, secrets: dict) -> list[str]: ...
-    def status(self, runs: list) -> dict: ...
-    def logs(self, run, follow: bool): ...
-    def cancel(self, run) -> None: ...
+    def status(self, runs: list) -> dict: ...  # [(run, job)] -> {run id: {"state", "reason", ...}}
+    def log_files(self, run, job) -> list: ...
+    def log_texts(self, run, job, tail: int | None = None) -> list: ...
+    def cancel(self, run, job) -> None: ...
+
+
+def read_log_files(paths, tail: int | None = None) -> list[bytes]:
+    """The files' bytes, whole or the last `tail` bytes of each; a file that cannot be read is left out."""
+    out = []
+    for path in paths:
+        try:
+            with open(path, "rb") as fh:
+                if tail:
+                    fh.seek(max(0, os.path.getsize(path) - tail))
+                out.append(fh.read())
+        except OSError:
+            continue
+    return out
+
+
+_WORKLOADS = Path(__file__).resolve().parent.parent / "workloads"  # the package's workloads/
+
+
+def workload_files() -> dict:
+    """The in-job workload (smoke.py and its sibling modules), as staged into the run dir."""
+    return {f"{WORKLOAD_DIR}/{p.name}": p.read_text() for p in sorted(_WORKLOADS.glob("*.py")) if p.name != "__init__.py"}
+
+
+def stage_locally(run_dir: str, files: dict, *, new_dir: bool) -> None:
+    """Create the run dir (or reuse it, for a resume) and write the files, owner-only."""
+    root = Path(run_dir)
+    if new_dir:
+        root.mkdir(parents=True, exist_ok=False)
+    for sub in ("logs", "launch", "exit"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    for rel, text in files.items():
+        if isinstance(text, Tree):  # a packed tree (--bridge-src), unpacked under rel/
+            import io
+            import tarfile
+
+            with tarfile.open(fileobj=io.BytesIO(text)) as tar:
+                tar.extractall(root / rel, filter="data")
+            continue
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        paths.write_private(root / rel, text)

@@ -7,6 +7,7 @@ Nothing here imports leptonai or nemo_run: render() must stay instant.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import json
 import re
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from bridge_launch.core import paths
 from bridge_launch.core.errors import LaunchError
+from bridge_launch.job.derived import canary_job, report_path
 from bridge_launch.backends import torchrun as T
 from bridge_launch.backends.base import RANK_PREFIX_ENV, entry_command, numa_wrapper, q, runtime_env
 
@@ -50,9 +52,7 @@ def job_script(job, rank_prelude: list[str]) -> str:
     own environment, one torchrun per node, per-node logs and an exit marker in the run dir.
     Nothing is downloaded."""
     if getattr(job, "canary", None):  # the canary's checks first, failing fast (canary.py)
-        from bridge_launch.runs import canary
-
-        return canary.cloud_script(job, rank_prelude, job_script)
+        return cloud_script(job, rank_prelude, job_script)
     torchrun = ["torchrun"] if job.container else [job.python, "-m", "torch.distributed.run"]
     cmd = [*torchrun, f"--nnodes={job.nodes}", f"--nproc-per-node={job.gpus_per_node}"]
     # torchrun_opts: per-rank files in the run dir, a rendezvous that waits for pods pulling the
@@ -162,31 +162,41 @@ def log_cache(run_id: str) -> Path:
     return paths.log_copies("cloud-logs", run_id)
 
 
-def write_private(path: Path, text: str) -> None:
-    import os
-
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-
-
-def load_job(run):
-    from bridge_launch.runs import lifecycle as launch
-    from bridge_launch.runs.registry import Registry
-
-    return launch.load_job(Registry(), run)
-
-
-def staged_files(files: dict) -> dict:
-    return dict(files)
-
-
-def log_progress(backend, run) -> dict:
+def log_progress(backend, run, job) -> dict:
     """Status fields (step, loss, ...) from the tails of the logs the backend fetches; {} when
     they cannot be read (status still has the platform's state)."""
     from bridge_launch.backends.base import log_tail, progress
 
     try:
-        return progress(log_tail(p) for p in backend.log_files(run))
+        return progress(log_tail(p) for p in backend.log_files(run, job))
     except LaunchError:
         return {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Lepton and DGX Cloud: the checks as the job's first step
+# ---------------------------------------------------------------------------------------------
+def cloud_script(job, rank_prelude: list, job_script) -> str:
+    """The job's script with the canary first: the same script for the canary job (same torchrun,
+    every node, rendezvous one port above the job's), in a subshell; when it fails the job stops
+    with its exit code, before training starts."""
+    check = job_script(canary_job(job, nodes=job.nodes), rank_prelude).rstrip("\n")
+    main = job_script(dataclasses.replace(job, canary=None), rank_prelude)
+    from bridge_launch.backends.base import q
+
+    return "\n".join([
+        "set -uo pipefail",
+        *rank_prelude,
+        "# bridge-launch canary: the checks first, in these pods (workload/cluster_checks.py); the job stops here if one fails",
+        "(",
+        'export MASTER_PORT=$((${MASTER_PORT:-29400} + 1))',
+        check,
+        ")",
+        "rc=$?",
+        'if [ "$rc" -ne 0 ]; then',
+        f'    echo "bridge-launch: the canary failed (exit $rc): training not started; report {report_path(job.run_dir, job.run_id)}" >&2',
+        f'    if [ "$NODE_RANK" = 0 ]; then mkdir -p {q(job.run_dir)}/exit && printf "%s\\n" "$rc" > {q(job.run_dir + "/exit/" + job.run_id)}; fi',
+        '    exit "$rc"',
+        "fi",
+        main,
+    ])

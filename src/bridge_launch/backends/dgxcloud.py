@@ -25,9 +25,10 @@ import shlex
 import time
 from pathlib import Path
 
+from bridge_launch.core import paths
 from bridge_launch.core.errors import LaunchError, UsageError
 from bridge_launch.backends import cloud
-from bridge_launch.backends.base import Artifact, header
+from bridge_launch.backends.base import Artifact, header, read_log_files
 
 # The Run:ai PyTorch (Kubeflow training operator) sets these in every pod: PET_* for
 # torchrun, MASTER_ADDR/MASTER_PORT for the master pod, RANK = pod index.
@@ -262,11 +263,10 @@ class Backend:
 
     def status(self, runs: list) -> dict:
         out = {}
-        for run in runs:
+        for run, job in runs:
             if not run.job_ids:
                 out[run.run_id] = {"state": "FAILED", "reason": "no workload id recorded"}
                 continue
-            job = cloud.load_job(run)
             c = self._client(job.scheduler)
             wid = run.job_ids[-1]
             try:
@@ -283,14 +283,16 @@ class Backend:
             reason = "" if mapped in ("RUNNING", "COMPLETED") else f"DGX Cloud: {phase}"
             out[run.run_id] = {"state": mapped, "reason": reason, "platform_state": phase}
             if mapped in ("RUNNING", "COMPLETED", "FAILED"):  # from the PVC, where it is reachable
-                out[run.run_id].update(cloud.log_progress(self, run))
+                out[run.run_id].update(cloud.log_progress(self, run, job))
         return out
 
-    def log_files(self, run) -> list[Path]:
+    def log_texts(self, run, job, tail: int | None = None) -> list:
+        return read_log_files(self.log_files(run, job), tail)
+
+    def log_files(self, run, job) -> list[Path]:
         """DGX Cloud serves logs only inside the cluster: read them from the PVC when the
         run dir is reachable here (launched from the cluster, or the PVC mounted under
         the profile's local_job_root); otherwise say where they are."""
-        job = cloud.load_job(run)
         s = job.scheduler
         run_dir = Path(run.run_dir)
         if not run_dir.is_dir() and s.get("local_job_root"):
@@ -299,15 +301,14 @@ class Backend:
         if logs.is_dir():
             return sorted(logs.glob(f"{run.run_id}-node*.log"))
         note = cloud.log_cache(run.run_id) / "where.log"
-        cloud.write_private(note, (
+        paths.write_private(note, (
             f"bridge-launch: DGX Cloud serves workload logs only inside the cluster. This run's logs are on the PVC at "
             f"{run.run_dir}/logs/{run.run_id}-node<N>.log (workload {', '.join(run.job_ids)}), and in the Run:ai UI. "
             f"Mount the PVC here and set local_job_root in the profile to read them with `bridge-launch logs`.\n"))
         return [note]
 
-    def cancel(self, run) -> None:
+    def cancel(self, run, job) -> None:
         if not run.job_ids:
             return
-        job = cloud.load_job(run)
         c = self._client(job.scheduler)
         c.call("POST", f"/workloads/{workload_kind(job.nodes)}/{run.job_ids[-1]}/suspend", {}, ok=(200, 202, 204, 404))

@@ -21,9 +21,10 @@ import os
 import time
 from pathlib import Path
 
+from bridge_launch.core import paths
 from bridge_launch.core.errors import LaunchError, UsageError
 from bridge_launch.backends import cloud
-from bridge_launch.backends.base import Artifact, header
+from bridge_launch.backends.base import Artifact, header, read_log_files
 
 # Lepton sets these in every worker of a job with intra-job communication: the worker index and
 # the stable DNS name of worker 0. Lepton's own launch script (leptonai/scripts
@@ -222,14 +223,14 @@ class Backend:
     def status(self, runs: list) -> dict:
         out = {}
         by_profile: dict = {}
-        for run in runs:
-            out[run.run_id] = self._status_one(run, by_profile)
+        for run, job in runs:
+            out[run.run_id] = self._status_one(run, job, by_profile)
         return out
 
-    def _status_one(self, run, clients) -> dict:
+    def _status_one(self, run, job, clients) -> dict:
         if not run.job_ids:
             return {"state": "FAILED", "reason": "no Lepton job id recorded"}
-        s = cloud.load_job(run).scheduler
+        s = job.scheduler
         client = clients.setdefault(id(s), _client(s))
         try:
             j = self._call(s, "get job", lambda: client.job.get(run.job_ids[-1]))
@@ -247,23 +248,26 @@ class Backend:
             mapped = "FAILED"
         out = {"state": mapped, "reason": reason, "platform_state": state}
         if mapped in ("RUNNING", "COMPLETED", "FAILED"):  # live metrics from the replica logs it serves
-            out.update(cloud.log_progress(self, run))
+            out.update(cloud.log_progress(self, run, job))
         return out
 
-    def log_files(self, run) -> list[Path]:
+    def log_texts(self, run, job, tail: int | None = None) -> list:
+        return read_log_files(self.log_files(run, job), tail)
+
+    def log_files(self, run, job) -> list[Path]:
         """Lepton serves each replica's log over its API: fetch them into the local log
         cache (replica 0 first) and return those files."""
         cache = cloud.log_cache(run.run_id)
         if not run.job_ids:
             return []
-        s = cloud.load_job(run).scheduler
+        s = job.scheduler
         client = _client(s)
         jid = run.job_ids[-1]
         try:
             replicas = self._call(s, "list replicas", lambda: client.job.get_replicas(jid))
         except LaunchError as exc:
             note = cache / "where.log"
-            cloud.write_private(note, f"bridge-launch: could not list the replicas of Lepton job {jid}: {exc}\n")
+            paths.write_private(note, f"bridge-launch: could not list the replicas of Lepton job {jid}: {exc}\n")
             return [note]
         files = []
         for rep in sorted(replicas, key=lambda r: r.metadata.id_ or ""):
@@ -273,14 +277,14 @@ class Backend:
             except LaunchError:
                 continue
             path = cache / f"{rid}.log"
-            cloud.write_private(path, text)
+            paths.write_private(path, text)
             files.append(path)
         return files
 
-    def cancel(self, run) -> None:
+    def cancel(self, run, job) -> None:
         if not run.job_ids:
             return
-        s = cloud.load_job(run).scheduler
+        s = job.scheduler
         client = _client(s)
         try:
             self._call(s, "delete job", lambda: client.job.delete(run.job_ids[-1]))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bridge_launch.core.errors import LaunchError
 from bridge_launch.backends.base import (RANK_PREFIX_ENV, Artifact, children, elapsed_text, entry_command, export_lines, header, log_tail,
-                   numa_wrapper, progress, q, runtime_env)
+                   numa_wrapper, progress, q, read_log_files, runtime_env, stage_locally)
 
 def log_path(run_id: str) -> str:
     return f"logs/{run_id}.log"
@@ -68,8 +68,6 @@ class Backend:
     name = "local"
 
     def stage(self, job, files: dict, *, new_dir: bool) -> None:
-        from bridge_launch.runs.lifecycle import stage_locally
-
         stage_locally(job.run_dir, files, new_dir=new_dir)
 
     def unstage(self, job) -> None:
@@ -90,7 +88,7 @@ class Backend:
 
     def status(self, runs: list) -> dict:
         out = {}
-        for run in runs:
+        for run, job in runs:
             run_dir = Path(run.run_dir)
             code = _read_exit(run_dir / exit_path(run.run_id))
             if code is not None:
@@ -110,13 +108,16 @@ class Backend:
             except OSError:
                 end = time.time()
             out[run.run_id] = {"state": st[0], "reason": st[1], "elapsed": elapsed_text(end - run.created),
-                               "nodes": socket.gethostname(), **progress(log_tail(p) for p in self.log_files(run))}
+                               "nodes": socket.gethostname(), **progress(log_tail(p) for p in self.log_files(run, job))}
         return out
 
-    def log_files(self, run) -> list[Path]:
+    def log_texts(self, run, job, tail: int | None = None) -> list:
+        return read_log_files(self.log_files(run, job), tail)
+
+    def log_files(self, run, job) -> list[Path]:  # noqa: ARG002  (the protocol's signature)
         return [Path(run.run_dir) / log_path(run.run_id)]
 
-    def cancel(self, run) -> None:
+    def cancel(self, run, job) -> None:
         """SIGTERM to the training processes themselves (torchrun's children), as an --until-done
         segment sends it: with train.exit_signal_handler on, the trainer saves and exits 0 at the end
         of its step; without it, the signal kills it. torchrun is left alone: signalled, it would

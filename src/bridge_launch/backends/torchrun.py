@@ -39,10 +39,6 @@ Sources (torch 2.13.0, git cf30153c, as installed in .venv):
 
 from __future__ import annotations
 
-# Linux's default net.ipv4.ip_local_port_range (Documentation/networking/ip-sysctl.rst; also
-# this machine's /proc/sys/net/ipv4/ip_local_port_range): outgoing connections take their local
-# port from here, so a listening port inside it can already be held by one (EADDRINUSE at start).
-EPHEMERAL_PORTS = (32768, 60999)
 # The per-job rendezvous port: 20000 + job id mod 12000, i.e. 20000-31999, below the range.
 RDZV_PORT_BASE = 20000
 RDZV_PORT_SPAN = 12000
@@ -120,5 +116,3 @@ def sets_trace_file(job) -> bool:
             and not job.config.get("dist.flight_recorder_dump_path"))
 
 
-def port_in_ephemeral_range(port: int) -> bool:
-    return EPHEMERAL_PORTS[0] <= port <= EPHEMERAL_PORTS[1]

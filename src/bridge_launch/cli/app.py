@@ -163,9 +163,7 @@ def submit(
     from bridge_launch.cli import commands
 
     if sweep or experiment or _more_recipes(overrides or []):
-        from bridge_launch.runs import experiments
-
-        raise typer.Exit(experiments.submit_group(
+        raise typer.Exit(commands.submit_group(
             recipe, overrides or [], sweep=sweep, experiment=experiment, follow=follow, output=output.value,
             dry_run=dry_run, cluster=cluster, overlays=overlay or [], nodes=nodes, time=time, partition=partition,
             account=account, container=container, env=env or [], secrets=secret or [], bridge_src=bridge_src,

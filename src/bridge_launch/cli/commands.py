@@ -7,6 +7,7 @@ import sys
 import time
 
 from bridge_launch.cli import views
+from bridge_launch.job.resolved import RUN_ID_PLACEHOLDER, replace_text
 from bridge_launch.core.errors import UsageError
 
 
@@ -412,7 +413,7 @@ def _without_run_id(job):
 
     data = job.to_dict()
     for rid in {job.run_id, job.run_dir.rstrip("/").rsplit("/", 1)[-1]} - {resolve.RUN_ID_PLACEHOLDER, ""}:
-        data = resolve._replace(data, rid, resolve.RUN_ID_PLACEHOLDER)
+        data = replace_text(data, rid, RUN_ID_PLACEHOLDER)
     return resolve.ResolvedJob.from_dict(data)
 
 
@@ -592,7 +593,7 @@ def import_runs(run_dirs: list[str], output: str = "text") -> int:
 def plan(recipe, overrides, *, cluster, overlays, nodes, tflops, tokens, output) -> int:
     import math
 
-    from bridge_launch.plan import estimate as planner
+    from bridge_launch.plan import report as planner
     from bridge_launch.resolve import resolver as resolve
 
     for flag, value in (("--tflops", tflops), ("--tokens", tokens)):
@@ -616,3 +617,63 @@ def plan(recipe, overrides, *, cluster, overlays, nodes, tflops, tokens, output)
     else:
         sys.stdout.write(planner.render_text(result))  # the job's errors and warnings included
     return 0
+
+
+def submit_group(recipe, overrides, *, sweep, experiment, follow, output, dry_run, **options) -> int:
+    """An experiment: one run per recipe x combination of swept values, resolved and validated
+    all before any is submitted, recorded as a named group (experiments.py)."""
+    from bridge_launch import backends
+    from bridge_launch.runs import lifecycle as launch
+    from bridge_launch.resolve import resolver as resolve
+    from bridge_launch.runs import experiments
+    from bridge_launch.runs.registry import Registry
+
+    recipes_, rest = experiments.split_recipes(recipe, overrides)
+    members = experiments.expand(recipes_, rest, sweep=sweep)
+    name = experiments.check_name(experiment) if experiment else experiments.new_name(recipes_[0])
+    opts = dict(options)
+    base = dict(cluster=opts.pop("cluster"), overlays=tuple(opts.pop("overlays")), env=tuple(opts.pop("env")),
+                secrets=tuple(opts.pop("secrets")), **opts)
+    jobs = []
+    for m in members:
+        job = resolve.resolve(m.recipe, resolve.Options(overrides=tuple(m.overrides), **base), for_submit=not dry_run)
+        if job.errors:
+            for e in job.errors:
+                _err(f"{m.label}: {e}")
+            return 2
+        jobs.append((m, job))
+    if dry_run:
+        if output == "json":
+            views.dump_json({"experiment": name, "runs": [dict(views.job_view(j, backends.render(j)), label=m.label)
+                                                           for m, j in jobs]})
+            return 0
+        print(f"experiment {name}: {len(jobs)} runs")
+        for i, (m, j) in enumerate(jobs, 1):
+            print(f"\n=== run {i}/{len(jobs)}: {m.label} ===")
+            views.print_job(j, backends.render(j), resolve.RUN_ID_PLACEHOLDER)
+        return 0
+    reg = Registry()
+    reg.add_experiment(name, {"recipes": recipes_, "overrides": list(overrides), "sweep": sweep,
+                              "labels": [m.label for m, _ in jobs]})
+    submitted = []
+    try:
+        for i, (m, job) in enumerate(jobs):
+            run = launch.submit(job, reg)
+            reg.add_to_experiment(name, run.run_id, i, m.label)
+            run = reg.update(run.run_id, info=dict(run.info, experiment=name, member=m.label))
+            submitted.append((m, run))
+    finally:
+        if not submitted:
+            reg.drop_experiment(name)
+    if output == "json":
+        views.dump_json({"experiment": name, "runs": [{"run_id": r.run_id, "label": m.label, "job_ids": r.job_ids,
+                                                       "state": r.state, "run_dir": r.run_dir, "recipe": r.recipe}
+                                                      for m, r in submitted]})
+    else:
+        print(f"experiment {name}: {len(submitted)} runs submitted")
+        for m, r in submitted:
+            print(f"  {r.run_id}  {m.label}  ({r.backend} job {', '.join(r.job_ids)})")
+        print(f"watch them: bridge-launch status {name} --watch   compare them: bridge-launch compare {name}")
+    if not follow:
+        return 0
+    return status(name, all_runs=False, state=None, recipe=None, output=output, watch=True, interval=5.0)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from bridge_launch.cli import views
 from bridge_launch.core.errors import UsageError
-from bridge_launch.logs.reader import LOSS, Log
+from bridge_launch.logs.reader import Log
 
 
 @dataclass

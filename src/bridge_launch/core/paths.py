@@ -38,3 +38,11 @@ def state_dir() -> Path:
         return Path(home)
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(base) / "bridge-launch"
+
+
+def write_private(path: Path, text: str) -> None:
+    """Files that hold environment values are readable by the owner only."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)

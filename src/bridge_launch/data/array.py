@@ -13,6 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from bridge_launch.core import slurm_time
 from bridge_launch.core.errors import LaunchError, UsageError
 
 
@@ -28,6 +29,8 @@ def check_cluster(cluster: str) -> dict:
         raise UsageError(f"--cluster {cluster}: runs jobs in containers; data prepare --cluster needs bare processes "
                          "that see this Python (use a profile with containers = false)")
     slurm = prof.get("slurm", {})
+    if slurm.get("time"):
+        slurm_time.checked(slurm["time"], f"cluster:{cluster} [slurm] time")
     if slurm.get("slurm_conf"):
         os.environ["SLURM_CONF"] = slurm["slurm_conf"]
     if shutil.which("sbatch") is None:
@@ -41,7 +44,7 @@ def run_array(cluster: str, tasks: list, tmp: Path, workers: int, *, on_progress
     """Write the shard tasks as a job array; returns write_shard's result for every task."""
     import submitit
 
-    from bridge_launch.data.prepare import write_shards
+    from bridge_launch.data.shards import write_shards
 
     slurm = check_cluster(cluster)
 
@@ -55,7 +58,8 @@ def run_array(cluster: str, tasks: list, tmp: Path, workers: int, *, on_progress
         params["partition"] = slurm["partition"]
     if slurm.get("account"):
         params["account"] = slurm["account"]
-    params["time"] = _minutes(slurm.get("time")) or 60
+    limit = slurm_time.minutes(slurm["time"]) if slurm.get("time") else 60  # checked by check_cluster
+    params["time"] = "UNLIMITED" if limit is None else limit
     ex.update_parameters(**params)
     try:
         jobs = ex.map_array(write_shards, chunks)
@@ -104,14 +108,3 @@ def run_array(cluster: str, tasks: list, tmp: Path, workers: int, *, on_progress
     return written
 
 
-def _minutes(t) -> int | None:
-    if not t:
-        return None
-    parts = [int(p) for p in str(t).replace("-", ":").split(":")]
-    while len(parts) < 3:
-        parts.insert(0, 0)
-    if len(parts) == 4:
-        d, h, m, s = parts
-        return d * 1440 + h * 60 + m + (1 if s else 0)
-    h, m, s = parts[-3:]
-    return h * 60 + m + (1 if s else 0)

@@ -48,16 +48,3 @@ def classify_line(line: str) -> tuple[str, str] | None:
     return None
 
 
-def classify(text: str) -> tuple[str, str] | None:
-    """('deterministic'|'flaky', what) of a log's failure: the class of the failing rank's first
-    error line (logread.first_error_detail), else the first known failure anywhere in the log."""
-    from bridge_launch.logs.reader import first_error_detail
-
-    err = first_error_detail([text])
-    if err is not None and err.kind:
-        return err.kind, err.what
-    for kind, table in (("deterministic", DETERMINISTIC), ("flaky", FLAKY)):
-        for what, pattern in table.items():
-            if re.search(pattern, text):
-                return kind, what
-    return None

@@ -2,7 +2,7 @@
 
 Everything bridge-launch knows about a run's progress comes from here: `status` (step, loss,
 throughput, ETA, checkpoint, first error), `--follow`, `check` (the hardware gate), `compare`
-(loss parity), until-done's progress and the failure reasons (failures.classify). The formats are
+(loss parity), until-done's progress and the failure reasons (classify). The formats are
 the trainer protocol's (workloads/trainer_protocol.py: the facts the smoke workload writes by,
 each cited at the pinned Megatron-Bridge / Megatron-LM commits); nothing here defines a format.
 
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 
+from bridge_launch.logs import failures
 from bridge_launch.workloads import trainer_protocol as P
 
 LOSS = P.LOSS_KEY
@@ -584,8 +585,6 @@ class ErrorLine:
 def _candidates(text: str):
     """(rank, bare line, index) of each line that reads like an error, in order: known failures
     (failures.py), NaN checks, error words, and the exception line that ends each traceback."""
-    from bridge_launch.logs import failures
-
     known = failures.known_re()
     in_tb: dict = {}  # rank -> inside a traceback, waiting for its exception line
     for i, raw in enumerate(text.splitlines()):
@@ -621,8 +620,6 @@ def first_error_detail(texts) -> ErrorLine | None:
     rank whose error is not a consequence of another's (NCCL aborts, SIGTERM tracebacks, srun
     tearing the step down). Its line: the first known failure (failures.py: out of memory, NCCL
     timeout, ...) among that rank's lines, else its exception's last line, else its first error line."""
-    from bridge_launch.logs import failures
-
     texts = [t.decode("utf-8", "replace") if isinstance(t, bytes) else t for t in texts if t]
     if not texts:
         return None
@@ -675,3 +672,16 @@ def first_error(texts) -> str | None:
     CUDA out of memory..."), or None when the texts show no error."""
     err = first_error_detail(texts)
     return str(err) if err else None
+
+
+def classify(text: str) -> tuple[str, str] | None:
+    """('deterministic'|'flaky', what) of a log's failure: the class of the failing rank's first
+    error line (first_error_detail), else the first known failure anywhere in the log."""
+    err = first_error_detail([text])
+    if err is not None and err.kind:
+        return err.kind, err.what
+    for kind, table in (("deterministic", failures.DETERMINISTIC), ("flaky", failures.FLAKY)):
+        for what, pattern in table.items():
+            if re.search(pattern, text):
+                return kind, what
+    return None

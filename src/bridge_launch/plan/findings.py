@@ -14,19 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from bridge_launch.plan import topology
-from bridge_launch.plan import rules as validate
 from bridge_launch.core.errors import UsageError
-
-WARN_FRACTION = 0.90
-GIB = 1024**3
-MAX_LAYERS = 100_000  # larger models are not estimated (the layer list is built layer by layer)
+from bridge_launch.plan import estimate as plan
+from bridge_launch.plan import rules as validate
+from bridge_launch.plan import topology
+from bridge_launch.plan.estimate import WARN_FRACTION
 
 
 def estimate(job, par: topology.Parallel):
     """(Arch, memory dict) by plan's estimate, or (Arch | None, None) with a reason in a note."""
-    from bridge_launch.plan import estimate as plan
-
     try:
         arch = plan.arch_for(job)
     except plan.ArchError as exc:
@@ -47,8 +43,6 @@ def _fraction_text(mem: dict) -> str:
 def what_fits(job, arch, par: topology.Parallel, limit: int = 3) -> list:
     """Single changes that bring the estimate to 100% of the GPU or below and keep the job valid
     by every rule: (overrides text, memory dict), the smallest change first."""
-    from bridge_launch.plan import estimate as plan
-
     cfg = job.config
     mbs = validate._int(cfg, validate.MBS) or 1
     cands = []
@@ -119,3 +113,21 @@ def findings(job, *, groups: dict | None = None, memory_check: bool = True) -> d
                                    f"fragmentation, NCCL buffers and CUDA graphs are not counted; raise TP/CP/EP/PP, "
                                    f"recompute more, or lower the micro batch")
     return out
+
+
+def check(job, gpu_count_ok: bool = True, memory_check: bool = True) -> tuple[list, list]:
+    """(errors, warnings) of every rule, then plan's findings (memory per GPU, rank groups across
+    nodes and NVLink domains; preflight.py). When the GPU count itself is wrong (already one
+    error), the rules that only restate it are left out."""
+    c = validate.context(job)
+    errors: list = []
+    warnings: list = []
+    for r in validate.RULES:
+        if (r.world and not gpu_count_ok) or (r.megatron and job.workload != "megatron-bridge"):
+            continue
+        (errors if r.level == "error" else warnings).extend(r.fn(c))
+    if c.world_ok and gpu_count_ok:
+        found = findings(job, memory_check=memory_check)
+        errors.extend(found["errors"])
+        warnings.extend(found["warnings"])
+    return errors, warnings

@@ -19,32 +19,20 @@ from __future__ import annotations
 import math
 import os
 
-from bridge_launch.spec.clusters import GPU_CC
+from bridge_launch.core import upstream
+from bridge_launch.core.hardware import GPU_CC
+from bridge_launch.spec.config_keys import (
+    CP, DATA_SEQ, EP, ETP, EVAL_CP, FP8_RECIPE, GBS, MBS, MODEL_SEQ, PACKING_BUFFER, PP, PRECISION, SEQ_KEYS, SP, TP, VPP,
+)
+from bridge_launch.spec.config_keys import bool_value as _bool
+from bridge_launch.spec.config_keys import int_value as _int
+from bridge_launch.spec.config_keys import sizes as _sizes
 
-MB_COMMIT = "067f987"  # Megatron-Bridge
-MC_COMMIT = "2a75ac1"  # megatron-core (Megatron-LM)
+MB_COMMIT = upstream.short(upstream.BRIDGE_MAIN)
+MC_COMMIT = upstream.short(upstream.CORE_OF_MAIN)
 MB = f"Megatron-Bridge@{MB_COMMIT}"
 MC = f"megatron-core@{MC_COMMIT}"
 
-TP = "model.tensor_model_parallel_size"
-PP = "model.pipeline_model_parallel_size"
-CP = "model.context_parallel_size"
-EP = "model.expert_model_parallel_size"
-ETP = "model.expert_tensor_parallel_size"
-VPP = "model.virtual_pipeline_model_parallel_size"
-EVAL_CP = "dist.eval_context_parallel_size"
-SP = "model.sequence_parallel"
-GBS = "train.global_batch_size"
-MBS = "train.micro_batch_size"
-MODEL_SEQ = "model.seq_length"
-DATA_SEQ = "dataset.seq_length"
-SEQ_KEYS = (DATA_SEQ, MODEL_SEQ)
-EXPERTS = "model.num_moe_experts"
-PRECISION = "mixed_precision"
-FP8_RECIPE = "mixed_precision.fp8_recipe"
-# Native sequence packing of the VLM/Energon path: a packing buffer turns it on
-# (config.py:1270-1272: EnergonDatasetConfig with packing_buffer_size is not None).
-PACKING_BUFFER = "dataset.packing_buffer_size"
 
 # Dataset kinds (ResolvedJob.dataset_kind; pretrain recipes without one build GPTDatasetConfig)
 # and the ConfigContainer.validate() checks that depend on the dataset class.
@@ -83,28 +71,6 @@ def rule(id: str, family: str, source: str, *, level: str = "error", world: bool
 
 # ------------------------------------------------------------------------------------------
 # the job's values
-
-
-def _int(cfg: dict, key: str, default=None):
-    """An integer value: the default when unset or null, None when not an integer (an interpolation)."""
-    v = cfg.get(key, default)
-    if v is None:
-        return default
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def _bool(cfg: dict, key: str):
-    v = cfg.get(key)
-    return v if isinstance(v, bool) else None
-
-
-def _sizes(cfg):
-    tp, pp, cp = _int(cfg, TP, 1), _int(cfg, PP, 1), _int(cfg, CP, 1)
-    ep = _int(cfg, EP, 1)
-    etp = _int(cfg, ETP, None)
-    if cfg.get(ETP) is None:
-        etp = tp  # model_parallel_config.py:506-507: expert TP defaults to TP
-    return tp, pp, cp, ep, etp
 
 
 def dataset_kind(job) -> str | None:
@@ -841,26 +807,6 @@ def rule_unmounted(c: Ctx) -> list:
 
 
 # ------------------------------------------------------------------------------------------
-
-
-def check(job, gpu_count_ok: bool = True, memory_check: bool = True) -> tuple[list, list]:
-    """(errors, warnings) of every rule, then plan's findings (memory per GPU, rank groups across
-    nodes and NVLink domains; preflight.py). When the GPU count itself is wrong (already one
-    error), the rules that only restate it are left out."""
-    c = context(job)
-    errors: list = []
-    warnings: list = []
-    for r in RULES:
-        if (r.world and not gpu_count_ok) or (r.megatron and job.workload != "megatron-bridge"):
-            continue
-        (errors if r.level == "error" else warnings).extend(r.fn(c))
-    if c.world_ok and gpu_count_ok:
-        from bridge_launch.plan import findings as preflight
-
-        found = preflight.findings(job, memory_check=memory_check)
-        errors.extend(found["errors"])
-        warnings.extend(found["warnings"])
-    return errors, warnings
 
 
 def sequence_errors(cfg: dict, *, kind: str | None) -> list:

@@ -9,6 +9,10 @@ could never save. The rest are warnings that name the values that would fit.
 
 from __future__ import annotations
 
+from bridge_launch.core.errors import UsageError
+from bridge_launch.plan import estimate as plan
+from bridge_launch.plan import topology
+
 import math
 
 # What a torch_dist save of Megatron's distributed optimizer holds per parameter: bf16 weights
@@ -20,22 +24,17 @@ FORWARD_SHARE = 1 / 3
 
 def _plan_step_seconds(job) -> tuple[float | None, object]:
     """plan's step time and architecture for this job, or (None, arch) when plan cannot tell."""
-    from bridge_launch.plan import estimate as plan
-    from bridge_launch.core.errors import UsageError
-
     try:
         arch = plan.arch_for(job)
         if arch is None:
             return None, None
-        thr = plan.throughput(job, arch, plan.parallel_of(job))
+        thr = plan.throughput(job, arch, topology.parallel_of(job))
     except (UsageError, KeyError, TypeError, ValueError, ZeroDivisionError):
         return None, None
     return (thr or {}).get("step_seconds"), arch
 
 
 def _params(arch) -> int | None:
-    from bridge_launch.plan import estimate as plan
-
     try:
         return plan.total_params(arch)["total"]
     except (KeyError, TypeError, ValueError):

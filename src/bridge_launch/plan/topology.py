@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from bridge_launch.plan import rules as validate
 from bridge_launch.core.errors import UsageError
+from bridge_launch.core.hardware import segment_size  # the value the Slurm backend writes as --segment
 
 ORDER = "tp-cp-ep-dp-pp"  # Megatron's default rank order (initialize_model_parallel)
 MAX_RANKS = 65536  # larger worlds are not enumerated (groups are listed rank by rank)
@@ -171,8 +172,6 @@ def placement(job, par: Parallel, groups: dict) -> tuple[dict, dict, list, list]
 
     TP and expert TP must stay inside a node. Under HybridEP an EP group must also stay inside
     one NVLink domain; the domain a node lands in is its Slurm segment (node // segment)."""
-    from bridge_launch.backends.slurm.backend import segment_size  # the value the Slurm backend writes as --segment
-
     gpn, nodes = job.gpus_per_node, job.nodes
     domain = int(job.profile.get("nvlink_domain_nodes") or 0)
     segment = segment_size(nodes, domain) if domain > 1 and nodes > 1 else None

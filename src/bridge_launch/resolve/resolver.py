@@ -12,21 +12,22 @@ import math
 import os
 import re
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from bridge_launch.spec import clusters
-from bridge_launch.runs import images
-from bridge_launch.core import paths
+from bridge_launch.core import image_cache, image_ref, paths, slurm_time
+from bridge_launch.core.upstream import BRIDGE_IN_CONTAINER
 from bridge_launch.spec import recipes
 from bridge_launch.spec import schema
-from bridge_launch.plan import rules as validate
+from bridge_launch.plan import findings
+from bridge_launch.resolve import secret_plan
 from bridge_launch.core.errors import UsageError
+from bridge_launch.job.resolved import BRIDGE_SRC_DIR as BRIDGE_SRC_DIR
+from bridge_launch.job.resolved import RUN_ID_PLACEHOLDER as RUN_ID_PLACEHOLDER
+from bridge_launch.job.resolved import ResolvedJob as ResolvedJob
 from bridge_launch.spec.overrides import OverrideError, format_override, parse_override
 from bridge_launch.workloads import trainer_protocol as P
 
-RUN_ID_PLACEHOLDER = "@RUN_ID@"
-BRIDGE_IN_CONTAINER = "/opt/Megatron-Bridge"
-BRIDGE_SRC_DIR = "bridge-src"  # where --bridge-src's packed tree is staged, under the run dir
 _SECRETISH = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -53,73 +54,6 @@ class Options:
     step_time: float | None = None  # seconds per training step, for sizing a chain (else plan's estimate)
     memory_check: bool = True  # plan's memory estimate above 100% of the GPU is an error (else a warning)
     canary: bool | None = None  # --canary / --no-canary; None: the profile's [canary] enabled
-
-
-@dataclass(frozen=True)
-class ResolvedJob:
-    recipe: str
-    upstream: str | None
-    mode: str | None
-    workload: str
-    dataset_kind: str | None
-    entry: str
-    hf_model: str | None
-    cluster: str
-    backend: str
-    overlays: list
-    nodes: int
-    gpus_per_node: int
-    world_size: int
-    gpu_type: str
-    container: str | None
-    config: dict  # dotted key -> value (what the job will run with, as far as we set it)
-    args: list  # the KEY=VALUE tokens handed to the entry point, one per key we set
-    env: dict  # non-secret environment
-    secrets: list  # names only; values are read from the submitting environment at submit
-    required_secrets: list
-    mounts: list
-    job_root: str
-    run_id: str  # RUN_ID_PLACEHOLDER until submit allocates it
-    run_dir: str  # job_root/<run id>; the id is RUN_ID_PLACEHOLDER until submit allocates it
-    python: str
-    scheduler: dict  # backend settings after CLI flags (slurm / lepton / dgxcloud section)
-    profile: dict  # the resolved cluster profile
-    chain: dict | None  # --until-done: see _chain
-    provenance: dict  # {"config": {key: source}, "env": {...}, "job": {...}}
-    missing_inputs: list
-    warnings: list
-    errors: list
-    image: dict | None = None  # from the image cache: {"ref", "digest", "squashfs"} (container is the squashfs)
-    bridge_src: str | None = None  # the local checkout --bridge-src packs at submit
-    # Slurm: {NAME: {"source": "file:PATH" | "netrc:MACHINE[:PATH]", "optional", "from"}}, read on the cluster
-    secret_sources: dict = field(default_factory=dict)
-    upstream_status: str | None = None  # the recipe's note when its upstream function is not in Megatron-Bridge
-    canary: dict | None = None  # canary.settings: the checks before the job (None: none)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "ResolvedJob":
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
-
-    def with_run_id(self, run_id: str) -> "ResolvedJob":
-        """The same job with the run id filled in everywhere the placeholder stands."""
-        return ResolvedJob.from_dict(_replace(self.to_dict(), RUN_ID_PLACEHOLDER, run_id))
-
-    def for_run(self, run_id: str) -> "ResolvedJob":
-        """The same job (same run dir, checkpoints, logger paths) under another run id: a resume."""
-        return dataclasses.replace(self, run_id=run_id)
-
-
-def _replace(obj, old: str, new: str):
-    if isinstance(obj, str):
-        return obj.replace(old, new)
-    if isinstance(obj, list):
-        return [_replace(x, old, new) for x in obj]
-    if isinstance(obj, dict):
-        return {_replace(k, old, new): _replace(v, old, new) for k, v in obj.items()}
-    return obj
 
 
 # Keys that default into the run directory when no layer sets them, so a run keeps its
@@ -260,39 +194,6 @@ def _mounts(prof: dict, job_root: str) -> list:
     return mounts
 
 
-_SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
-
-
-def slurm_time_seconds(text: str) -> int | None:
-    """Seconds in a Slurm time limit (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S); None if unlimited.
-    Raises ValueError for anything Slurm would not accept."""
-    if text.upper() in ("UNLIMITED", "INFINITE"):
-        return None
-    m = _SLURM_TIME.match(text)
-    if not m:
-        raise ValueError(text)
-    days, a, b, c = m.groups()
-    # Slurm itself folds overflowing fields (99:99:99 is read as 100:40:39); a field past its clock
-    # range is almost always a typo, so it is refused here with what it would have meant.
-    if days is not None:  # D-H[:M[:S]]
-        h, mi, se = int(a), int(b or 0), int(c or 0)
-        total = ((int(days) * 24 + h) * 60 + mi) * 60 + se
-        over = h > 23 or mi > 59 or se > 59
-    elif c is not None:  # H:M:S
-        mi, se = int(b), int(c)
-        total, over = (int(a) * 60 + mi) * 60 + se, mi > 59 or se > 59
-    elif b is not None:  # M:S
-        total, over = int(a) * 60 + int(b), int(b) > 59
-    else:
-        return int(a) * 60  # M
-    if over:
-        d, rest = divmod(total, 86400)
-        meant = (f"{d}-" if d else "") + f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
-        raise ValueError(f"hours must be below 24 after a day count, minutes and seconds below 60 (Slurm would read "
-                         f"it as {meant})")
-    return total
-
-
 MAX_NO_PROGRESS = 2  # segments in a row that end without a new complete checkpoint stop the chain
 
 
@@ -324,7 +225,7 @@ def _chain(opts: Options, prof: dict, recipe: dict, layers: _Layers, scheduler: 
     layers.set("checkpoint.load", save, "until-done")
     # Megatron-Bridge saves and exits on the signal only with its handler on (trainer_protocol).
     layers.set("train.exit_signal_handler", True, "until-done")
-    limit = slurm_time_seconds(scheduler["time"]) if scheduler.get("time") else None
+    limit = slurm_time.seconds(scheduler["time"]) if scheduler.get("time") else None
     if limit is not None and opts.signal_lead >= limit:
         raise UsageError(f"--signal-lead {opts.signal_lead}s is not shorter than the time limit {scheduler['time']} "
                          f"({limit}s); the trainer would be told to save before it starts")
@@ -412,15 +313,13 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         if name in env:
             raise UsageError(f"{name} is both a secret and a plain environment value ({envsrc[name]}); secrets are passed by name only")
 
-    from bridge_launch.backends.slurm import secrets as slurm_secrets
-
-    secrets, secret_sources, more_errors, more_warnings = slurm_secrets.plan(
+    secrets, secret_sources, more_errors, more_warnings = secret_plan.plan(
         prof, secrets, prof["required_secrets"], cli_secrets, cli_sources)
     errors += more_errors
     warnings += more_warnings
     through_env = [n for n in secrets if n not in secret_sources]
     if prof["backend"] == "slurm" and through_env and not for_submit:  # submit says it with Slurm's own paths
-        warnings.append(slurm_secrets.env_note(through_env, prof["name"]))
+        warnings.append(secret_plan.env_note(through_env, prof["name"]))
     if not opts.memory_check:
         jobsrc["memory_check"] = "off (--no-memory-check)"  # kept for resume, which validates again
     before = len(errors)
@@ -439,10 +338,10 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         container, jobsrc["container"] = None, f"cluster:{prof['name']} (bare processes)"
     image = None
     if container and prof["backend"] in ("lepton", "dgxcloud"):
-        container = images.docker_ref(container)  # REGISTRY/IMAGE there (users may write pyxis's #)
+        container = image_ref.docker_ref(container)  # REGISTRY/IMAGE there (users may write pyxis's #)
     elif container and prof["backend"] == "slurm":
-        ref = images.pyxis_ref(container)  # the renderer writes this form; a bare *.sqsh is refused here
-        hit = images.cached(prof["name"], prof["slurm"].get("image_cache", "").rstrip("/"), ref)
+        ref = image_ref.pyxis_ref(container)  # the renderer writes this form; a bare *.sqsh is refused here
+        hit = image_cache.cached(prof["name"], prof["slurm"].get("image_cache", "").rstrip("/"), ref)
         if hit:  # `image import` put it in the profile's cache: start from that squashfs
             image = {"ref": ref, "digest": hit["digest"], "squashfs": hit["squashfs"]}
             container, jobsrc["container"] = hit["squashfs"], f"{jobsrc['container']}, image cache {hit['digest'][:19]}"
@@ -459,12 +358,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         elif flag in scheduler:
             jobsrc[flag] = f"cluster:{prof['name']}"
     if scheduler.get("time"):
-        try:
-            slurm_time_seconds(scheduler["time"])
-        except ValueError as exc:
-            why = f": {exc}" if str(exc) != scheduler["time"] else ""
-            raise UsageError(f"time limit {scheduler['time']!r} ({jobsrc['time']}) is not a Slurm time{why}; valid: MM, "
-                             "MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED") from None
+        slurm_time.checked(scheduler["time"], jobsrc["time"])
 
     job_root = (prof["job_root"] or str(paths.state_dir() / "runs")).rstrip("/")
     run_dir = f"{job_root}/{RUN_ID_PLACEHOLDER}"
@@ -496,9 +390,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         alt = ", or with --bridge-src CHECKOUT that has it" if prof["backend"] == "slurm" and container else ""
         warnings.append(f"recipe function {recipe.get('upstream')} is not in upstream Megatron-Bridge: the job runs only "
                         f"if its image ({container or 'none'}) carries it{alt}")
-    from bridge_launch.runs import canary as _canary
-
-    canary = _canary.settings(prof, opts.canary, nodes, jobsrc)
+    canary = clusters.canary_settings(prof, opts.canary, nodes, jobsrc)
     missing = [k for k in recipe["required"] if layers.values.get(k) in (None, "")]
     for key in missing:
         (errors if for_submit else warnings).append(
@@ -522,7 +414,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         secret_sources=secret_sources, upstream_status=recipe.get("upstream_status"),
         canary=canary,
     )
-    errs, warns = validate.check(job, gpu_count_ok=gpu_count_ok, memory_check=opts.memory_check)
+    errs, warns = findings.check(job, gpu_count_ok=gpu_count_ok, memory_check=opts.memory_check)
     job.errors.extend(errs)
     job.warnings.extend(warns)
     if chain is not None:
@@ -554,7 +446,7 @@ def amend(job: ResolvedJob, overrides=()) -> ResolvedJob:
     prov = dict(job.provenance, config={**job.provenance["config"], **layers.source})
     new = dataclasses.replace(job, config=dict(layers.values), args=list(layers.tokens.values()) + deleted,
                               provenance=prov, errors=[], warnings=[])
-    errs, warns = validate.check(new, memory_check="memory_check" not in job.provenance.get("job", {}))
+    errs, warns = findings.check(new, memory_check="memory_check" not in job.provenance.get("job", {}))
     new.errors.extend(errs)
     new.warnings.extend(warns)
     return new

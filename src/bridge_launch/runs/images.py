@@ -17,156 +17,21 @@ never touches the cluster.
 
 from __future__ import annotations
 
-import json
-import os
-import re
 import time
 
-from bridge_launch.core import paths
+from bridge_launch.backends.slurm.image_import import failure_line, import_script, parse_result
 from bridge_launch.core.errors import UsageError
+from bridge_launch.core.image_cache import remember
+from bridge_launch.core.image_ref import is_path, pyxis_ref
 
-RECORD = "images.json"
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-
-
-def is_path(ref: str) -> bool:
-    return ref.startswith(("/", "."))
-
-
-def _split_registry(ref: str):
-    """(registry, rest) of a Docker-style reference; registry None for Docker Hub names."""
-    first, sep, rest = ref.partition("/")
-    if sep and (any(c in first for c in ".:") or first == "localhost"):
-        return first, rest
-    return None, ref
-
-
-def pyxis_ref(ref: str) -> str:
-    """The reference as pyxis and enroot expect it: REGISTRY#IMAGE[:TAG], or a path as it is."""
-    if is_path(ref) or "#" in ref or "://" in ref:
-        return ref
-    if ref.endswith((".sqsh", ".squashfs")):
-        raise UsageError(f"container image {ref!r} looks like a squashfs file; give its absolute path "
-                         "(pyxis reads a name without a leading '/' or '.' as a registry image)")
-    registry, rest = _split_registry(ref)
-    return f"{registry}#{rest}" if registry else ref
-
-
-def docker_ref(ref: str) -> str:
-    """The reference as Docker, Lepton and Run:ai expect it: REGISTRY/IMAGE[:TAG]."""
-    if is_path(ref):
-        raise UsageError(f"container image {ref!r} is a file path; this platform pulls images from a registry")
-    if "#" not in ref:
-        return ref
-    head, _, image = ref.partition("#")
-    return f"{head.rpartition('@')[2]}/{image}"  # [USER@]REGISTRY#IMAGE: the user is pyxis/enroot's own
 
 
 # --- the local record ---------------------------------------------------------------------------
 
-def _record_path():
-    return paths.state_dir() / RECORD
-
-
-def load_record() -> dict:
-    try:
-        data = json.loads(_record_path().read_text())
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"the image cache record {_record_path()} cannot be read ({exc}); delete it and "
-                         "import again") from None
-    return data if isinstance(data, dict) else {}
-
-
-def cached(cluster: str, cache_dir: str, ref: str) -> dict | None:
-    """The record of `ref` imported into `cache_dir` for `cluster`, or None."""
-    if not cache_dir:
-        return None
-    entry = load_record().get(cluster, {}).get(ref)
-    if not entry or entry.get("cache_dir") != cache_dir or not _DIGEST.match(entry.get("digest", "")):
-        return None
-    return entry
-
-
-def remember(cluster: str, ref: str, entry: dict) -> None:
-    """Add one import to the record (read-modify-write under a lock, replaced atomically)."""
-    import fcntl
-
-    path = _record_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        data = load_record()
-        data.setdefault(cluster, {})[ref] = entry
-        tmp = path.with_suffix(f".tmp.{os.getpid()}")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, path)
 
 
 # --- the import job -----------------------------------------------------------------------------
 
-MARK = "bridge-launch-import:"
-
-
-def import_script(ref: str, cache_dir: str) -> str:
-    """The batch script of one import: the digest first (a moved tag gets a new file), then the
-    squashfs into a private temporary name and a hard link to `<digest>.sqsh`, which either
-    appears whole or, when another import of the same digest got there first, fails and is
-    dropped. A squashfs path given as the image is hashed and copied the same way."""
-    from bridge_launch.backends.base import q
-
-    src = q(ref)
-    return "\n".join([
-        "#!/bin/bash",
-        "set -uo pipefail",
-        f"cache={q(cache_dir)}",
-        'mkdir -p "$cache" || exit 1',
-        f"if [ -f {src} ]; then",
-        f"    digest=sha256:$(sha256sum {src} | cut -d' ' -f1) || exit 1",
-        "else",
-        f"    digest=$(enroot digest {q('docker://' + ref)}) || {{ echo 'enroot digest failed' >&2; exit 1; }}",
-        "fi",
-        'case "$digest" in sha256:*) ;; *) echo "unexpected digest: $digest" >&2; exit 1;; esac',
-        'final="$cache/${digest/:/-}.sqsh"',
-        f'if [ -s "$final" ]; then echo "{MARK} $digest $final cached"; exit 0; fi',
-        'tmp="$cache/.${digest/:/-}.sqsh.$SLURM_JOB_ID.$$"',
-        "trap 'rm -f \"$tmp\"' EXIT",
-        f"if [ -f {src} ]; then",
-        f'    cp {src} "$tmp" || exit 1',
-        '    [ "sha256:$(sha256sum "$tmp" | cut -d\' \' -f1)" = "$digest" ] || { echo "the image changed while it was copied" >&2; exit 1; }',
-        "else",
-        f'    enroot import --output "$tmp" {q("docker://" + ref)}"@$digest" || exit 1',
-        "fi",
-        'chmod 644 "$tmp"',
-        'if ln "$tmp" "$final" 2>/dev/null; then',
-        f'    echo "{MARK} $digest $final imported"',
-        'elif [ -s "$final" ]; then',
-        f'    echo "{MARK} $digest $final cached"',
-        "else",
-        '    echo "could not link $final" >&2; exit 1',
-        "fi",
-    ]) + "\n"
-
-
-def parse_result(text: str):
-    """(digest, path, how) from the import job's output, or None."""
-    for line in reversed(text.splitlines()):
-        if line.startswith(MARK):
-            parts = line[len(MARK):].split()
-            if len(parts) == 3 and _DIGEST.match(parts[0]):
-                return parts[0], parts[1], parts[2]
-    return None
-
-
-def failure_line(text: str) -> str:
-    """enroot's own error line from a failed import's output (the most specific line)."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    for pattern in (r"curl: \(\d+\)", r"\[ERROR\]", r"error", r"No such file"):
-        hits = [ln for ln in lines if re.search(pattern, ln, re.I)]
-        if hits:
-            return hits[-1][:300]
-    return lines[-1][:300] if lines else "no output"
 
 
 def import_image(image: str, cluster: str, *, timeout: float = 3600) -> dict:
@@ -189,9 +54,9 @@ def import_image(image: str, cluster: str, *, timeout: float = 3600) -> dict:
         raise UsageError(f"image {image!r}: give a squashfs file as an absolute path on the cluster's filesystem")
     be = Backend()
     logs = f"{cache_dir}/.import-logs"
-    mk = be._run(s, ["mkdir", "-p", logs])
+    mk = be.command(s, ["mkdir", "-p", logs])
     if mk.returncode:
-        raise LaunchError(f"could not create {logs}: {be._first_error(mk)}")
+        raise LaunchError(f"could not create {logs}: {be.first_error(mk)}")
     argv = ["sbatch", "--parsable", "--wait", "--nodes=1", "--ntasks=1", "--job-name=bridge-launch-import",
             f"--output={logs}/import-%j.out"]
     for key in ("partition", "account", "qos", "reservation"):
@@ -199,12 +64,12 @@ def import_image(image: str, cluster: str, *, timeout: float = 3600) -> dict:
             argv.append(f"--{key}={s[key]}")
     argv.append(f"--time={s.get('image_import_time') or '01:00:00'}")
     t0 = time.monotonic()
-    proc = be._run(s, argv, stdin=import_script(ref, cache_dir), timeout=timeout)
+    proc = be.command(s, argv, stdin=import_script(ref, cache_dir), timeout=timeout)
     elapsed = time.monotonic() - t0
     job_id = (proc.stdout or "").strip().splitlines()[0].split(";")[0] if (proc.stdout or "").strip() else ""
     if not job_id.isdigit():
-        raise LaunchError(f"sbatch refused the import job: {be._first_error(proc)}")
-    out = be._read(s, f"{logs}/import-{job_id}.out") or ""
+        raise LaunchError(f"sbatch refused the import job: {be.first_error(proc)}")
+    out = be.read_file(s, f"{logs}/import-{job_id}.out") or ""
     result = parse_result(out)
     if proc.returncode or result is None:
         raise LaunchError(f"importing {ref} failed (job {job_id}): {failure_line(out)}")

@@ -8,48 +8,15 @@ import time
 from pathlib import Path
 
 from bridge_launch import backends
-from bridge_launch.core.errors import LaunchError, UsageError
-from bridge_launch.backends.base import WORKLOAD_DIR, Tree
+from bridge_launch.core.errors import UsageError
+from bridge_launch.backends.base import Tree, workload_files
+from bridge_launch.core import paths
 from bridge_launch.resolve.resolver import BRIDGE_SRC_DIR, ResolvedJob, amend
+from bridge_launch.runs.records import job_json as job_json
+from bridge_launch.runs.records import load_job as load_job
 from bridge_launch.runs.registry import TERMINAL, Registry, Run
+from bridge_launch.spec import config_keys
 
-_WORKLOADS = Path(__file__).resolve().parent.parent / "workloads"
-
-
-def workload_files() -> dict:
-    """The in-job workload (smoke.py and its sibling modules), as staged into the run dir."""
-    return {f"{WORKLOAD_DIR}/{p.name}": p.read_text() for p in sorted(_WORKLOADS.glob("*.py")) if p.name != "__init__.py"}
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Files that hold environment values are readable by the owner only."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-
-
-def stage_locally(run_dir: str, files: dict, *, new_dir: bool) -> None:
-    """Create the run dir (or reuse it, for a resume) and write the files, owner-only."""
-    root = Path(run_dir)
-    if new_dir:
-        root.mkdir(parents=True, exist_ok=False)
-    for sub in ("logs", "launch", "exit"):
-        (root / sub).mkdir(parents=True, exist_ok=True)
-    for rel, text in files.items():
-        if isinstance(text, Tree):  # a packed tree (--bridge-src), unpacked under rel/
-            import io
-            import tarfile
-
-            with tarfile.open(fileobj=io.BytesIO(text)) as tar:
-                tar.extractall(root / rel, filter="data")
-            continue
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        _write_private(root / rel, text)
-
-
-def job_json(job: ResolvedJob) -> str:
-    return json.dumps(job.to_dict(), indent=2, sort_keys=False) + "\n"
 
 
 def _launch(reg: Registry, job: ResolvedJob, run: Run, *, new_dir: bool, code: dict | None = None) -> Run:
@@ -78,7 +45,7 @@ def _launch(reg: Registry, job: ResolvedJob, run: Run, *, new_dir: bool, code: d
             files[BRIDGE_SRC_DIR] = Tree(packed.tar)
             code = {"bridge_src": job.bridge_src, "bridge_commit": packed.commit, "bridge_dirty": packed.dirty,
                     "bridge_files": packed.files}
-        _write_private(reg.jobs_dir() / f"{run.run_id}.json", job_json(job))
+        paths.write_private(reg.jobs_dir() / f"{run.run_id}.json", job_json(job))
         be.stage(job, files, new_dir=new_dir)
         created = new_dir
         run = reg.update(run.run_id, run_dir=job.run_dir)
@@ -111,7 +78,7 @@ def _write_record(run: Run) -> None:
     launch_dir = Path(run.run_dir) / "launch"
     if launch_dir.is_dir():
         try:
-            _write_private(launch_dir / f"{run.run_id}{RECORD_SUFFIX}", json.dumps(run.to_dict(), indent=2) + "\n")
+            paths.write_private(launch_dir / f"{run.run_id}{RECORD_SUFFIX}", json.dumps(run.to_dict(), indent=2) + "\n")
         except OSError:
             pass  # the run is submitted; only a later import would miss its job ids
 
@@ -144,7 +111,7 @@ def import_run_dir(reg: Registry, run_dir: str) -> list[tuple[str, str]]:
         if reg.get(run_id):
             out.append((run_id, "already registered"))
             continue
-        _write_private(reg.jobs_dir() / f"{run_id}.json", path.read_text())
+        paths.write_private(reg.jobs_dir() / f"{run_id}.json", path.read_text())
         reg.insert(record)
         added.append(run_id)
     for run in refresh(reg, [reg.get(i) for i in added]):
@@ -227,20 +194,10 @@ def _check_resumable(run: Run, chain: list[Run], old: ResolvedJob, job: Resolved
 
 
 def data_parallel(job: ResolvedJob) -> int | None:
-    from bridge_launch.plan.rules import _sizes
-
-    tp, pp, cp, _, _ = _sizes(job.config)
+    tp, pp, cp, _, _ = config_keys.sizes(job.config)
     if None in (tp, pp, cp) or job.world_size % (tp * pp * cp):
         return None
     return job.world_size // (tp * pp * cp)
-
-
-def load_job(reg: Registry, run: Run) -> ResolvedJob:
-    path = reg.jobs_dir() / f"{run.run_id}.json"
-    try:
-        return ResolvedJob.from_dict(json.loads(path.read_text()))
-    except FileNotFoundError:
-        raise LaunchError(f"run {run.run_id}: its resolved job ({path}) is missing") from None
 
 
 def find_run(reg: Registry, ref: str) -> Run:
@@ -273,7 +230,7 @@ def refresh(reg: Registry, runs: list[Run]) -> list[Run]:
     for name, group in by_backend.items():
         current = {r.run_id: r for r in group}
         be = backends.backend(name)
-        for run_id, st in be.status(group).items():
+        for run_id, st in be.status([(r, load_job(reg, r)) for r in group]).items():
             if current[run_id].info.get("canary"):  # the canary's verdict; FAILED when it failed
                 from bridge_launch.runs import canary
 
@@ -295,9 +252,10 @@ def cancel(reg: Registry, run: Run) -> Run:
         from bridge_launch.runs import canary
 
         canary.cancel(be, run)
-    be.cancel(reg.get(run.run_id))
+    job = load_job(reg, run)
+    be.cancel(reg.get(run.run_id), job)
     try:  # record what the backend now says of each job (segments), under the run's final state
-        st = be.status([reg.get(run.run_id)]).get(run.run_id, {})
+        st = be.status([(reg.get(run.run_id), job)]).get(run.run_id, {})
         info = dict(info, **{k: v for k, v in st.items() if k not in ("state", "reason", "job_ids")})
     except Exception:  # noqa: BLE001 - the cancel itself succeeded; details can wait for the next status
         pass
@@ -312,7 +270,7 @@ def log_files(be, run) -> list:
         from bridge_launch.runs import canary
 
         return canary.log_files(be, run)
-    return be.log_files(run)
+    return be.log_files(run, load_job(Registry(), run))
 
 
 class Tail:

@@ -10,29 +10,18 @@ import sys
 import time
 
 from bridge_launch.core.errors import UsageError
-from bridge_launch.runs.registry import TERMINAL
+from bridge_launch.runs import lifecycle as launch
+from bridge_launch.runs.registry import TERMINAL, Registry
 
 TAIL = 65536  # bytes of each log that status reads (the iteration line, the last save, an error)
 
 
-def read_logs(run, tail: int | None = None) -> list:
+def read_logs(run, job, tail: int | None = None) -> list:
     """A run's log texts in order (batch output then each node's, segment by segment), whole or
     the last `tail` bytes of each, through its backend (SSH, a platform API, local files)."""
     from bridge_launch import backends
 
-    be = backends.backend(run.backend)
-    if hasattr(be, "log_texts"):
-        return be.log_texts(run, tail)
-    out = []
-    for path in be.log_files(run):
-        try:
-            with open(path, "rb") as fh:
-                if tail:
-                    fh.seek(max(0, os.path.getsize(path) - tail))
-                out.append(fh.read())
-        except OSError:
-            continue
-    return out
+    return backends.backend(run.backend).log_texts(run, job, tail)
 
 
 def lineage(reg, run) -> list:
@@ -47,7 +36,7 @@ def lineage_log(reg, run) -> "Log":  # noqa: F821 - logread is imported lazily
 
     texts = []
     for r in lineage(reg, run):
-        texts += read_logs(r)
+        texts += read_logs(r, launch.load_job(reg, r))
     return Log(texts)
 
 
@@ -67,7 +56,7 @@ def metrics(run, job=None, texts=None) -> dict:
 
     if texts is None:
         try:
-            texts = read_logs(run, TAIL)
+            texts = read_logs(run, job if job is not None else launch.load_job(Registry(), run), TAIL)
         except Exception as exc:  # noqa: BLE001 - the logs may be unreachable; say so, show the rest
             return {"logs": f"unreadable: {exc}"}
     m = Log(texts).progress()

@@ -11,14 +11,14 @@ import json
 import secrets as _random
 import sqlite3
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from bridge_launch.core import paths
 from bridge_launch.core.errors import UsageError
+from bridge_launch.job.run import STATES as STATES
+from bridge_launch.job.run import TERMINAL as TERMINAL
+from bridge_launch.job.run import Run as Run
 
-STATES = ("SUBMITTING", "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "UNKNOWN")
-TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"})
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -58,37 +58,6 @@ CREATE TABLE IF NOT EXISTS experiment_runs (
 
 class ChainBusy(UsageError):
     """A resume was asked for while a run of the same chain is queued or running."""
-
-
-@dataclass
-class Run:
-    run_id: str
-    created: float
-    updated: float
-    recipe: str
-    cluster: str
-    backend: str
-    state: str
-    reason: str = ""
-    job_ids: list = field(default_factory=list)
-    run_dir: str = ""
-    resumed_from: str | None = None
-    chain: str | None = None
-    info: dict = field(default_factory=dict)
-
-    @classmethod
-    def from_row(cls, row) -> "Run":
-        d = dict(row)
-        d["job_ids"] = json.loads(d["job_ids"])
-        d["info"] = json.loads(d["info"])
-        return cls(**d)
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
-
-    @property
-    def finished(self) -> bool:
-        return self.state in TERMINAL
 
 
 class Registry:

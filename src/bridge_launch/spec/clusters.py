@@ -4,29 +4,14 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from bridge_launch.core import paths
-from bridge_launch.runs.canary import PROFILE_KEYS as _CANARY
+from bridge_launch.core import paths, secret_ref, slurm_time
+from bridge_launch.core.hardware import GPU_ARCH
+from bridge_launch.core.ports import EPHEMERAL_PORTS, port_in_ephemeral_range
 from bridge_launch.spec.catalog import Catalog, where
 from bridge_launch.core.errors import UsageError, suggest
 
 BACKENDS = ("local", "slurm", "lepton", "dgxcloud")
 
-# GPU type -> architecture generation, for precision checks.
-GPU_ARCH = {
-    "gb300": "blackwell", "b300": "blackwell", "gb200": "blackwell", "b200": "blackwell",
-    "rtx-pro-6000": "blackwell", "vr200": "rubin",
-    "h100": "hopper", "h200": "hopper", "gh200": "hopper", "h20": "hopper",
-    "a100": "ampere", "a10g": "ampere", "l40s": "ada",
-    "cpu": "cpu",
-}
-# GPU type -> CUDA compute capability (NVIDIA's CUDA GPUs table, developer.nvidia.com/cuda-gpus), for
-# the checks Transformer Engine and Megatron-Bridge make against it. None: not known here.
-GPU_CC = {
-    "gb300": (10, 3), "b300": (10, 3), "gb200": (10, 0), "b200": (10, 0), "rtx-pro-6000": (12, 0), "vr200": None,
-    "h100": (9, 0), "h200": (9, 0), "gh200": (9, 0), "h20": (9, 0),
-    "a100": (8, 0), "a10g": (8, 6), "l40s": (8, 9),
-    "cpu": None,
-}
 
 # key -> (type or tuple of types, default). None default = optional / unset.
 _TOP = {
@@ -53,7 +38,7 @@ _SLURM = {
     "mpi": (str, "none"),
     # pyxis image cache: a shared directory `bridge-launch image import` fills (one squashfs per digest)
     "image_cache": (str, ""), "image_import_time": (str, "01:00:00"),
-    # secrets: NAME -> "file:PATH" | "netrc:MACHINE[:PATH]", read on the cluster (backends/slurm_secrets.py);
+    # secrets: NAME -> "file:PATH" | "netrc:MACHINE[:PATH]", read on the cluster (backends/secret_ref.py);
     # a secret without one goes through sbatch's environment: "warn" (default) or "refuse"
     "secret_sources": (dict, {}), "env_secrets": (str, "warn"),
     # srun --cpu-bind: none, so that a site's task autobind does not pin the one task per node
@@ -80,7 +65,18 @@ _DGXC = {
     "local_job_root": (str, ""), "request_timeout": ((int, float), 30), "retries": (int, 3),
     "retry_wait": ((int, float), 2.0), "poll_interval": ((int, float), 5.0), "mover_timeout": ((int, float), 600),
 }
-_SECTIONS = {"slurm": _SLURM, "lepton": _LEPTON, "dgxcloud": _DGXC, "canary": _CANARY}
+# The profile's [canary] section (validated with these types and defaults; the canary's checks: runs/canary.py).
+CANARY_KEYS = {
+    "enabled": (bool, False),          # a profile may turn it on for every submit (--no-canary turns it off)
+    "nodes": (int, 2),                 # Slurm: nodes of the job's partition (at most the job's)
+    "time": (str, "00:30:00"),         # Slurm: the canary job's time limit (an image pull included)
+    "busbw_gbps": ((int, float), 0),   # expected all-reduce bus bandwidth at the largest size (0: report only)
+    "busbw_min_fraction": ((int, float), 0.8),  # below this fraction of busbw_gbps the network check fails
+    "busbw_sizes": (list, [1 << 20, 16 << 20, 256 << 20]),  # bytes per all-reduce
+    "busbw_iters": (int, 20),
+    "check_timeout": (int, 900),       # seconds for the trainer check and for the data check
+}
+_SECTIONS = {"slurm": _SLURM, "lepton": _LEPTON, "dgxcloud": _DGXC, "canary": CANARY_KEYS}
 
 
 def _check(at, data: dict, spec: dict, section: str = "") -> dict:
@@ -147,17 +143,13 @@ def _validate(data: dict, path, paths=None) -> dict:
         raise UsageError(f"{at('slurm.cpu_bind')}: [slurm] cpu_bind must be one srun --cpu-bind value (none, cores, "
                          "map_cpu:..., verbose,none; empty for the site's default), set there and not in srun_args")
     port = prof["slurm"]["rdzv_port"]
-    from bridge_launch.backends.torchrun import EPHEMERAL_PORTS, port_in_ephemeral_range
-
     if port and (port < 1024 or port > 65535 or port_in_ephemeral_range(port)):
         raise UsageError(f"{at('slurm.rdzv_port')}: [slurm] rdzv_port {port} is not usable: choose 1024-{EPHEMERAL_PORTS[0] - 1} "
                          f"(Linux gives outgoing connections ports {EPHEMERAL_PORTS[0]}-{EPHEMERAL_PORTS[1]}, "
                          "so a rendezvous port there may already be taken)")
     if prof["rdzv_join_timeout"] < 0:
         raise UsageError(f"{at('rdzv_join_timeout')}: rdzv_join_timeout must be >= 0 seconds (0: derived)")
-    from bridge_launch.runs.canary import check_profile
-
-    check_profile(at("canary"), prof["canary"])
+    _check_canary(at("canary"), prof["canary"])
     if prof["canary"]["enabled"] and prof["backend"] == "local":
         raise UsageError(f"{at('canary.enabled')}: [canary] enabled: the local backend runs on this machine; a canary checks a cluster")
     prof["arch"] = GPU_ARCH[prof["gpu_type"]]
@@ -166,16 +158,14 @@ def _validate(data: dict, path, paths=None) -> dict:
 
 
 def _check_secret_sources(where: str, s: dict) -> None:
-    from bridge_launch.backends.slurm import secrets as slurm_secrets
-
     for name, text in s["secret_sources"].items():
         if not name.replace("_", "").isalnum() or name[0].isdigit():
             raise UsageError(f"{where} [slurm] secret_sources: {name!r} is not an environment variable name")
         if not isinstance(text, str):
-            raise UsageError(f"{where} [slurm] secret_sources {name}: expected a string, {slurm_secrets.FILE_HINT}")
-        slurm_secrets.parse(text, f"{where} [slurm] secret_sources {name}")
-    if s["env_secrets"] not in slurm_secrets.ENV_POLICIES:
-        raise UsageError(f"{where} [slurm] env_secrets must be one of {', '.join(slurm_secrets.ENV_POLICIES)}, "
+            raise UsageError(f"{where} [slurm] secret_sources {name}: expected a string, {secret_ref.FILE_HINT}")
+        secret_ref.parse(text, f"{where} [slurm] secret_sources {name}")
+    if s["env_secrets"] not in secret_ref.ENV_POLICIES:
+        raise UsageError(f"{where} [slurm] env_secrets must be one of {', '.join(secret_ref.ENV_POLICIES)}, "
                          f"got {s['env_secrets']!r}")
 
 
@@ -213,3 +203,40 @@ def list_profiles(skip_broken: bool = False, problems: list | None = None) -> li
             elif not skip_broken:
                 raise
     return out
+
+
+def _check_canary(where: str, c: dict) -> None:
+    """One clear line for a [canary] value that cannot work."""
+    if c["nodes"] < 1:
+        raise UsageError(f"{where} [canary]: nodes must be >= 1, got {c['nodes']}")
+    try:
+        slurm_time.seconds(c["time"])
+    except ValueError:
+        raise UsageError(f"{where} [canary]: time {c['time']!r} is not a Slurm time (e.g. 00:30:00)") from None
+    if c["busbw_gbps"] < 0:
+        raise UsageError(f"{where} [canary]: busbw_gbps must be >= 0 (0: report the figure without judging it)")
+    if not 0 < c["busbw_min_fraction"] <= 1:
+        raise UsageError(f"{where} [canary]: busbw_min_fraction must be in (0, 1], got {c['busbw_min_fraction']}")
+    sizes = c["busbw_sizes"]
+    if not sizes or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 4 for n in sizes):
+        raise UsageError(f"{where} [canary]: busbw_sizes must be a list of byte counts >= 4, got {sizes!r}")
+    if c["busbw_iters"] < 1 or c["check_timeout"] < 10:
+        raise UsageError(f"{where} [canary]: busbw_iters must be >= 1 and check_timeout >= 10 seconds")
+
+
+def canary_settings(prof: dict, requested: bool | None, nodes: int, jobsrc: dict) -> dict | None:
+    """The canary's settings for a job (None: no canary). `requested`: --canary / --no-canary, or None
+    for the profile's default."""
+    section = prof.get("canary") or {}
+    on = section.get("enabled", False) if requested is None else requested
+    if not on:
+        return None
+    if prof["backend"] == "local":
+        raise UsageError(f"--canary checks a cluster before the job starts; cluster '{prof['name']}' runs torchrun on "
+                         "this machine (the local backend), where the job itself is the check")
+    jobsrc["canary"] = "cli" if requested else f"cluster:{prof['name']}"
+    full = {k: section.get(k, default) for k, (_, default) in CANARY_KEYS.items()}
+    full.pop("enabled")
+    # Slurm runs it on its own allocation; on Lepton and DGX Cloud every node of the job runs it
+    full["nodes"] = min(full["nodes"], nodes) if prof["backend"] == "slurm" else nodes
+    return full

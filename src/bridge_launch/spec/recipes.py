@@ -6,12 +6,13 @@ from __future__ import annotations
 from functools import lru_cache
 
 from bridge_launch.core import paths
+from bridge_launch.core.upstream import RUN_RECIPE
 from bridge_launch.spec.catalog import Catalog, where
 from bridge_launch.core.errors import UsageError, suggest
 
 WORKLOADS = ("megatron-bridge", "smoke")
 MODES = ("pretrain", "sft", "lora", "dora")
-DEFAULT_ENTRY = "/opt/Megatron-Bridge/scripts/training/run_recipe.py"
+DEFAULT_ENTRY = RUN_RECIPE
 
 _RECIPE_KEYS = {
     "name": str, "description": str, "aliases": list, "extends": str, "abstract": bool,

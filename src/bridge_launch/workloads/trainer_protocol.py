@@ -18,8 +18,6 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-MB_COMMIT = "067f987df03b8355b03192d88d70f1709fedf51a"
-MC_COMMIT = "2a75ac12c54ba6a42b34024756820bf819a2e25f"
 TORCH_VERSION = "2.13.0"
 
 # ---------------------------------------------------------------------------------------------
@@ -31,7 +29,6 @@ TRAIN_STATE = "train_state.pt"
 TRACKER_STATE = "latest_train_state.pt"  # f"{TRACKER_PREFIX}_{TRAIN_STATE_FILE}", TRACKER_PREFIX = "latest"
 TRACKER = "latest_checkpointed_iteration.txt"  # "Megatron-LM tracker file for compatibility"
 RUN_CONFIG = "run_config.yaml"
-TOKENIZER_DIR = "tokenizer"  # MB training/checkpointing.py:1927-1932 (rank 0, only with save_tokenizer_assets)
 # MC core/dist_checkpointing/core.py:13 (CONFIG_FNAME) and :22-34 (CheckpointingConfig)
 MCORE_METADATA = "metadata.json"
 MCORE_METADATA_CONTENT = {"sharded_backend": "torch_dist", "sharded_backend_version": 1}
@@ -178,26 +175,7 @@ DEFAULT_EXIT_SIGNAL = "SIGTERM"
 # a persistent save (not the periodic one, not non-persistent) if checkpoint.save is set; the exit
 # line; return -> break -> sys.exit(0) (train.py:816). Post-training validation/test do not run.
 SIGNAL_CHECK = "end of step, after the iteration log line and any evaluation, before the periodic save"
-# train.exit_signal_handler_for_dataloader (default False, :85) installs the same handler in each
-# DataLoader worker (MB data/loaders.py:297-302). Without it, a SIGTERM sent to the trainer's
-# process group (torchrun's killpg, or Slurm signalling every process of the step) kills the
-# DataLoader workers (MB defaults: dataset.num_workers=2, persistent_workers=True, data/base.py:34,46),
-# and the trainer raises "DataLoader worker (pid(s) ...) exited unexpectedly" (T
-# utils/data/dataloader.py:1278-1306) before it can save.
-DATALOADER_DIED = "DataLoader worker (pid(s) {pids}) exited unexpectedly"
 
-# torchrun (T distributed/elastic): workers are Popen(start_new_session=True), each its own process
-# group (multiprocessing/subprocess_handler/subprocess_handler.py:63-77). On SIGTERM/SIGINT/SIGHUP/
-# SIGQUIT (multiprocessing/api.py:534-547) torchrun forwards the same signal with os.killpg to each
-# worker's group (subprocess_handler.py:79-85), waits the shutdown timeout (default 30 s; the
-# --shutdown-timeout flag and TORCH_ELASTIC_SHUTDOWN_TIMEOUT exist only in recent torch,
-# launcher/api.py:123,145-153), then SIGKILLs ("Unable to shutdown process %s via %s, forcefully
-# exiting via %s", multiprocessing/api.py:1023-1060), and exits 1 even when every worker saved and
-# exited 0 (the SignalException is re-raised: agent/server/api.py:741-761). SIGUSR1/SIGUSR2 are not
-# handled: torchrun dies of them and its workers live on.
-TORCHRUN_SHUTDOWN_TIMEOUT = 30
-TORCHRUN_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
-TORCHRUN_FORCED_KILL = re.compile(r"Unable to shutdown process \d+ via \S+, forcefully exiting via \S+")
 
 # ---------------------------------------------------------------------------------------------
 # Log lines. print_rank_0 prints on global rank 0, print_rank_last on rank world-1, both a plain
@@ -387,7 +365,6 @@ ZERO_COUNTERS = f"{ZERO_SKIPPED} {ZERO_NAN}"
 # norm: ") whose value is not finite; as str and as bytes patterns.
 NONFINITE_RES = tuple((re.compile(p), re.compile(p.encode()))
                       for p in (r"loss: [-+]?(?:nan|inf|NAN|INF)\b", r"norm: [-+]?(?:nan|inf|NAN|INF)\b"))
-COUNTER_NONZERO_RE = re.compile(r"number of (skipped|nan) iterations: +([1-9]\d*) \|")
 
 # Memory after the first iterations, by the first data-parallel rank of each model-parallel group:
 # MB train_utils.py:1141-1150 "[Rank R] (after N iterations) memory (GB) | mem-allocated-gigabytes: V | ..."

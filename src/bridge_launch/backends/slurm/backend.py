@@ -15,12 +15,15 @@ from pathlib import Path
 
 from bridge_launch.core.errors import LaunchError, UsageError
 from bridge_launch.logs.failures import DETERMINISTIC, grep_pattern
-from bridge_launch.runs.images import pyxis_ref
-from bridge_launch.resolve.resolver import BRIDGE_IN_CONTAINER
+from bridge_launch.core.image_ref import pyxis_ref
+from bridge_launch.core.upstream import BRIDGE_IN_CONTAINER
 from bridge_launch.workloads import trainer_protocol as P
 from bridge_launch.backends import torchrun as T
+from bridge_launch.backends.base import stage_locally
 from bridge_launch.backends.base import RANK_PREFIX_ENV, Artifact, Tree, entry_command, export_lines, header, log_tail, numa_wrapper, progress, q, runtime_env
 from bridge_launch.backends.slurm import secrets as slurm_secrets
+from bridge_launch.core.hardware import segment_size
+from bridge_launch.core.ports import EPHEMERAL_PORTS
 
 _DIRECTIVE_SAFE = re.compile(r"^[^\s'\"\\]+$")
 
@@ -31,14 +34,6 @@ class Raw(str):
 
 def _arg(a) -> str:
     return a if isinstance(a, Raw) else q(a)
-
-
-def segment_size(nodes: int, domain: int) -> int:
-    """Megatron-Bridge's rule: all nodes if they fit in one NVLink domain, else the largest
-    divisor of the node count that does."""
-    if domain <= 0 or nodes <= domain:
-        return nodes
-    return max(d for d in range(1, domain + 1) if nodes % d == 0)
 
 
 def directives(job) -> list[tuple[str, str | None]]:
@@ -341,7 +336,7 @@ def render(job) -> Artifact:
         lines.append(f"# Secrets passed by name from the submitting environment: {' '.join(through_env)}")
     port = (f"rdzv_port={s['rdzv_port']}" if s.get("rdzv_port") else
             f"rdzv_port=$(({T.RDZV_PORT_BASE} + SLURM_JOB_ID % {T.RDZV_PORT_SPAN}))  "
-            f"# below Linux's ephemeral ports ({T.EPHEMERAL_PORTS[0]}-{T.EPHEMERAL_PORTS[1]})")
+            f"# below Linux's ephemeral ports ({EPHEMERAL_PORTS[0]}-{EPHEMERAL_PORTS[1]})")
     mkdirs = [run_dir + "/logs", run_dir + "/exit"]
     lines += [
         "set -uo pipefail",
@@ -410,7 +405,7 @@ class Backend:
         host = s["login_host"] if not s.get("ssh_user") else f"{s['ssh_user']}@{s['login_host']}"
         return [*cmd, host]
 
-    def _run(self, s: dict, argv: list[str], *, stdin: str | bytes | None = None, env: dict | None = None,
+    def command(self, s: dict, argv: list[str], *, stdin: str | bytes | None = None, env: dict | None = None,
              timeout: float = 120, drop=()) -> subprocess.CompletedProcess:
         """Run a Slurm client command where the profile says: here, or on its login host. `drop`:
         variables (secret names) the command must not have in its environment."""
@@ -438,7 +433,7 @@ class Backend:
             raise LaunchError(f"'{' '.join(argv[:2])}' did not answer within {int(timeout)} s") from None
 
     @staticmethod
-    def _first_error(proc) -> str:
+    def first_error(proc) -> str:
         text = (proc.stderr or proc.stdout or "").strip()
         lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
         return lines[-1] if lines else f"exit code {proc.returncode}"
@@ -447,8 +442,6 @@ class Backend:
     def stage(self, job, files: dict, *, new_dir: bool) -> None:
         s = job.scheduler
         if not s.get("login_host"):
-            from bridge_launch.runs.lifecycle import stage_locally
-
             stage_locally(job.run_dir, files, new_dir=new_dir)
             return
         # One tar stream over SSH: the run dir lives on the cluster's filesystem.
@@ -472,7 +465,7 @@ class Backend:
         proc = subprocess.run([*self._ssh(s), script], input=buf.getvalue(), capture_output=True, timeout=120)
         if proc.returncode:
             raise LaunchError(f"could not create the run dir on {s['login_host']}: "
-                              f"{self._first_error(proc) if isinstance(proc.stderr, str) else proc.stderr.decode().strip()}")
+                              f"{self.first_error(proc) if isinstance(proc.stderr, str) else proc.stderr.decode().strip()}")
 
     def unstage(self, job) -> None:
         s = job.scheduler
@@ -487,7 +480,7 @@ class Backend:
         script = f"{job.run_dir}/{artifact.filename}"
         segment = re.search(r"^#SBATCH --segment=(\d+)$", artifact.text, re.M)
         if segment:
-            ver = self._run(s, ["sbatch", "--version"])
+            ver = self.command(s, ["sbatch", "--version"])
             if ver.returncode or _version(ver.stdout) < _MIN_SEGMENT_VERSION:
                 raise UsageError(f"cluster '{job.cluster}' runs {(ver.stdout or '').strip() or 'an unknown Slurm'}, "
                                  "whose sbatch has no working --segment (needs 24.05.3 with topology/block); set "
@@ -497,9 +490,9 @@ class Backend:
         slurm_topology.emit(slurm_topology.check(self, job, int(segment.group(1)) if segment else None))
         values = self._secret_values(job, secrets)  # what goes through sbatch's environment: no sourced secret
         hidden = [n for n in job.secrets if n not in values]
-        test = self._run(s, ["sbatch", "--test-only", script], drop=job.secrets)
+        test = self.command(s, ["sbatch", "--test-only", script], drop=job.secrets)
         if test.returncode:
-            raise UsageError(f"Slurm would reject this job: {self._first_error(test)}")
+            raise UsageError(f"Slurm would reject this job: {self.first_error(test)}")
         if s.get("login_host"):
             # Values travel on the session's standard input, never on a command line; the others are
             # unset, so a value the login shell's own startup files export does not reach sbatch either.
@@ -511,13 +504,13 @@ class Backend:
             proc = subprocess.run([*self._ssh(s), "bash -s"], input="\n".join(lines) + "\n", capture_output=True,
                                   text=True, timeout=120)
         else:
-            proc = self._run(s, ["sbatch", "--parsable", script], env=values, drop=hidden)
+            proc = self.command(s, ["sbatch", "--parsable", script], env=values, drop=hidden)
         if proc.returncode:
-            raise LaunchError(f"sbatch failed: {self._first_error(proc)}")
+            raise LaunchError(f"sbatch failed: {self.first_error(proc)}")
         job_id = proc.stdout.strip().splitlines()[-1].split(";")[0] if proc.stdout.strip() else ""
         if not job_id.isdigit():
             raise LaunchError(f"sbatch printed no job id: {proc.stdout.strip()!r}")
-        conf = slurm_secrets.cluster_config(s, self._run)
+        conf = slurm_secrets.cluster_config(s, self.command)
         if values:
             _say("warning", slurm_secrets.env_warning(list(values), conf, job_id, bool(job.chain)))
         elif slurm_secrets.stores_job_env(conf):
@@ -533,14 +526,14 @@ class Backend:
         values = {n: v for n, v in secrets.items() if n in job.secrets and n not in sources}
         if not sources:
             return values
-        proc = self._run(s, ["bash", "-s"], stdin=slurm_secrets.check_script(sources), timeout=60)
+        proc = self.command(s, ["bash", "-s"], stdin=slurm_secrets.check_script(sources), timeout=60)
         got = slurm_secrets.parse_check(proc.stdout)
         where = f" (checked on {s['login_host']})" if s.get("login_host") else ""
         for name, spec in sources.items():
             code, why = got.get(name, (None, ""))
             if code is None:
                 raise LaunchError(f"could not check the secret sources{where.replace('checked ', '')}: "
-                                  f"{self._first_error(proc)}")
+                                  f"{self.first_error(proc)}")
             if code == slurm_secrets.OK:
                 continue
             if code == slurm_secrets.MISSING and spec["optional"]:
@@ -556,29 +549,32 @@ class Backend:
 
     # -- status -----------------------------------------------------------------------------
     def status(self, runs: list) -> dict:
+        """{run id: status} for (run, job) pairs: one squeue (and one sacct) per cluster."""
         by_profile: dict = {}
-        for run in runs:
+        jobs = {}
+        for run, job in runs:
             if run.job_ids:
                 by_profile.setdefault(run.cluster, []).append(run)
+                jobs[run.run_id] = job
         out = {}
         for cluster, group in by_profile.items():
-            job = _job_of(group[0])
+            job = jobs[group[0].run_id]
             s = job.scheduler
             ids = [r.job_ids[-1] for r in group]
-            seen = self._squeue(s, ids)
+            seen = self.squeue(s, ids)
             missing = [i for i in ids if i not in seen or seen[i]["state"] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")]
             if missing:
-                for jid, info in self._sacct(s, missing).items():
+                for jid, info in self.sacct(s, missing).items():
                     seen[jid] = info
             for run in group:
                 jid = run.job_ids[-1]
                 info = seen.get(jid)
                 if info is None:
-                    info = self._exit_marker(s, run, jid)
+                    info = self.exit_marker(s, run, jid)
                 st = dict(info)
                 st.update(self._progress(s, run))
                 if st.get("state") == "FAILED":
-                    texts = self._log_texts(s, run)
+                    texts = self.recent_log_texts(s, run)
                     why = (container_failure(texts) if job.container else None) or slurm_secrets.failure(texts)
                     if why:
                         st["reason"] = why
@@ -591,23 +587,23 @@ class Backend:
         """A --until-done run: every segment's state, the restarts used, and the chain's own
         verdict (done / stopped markers the segments write) over the last job's state."""
         chain_dir = f"{run.run_dir}/chain/{run.run_id}"
-        later = [x for x in (self._read(s, f"{chain_dir}/jobs") or "").split() if x.isdigit()]
+        later = [x for x in (self.read_file(s, f"{chain_dir}/jobs") or "").split() if x.isdigit()]
         ids = list(dict.fromkeys([*run.job_ids, *later]))
-        states = self._squeue(s, ids)
+        states = self.squeue(s, ids)
         missing = [i for i in ids if i not in states or states[i]["state"] not in ("PENDING", "RUNNING")]
         if missing:
-            states.update({k: v for k, v in self._sacct(s, missing).items() if k not in states or
+            states.update({k: v for k, v in self.sacct(s, missing).items() if k not in states or
                            states[k]["state"] not in ("PENDING", "RUNNING")})
-        outcomes = _outcomes(self._read(s, f"{chain_dir}/outcomes") or "")
+        outcomes = _outcomes(self.read_file(s, f"{chain_dir}/outcomes") or "")
         segments = [{"job_id": i, "state": states.get(i, {}).get("state", "UNKNOWN"), **outcomes.get(i, {})} for i in ids]
-        restarts = (self._read(s, f"{chain_dir}/restarts") or "0").strip()
+        restarts = (self.read_file(s, f"{chain_dir}/restarts") or "0").strip()
         out = dict(st, job_ids=ids, segments=segments, restarts=int(restarts) if restarts.isdigit() else 0)
         saved = [x["checkpoint"] for x in segments if x.get("checkpoint")]
         if saved:
             out["checkpoint"] = saved[-1]
-        stopped = self._read(s, f"{chain_dir}/stopped")
+        stopped = self.read_file(s, f"{chain_dir}/stopped")
         active = [x for x in segments if x["state"] in ("PENDING", "RUNNING")]
-        if self._read(s, f"{chain_dir}/done") is not None:
+        if self.read_file(s, f"{chain_dir}/done") is not None:
             out.update(state="COMPLETED", reason="")
         elif stopped is not None:
             out.update(state="CANCELLED" if run.info.get("cancelled") else "FAILED", reason=stopped.strip())
@@ -621,8 +617,8 @@ class Backend:
                        reason="" if last != "COMPLETED" else "the chain ended below train_iters")
         return out
 
-    def _squeue(self, s, ids) -> dict:
-        proc = self._run(s, ["squeue", "-h", "--states=all", "-j", ",".join(ids), "-o", "%i|%T|%r|%M|%D|%N"])
+    def squeue(self, s, ids) -> dict:
+        proc = self.command(s, ["squeue", "-h", "--states=all", "-j", ",".join(ids), "-o", "%i|%T|%r|%M|%D|%N"])
         if proc.returncode:
             return {}
         seen = {}
@@ -636,8 +632,8 @@ class Backend:
                                        "elapsed": elapsed, "nodes": nodelist or nnodes}
         return seen
 
-    def _sacct(self, s, ids) -> dict:
-        proc = self._run(s, ["sacct", "-n", "-P", "-X", "-j", ",".join(ids), "-o", "JobID,State,ExitCode,Elapsed,NodeList"])
+    def sacct(self, s, ids) -> dict:
+        proc = self.command(s, ["sacct", "-n", "-P", "-X", "-j", ",".join(ids), "-o", "JobID,State,ExitCode,Elapsed,NodeList"])
         if proc.returncode:
             return {}
         seen = {}
@@ -652,7 +648,7 @@ class Backend:
             seen[jid] = {"state": st, "reason": reason, "elapsed": elapsed, "nodes": nodelist}
         return seen
 
-    def _read(self, s, path: str) -> str | None:
+    def read_file(self, s, path: str) -> str | None:
         if not s.get("login_host"):
             try:
                 with open(path, encoding="utf-8", errors="replace") as fh:
@@ -662,9 +658,9 @@ class Backend:
         proc = subprocess.run([*self._ssh(s), f"cat {q(path)}"], capture_output=True, text=True, timeout=60)
         return proc.stdout if proc.returncode == 0 else None
 
-    def _exit_marker(self, s, run, jid) -> dict:
+    def exit_marker(self, s, run, jid) -> dict:
         """Without squeue or accounting knowing the job: the batch script's own exit marker."""
-        text = self._read(s, f"{run.run_dir}/exit/{jid}")
+        text = self.read_file(s, f"{run.run_dir}/exit/{jid}")
         if text is None or not text.strip().lstrip("-").isdigit():
             if run.info.get("cancelled"):
                 return {"state": "CANCELLED", "reason": "cancelled by user"}
@@ -678,32 +674,32 @@ class Backend:
         """USR1 to the batch shell alone (scancel --batch): its trap has every node's launcher signal
         the training processes (a chain's trainers save first); then wait for the job to end."""
         s = job.scheduler
-        proc = self._run(s, ["scancel", "--batch", "--signal=USR1", jid])
+        proc = self.command(s, ["scancel", "--batch", "--signal=USR1", jid])
         if proc.returncode:
-            raise LaunchError(f"scancel --batch --signal=USR1 {jid}: {self._first_error(proc)}")
+            raise LaunchError(f"scancel --batch --signal=USR1 {jid}: {self.first_error(proc)}")
         grace = job.chain.get("signal_lead", 120) + 30 if job.chain else CANCEL_GRACE
         deadline = time.time() + grace
         while time.time() < deadline:
-            if self._squeue(s, [jid]).get(jid, {}).get("state") != "RUNNING":
+            if self.squeue(s, [jid]).get(jid, {}).get("state") != "RUNNING":
                 return
             time.sleep(1)
 
     def _progress(self, s, run) -> dict:
-        return progress(self._log_texts(s, run))
+        return progress(self.recent_log_texts(s, run))
 
-    def _log_texts(self, s, run) -> list:
+    def recent_log_texts(self, s, run) -> list:
         if s.get("login_host"):  # the last 64 KiB of each log, all in one SSH call
             return [b.decode("utf-8", "replace") for b in self._remote_logs(s, run, tail=65536).values()]
         return [log_tail(p) for p in self._local_logs(run)]
 
-    def log_texts(self, run, tail: int | None = None) -> list:
+    def log_texts(self, run, job, tail: int | None = None) -> list:
         """The run's logs as texts, in log_files' order; with `tail`, the last `tail` bytes of each
         (over SSH, in one call, without keeping a copy)."""
-        s = _job_of(run).scheduler if run.job_ids else {}
+        s = job.scheduler if run.job_ids else {}
         if tail and s.get("login_host"):
             return list(self._remote_logs(s, run, tail=tail).values())
         out = []
-        for path in self.log_files(run):
+        for path in self.log_files(run, job):
             if tail:
                 out.append(log_tail(path, tail))
                 continue
@@ -714,10 +710,10 @@ class Backend:
         return out
 
     # -- logs and cancel --------------------------------------------------------------------
-    def log_files(self, run) -> list:
+    def log_files(self, run, job) -> list:
         """The run's logs, batch output first then the per-node logs, job by job. On a login host
         they are fetched (only the bytes not fetched before, in one SSH call) into a local copy."""
-        s = _job_of(run).scheduler if run.job_ids else {}
+        s = job.scheduler if run.job_ids else {}
         return self._sync_logs(s, run) if s.get("login_host") else self._local_logs(run)
 
     @staticmethod
@@ -764,10 +760,10 @@ class Backend:
             raise LaunchError(f"reading the logs on {s['login_host']} took over 120 s") from None
         if proc.returncode:
             err = subprocess.CompletedProcess(proc.args, proc.returncode, "", proc.stderr.decode("utf-8", "replace"))
-            raise LaunchError(f"reading the logs on {s['login_host']} failed: {self._first_error(err)}")
+            raise LaunchError(f"reading the logs on {s['login_host']} failed: {self.first_error(err)}")
         return _frames(proc.stdout)
 
-    def cancel(self, run) -> None:
+    def cancel(self, run, job) -> None:
         """Stop the training processes first, as an --until-done segment is stopped and as the local
         backend cancels: torchrun is never signalled (a signalled torchrun forwards the signal, raises
         SignalException with a traceback into the logs and exits non-zero: trainer_protocol.py), then
@@ -775,7 +771,6 @@ class Backend:
         every process of the job's steps at once, torchrun included."""
         if not run.job_ids:
             return
-        job = _job_of(run)
         s = job.scheduler
         ids = list(run.job_ids)
         if job.chain:  # mark the chain stopped first, so no segment starts another, then cancel them all
@@ -787,17 +782,17 @@ class Backend:
             else:
                 subprocess.run([*self._ssh(s), f"mkdir -p {q(chain_dir)} && echo 'cancelled by user' > "
                                 f"{q(chain_dir + '/stopped')}"], capture_output=True, timeout=60)
-            later = (self._read(s, f"{chain_dir}/jobs") or "").split()
+            later = (self.read_file(s, f"{chain_dir}/jobs") or "").split()
             ids = list(dict.fromkeys([*ids, *[x for x in later if x.isdigit()]]))
-        running = [i for i, st in self._squeue(s, ids).items() if st["state"] == "RUNNING"]
+        running = [i for i, st in self.squeue(s, ids).items() if st["state"] == "RUNNING"]
         for jid in running:
             try:
                 self._stop_training(job, run, jid)
             except LaunchError:
                 pass  # nothing reached the trainers: scancel below still ends the job
-        proc = self._run(s, ["scancel", *ids])
+        proc = self.command(s, ["scancel", *ids])
         if proc.returncode and "Invalid job id" not in (proc.stderr or ""):
-            raise LaunchError(f"scancel failed: {self._first_error(proc)}")
+            raise LaunchError(f"scancel failed: {self.first_error(proc)}")
 
 
 def _say(kind: str, text: str) -> None:
@@ -861,8 +856,3 @@ def _frames(out: bytes) -> dict[str, bytes]:
     return got
 
 
-def _job_of(run):
-    from bridge_launch.runs import lifecycle as launch
-    from bridge_launch.runs.registry import Registry
-
-    return launch.load_job(Registry(), run)

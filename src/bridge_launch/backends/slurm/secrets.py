@@ -30,101 +30,13 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass
 
-from bridge_launch.core.errors import UsageError
+from bridge_launch.core.secret_ref import FILE_HINT, parse
 from bridge_launch.backends.base import q
 
-ENV_POLICIES = ("warn", "refuse")
-DEFAULT_NETRC = "~/.netrc"
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_MACHINE = re.compile(r"^[A-Za-z0-9._-]+$")
-FILE_HINT = "file:PATH (a file on the cluster that only you can read) or netrc:MACHINE[:PATH]"
 
 # Exit codes of bl_secret (below)
 OK, UNUSABLE, MISSING, LEFT_OUT = 0, 1, 3, 4
-
-
-@dataclass(frozen=True)
-class Source:
-    kind: str  # "file" | "netrc"
-    path: str  # absolute, or ~/... (the home directory on the cluster)
-    machine: str = ""  # netrc: whose password
-
-    def shell_path(self) -> str:
-        """The path as the shell on the cluster expands it: ~/ is that shell's $HOME."""
-        if self.path.startswith("~/"):
-            rest = self.path[2:]
-            return '"$HOME"' + (f"/{q(rest)}" if rest else "")
-        return q(self.path)
-
-
-def parse(text: str, where: str) -> Source:
-    """A source as a profile or --secret NAME=SOURCE writes it; one clear line when it is not one."""
-    kind, sep, rest = str(text).partition(":")
-    if kind == "file" and sep:
-        src = Source("file", rest)
-    elif kind == "netrc" and sep:
-        machine, _, path = rest.partition(":")
-        if not _MACHINE.match(machine):
-            raise UsageError(f"{where}: secret source {text!r} names no machine; valid: netrc:MACHINE[:PATH], "
-                             "e.g. netrc:api.wandb.ai")
-        src = Source("netrc", path or DEFAULT_NETRC, machine)
-    else:  # not echoed: it may be a value typed where a source belongs
-        raise UsageError(f"{where}: a secret source is {FILE_HINT}, e.g. file:~/.cache/huggingface/token or "
-                         "netrc:api.wandb.ai; never a value (values are not given on command lines or in profiles)")
-    if not (src.path.startswith("/") or src.path.startswith("~/")) or src.path in ("/", "~/"):
-        raise UsageError(f"{where}: secret source {text!r}: the path must be absolute or start with ~/ "
-                         "(the home directory on the cluster)")
-    if any(c in src.path for c in "\0\n"):
-        raise UsageError(f"{where}: secret source {text!r}: the path contains a newline or NUL")
-    return src
-
-
-def plan(prof: dict, secrets: list, required: list, cli_names: list, cli_sources: dict) -> tuple[list, dict, list, list]:
-    """Which source each secret has on this cluster: (secrets still passed, {name: {"source",
-    "optional", "from"}}, errors, warnings). A secret is optional when only the profile's `secrets`
-    lists it: then a source that is not there leaves it out. Pure: it reads no file; submit checks."""
-    where = f"cluster '{prof['name']}'"
-    if prof["backend"] != "slurm":
-        for name, src in cli_sources.items():
-            raise UsageError(f"--secret {name}={src}: a secret source names a file on a Slurm cluster; cluster "
-                             f"'{prof['name']}' uses the {prof['backend']} backend: pass it by name (--secret {name})")
-        return list(secrets), {}, [], []
-    section = prof.get("slurm", {})
-    listed = section.get("secret_sources") or {}
-    refuse = section.get("env_secrets") == "refuse"
-    explicit = set(required) | set(cli_names)
-    kept, sources, errors, warnings = [], {}, [], []
-    for name in secrets:
-        if name in cli_sources:
-            text, origin = cli_sources[name], "cli"
-            parse(text, f"--secret {name}")
-        elif name in listed:
-            text, origin = listed[name], f"cluster:{prof['name']}"
-            parse(text, f"{where} [slurm] secret_sources {name}")
-        else:
-            if refuse and name in explicit:
-                errors.append(f"secret {name} has no source on the cluster, and {where} takes no secret values from "
-                              f"your environment ([slurm] env_secrets = \"refuse\"); give --secret {name}={FILE_HINT}")
-                continue
-            if refuse:
-                warnings.append(f"secret {name} is left out: it has no source on the cluster, and {where} takes no "
-                                "secret values from your environment ([slurm] env_secrets = \"refuse\")")
-                continue
-            kept.append(name)
-            continue
-        kept.append(name)
-        sources[name] = {"source": text, "optional": name not in explicit, "from": origin}
-    return kept, sources, errors, warnings
-
-
-def env_note(names: list, prof_name: str) -> str:
-    """What resolve says (no Slurm to ask yet) about secrets that would go through sbatch's environment."""
-    return (f"{', '.join(names)}: no source on cluster '{prof_name}', so the value from your environment goes "
-            "through sbatch's environment, which slurmctld keeps with the job record (StateSaveLocation/hash.N/"
-            "job.N/environment) and, with AccountingStoreFlags=job_env, in the accounting database; give "
-            f"--secret NAME={FILE_HINT} instead")
 
 
 # --- the shell side: one function for the job's first lines, each job step, and the submit check ---

@@ -75,12 +75,12 @@ def topology_plugin(backend, job) -> tuple[str | None, str]:
     if isinstance(hit, dict) and hit.get("plugin") and time.time() - hit.get("at", 0) < CACHE_TTL_S:
         return hit["plugin"], "cached"
     try:
-        proc = backend._run(s, ["scontrol", "show", "config"], timeout=60)
+        proc = backend.command(s, ["scontrol", "show", "config"], timeout=60)
     except Exception as exc:  # noqa: BLE001 - a warning's input, never a reason to refuse the job
         return None, f"scontrol show config failed: {exc}"
     m = _LINE.search(proc.stdout or "") if proc.returncode == 0 else None
     if not m:
-        return None, f"scontrol show config gave no TopologyPlugin ({backend._first_error(proc)})"
+        return None, f"scontrol show config gave no TopologyPlugin ({backend.first_error(proc)})"
     plugin = normalize(m.group(1))
     _write_cache(key, plugin)
     return plugin, "scontrol show config"

@@ -1,0 +1,46 @@
+"""Megatron-Bridge ConfigContainer keys that plan and resolve both read, and the small readers of
+their values (an unset key, a null and an interpolation each read as what Megatron would do)."""
+
+from __future__ import annotations
+
+TP = "model.tensor_model_parallel_size"
+PP = "model.pipeline_model_parallel_size"
+CP = "model.context_parallel_size"
+EP = "model.expert_model_parallel_size"
+ETP = "model.expert_tensor_parallel_size"
+VPP = "model.virtual_pipeline_model_parallel_size"
+EVAL_CP = "dist.eval_context_parallel_size"
+SP = "model.sequence_parallel"
+GBS = "train.global_batch_size"
+MBS = "train.micro_batch_size"
+MODEL_SEQ = "model.seq_length"
+DATA_SEQ = "dataset.seq_length"
+SEQ_KEYS = (DATA_SEQ, MODEL_SEQ)
+PRECISION = "mixed_precision"
+FP8_RECIPE = "mixed_precision.fp8_recipe"
+# Native sequence packing of the VLM/Energon path: a packing buffer turns it on
+# (config.py:1270-1272: EnergonDatasetConfig with packing_buffer_size is not None).
+PACKING_BUFFER = "dataset.packing_buffer_size"
+
+
+def int_value(cfg: dict, key: str, default=None):
+    """An integer value: the default when unset or null, None when not an integer (an interpolation)."""
+    v = cfg.get(key, default)
+    if v is None:
+        return default
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def bool_value(cfg: dict, key: str):
+    v = cfg.get(key)
+    return v if isinstance(v, bool) else None
+
+
+def sizes(cfg: dict) -> tuple:
+    """(TP, PP, CP, EP, expert TP) as Megatron reads them; None where a value is not an integer."""
+    tp, pp, cp = int_value(cfg, TP, 1), int_value(cfg, PP, 1), int_value(cfg, CP, 1)
+    ep = int_value(cfg, EP, 1)
+    etp = int_value(cfg, ETP, None)
+    if cfg.get(ETP) is None:
+        etp = tp  # megatron-core model_parallel_config.py:506-507: expert TP defaults to TP
+    return tp, pp, cp, ep, etp

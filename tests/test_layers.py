@@ -1,0 +1,154 @@
+"""The import table of DESIGN.md, from the AST (imports inside functions count): no cycle between
+modules, no import a folder's row does not allow, one module per name."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+PKG_DIR = Path(__file__).resolve().parents[1] / "src" / "bridge_launch"
+PKG = "bridge_launch"
+
+# folder -> the folders it may import (besides itself); the root package counts as core
+ALLOWED = {
+    "core": set(),
+    "workloads": set(),
+    "spec": {"core"},
+    "job": {"core", "spec"},
+    "plan": {"core", "spec", "job", "workloads"},
+    "logs": {"core", "workloads"},
+    "resolve": {"core", "spec", "job", "plan", "workloads"},
+    "backends": {"core", "job", "logs", "plan", "workloads"},
+    "data": {"core", "spec", "plan"},
+    "runs": {"core", "spec", "job", "resolve", "backends", "logs", "workloads"},
+    "judge": {"core", "logs", "workloads"},
+    "cli": {"core", "spec", "job", "plan", "logs", "resolve", "backends", "data", "runs", "judge", "workloads"},
+}
+
+
+def _name(path: Path) -> str:
+    parts = list(path.relative_to(PKG_DIR.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_name(p): p for p in PKG_DIR.rglob("*.py")}
+
+
+def _target(dotted: str) -> str | None:
+    while dotted and dotted not in MODULES:
+        dotted = dotted.rpartition(".")[0]
+    return dotted or None
+
+
+def imports(module: str) -> dict[str, int]:
+    """The package modules `module` imports (anywhere in it), each with the first line that does."""
+    path = MODULES[module]
+    found: dict[str, int] = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")[: len(module.split(".")) - node.level + (path.name == "__init__.py")]
+                mod = ".".join([*base, node.module] if node.module else base)
+            else:
+                mod = node.module or ""
+            targets = [f"{mod}.{a.name}" for a in node.names]
+        for dotted in targets:
+            if dotted.split(".")[0] != PKG:
+                continue
+            t = _target(dotted)
+            if t and t != module:
+                found.setdefault(t, node.lineno)
+    return found
+
+
+GRAPH = {m: imports(m) for m in MODULES}
+
+
+def folder(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in ALLOWED) else "core"
+
+
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def disallowed(graph: dict[str, dict[str, int]]) -> list[str]:
+    bad = []
+    for m, targets in sorted(graph.items()):
+        for t, line in sorted(targets.items()):
+            src, dst = folder(m), folder(t)
+            if src != dst and dst not in ALLOWED[src]:
+                bad.append(f"{MODULES[m].relative_to(PKG_DIR.parent)}:{line}: {m} -> {t} ({src} may not import {dst})")
+    return bad
+
+
+def test_every_folder_has_a_row():
+    assert {folder(m) for m in MODULES} <= set(ALLOWED)
+
+
+def test_no_import_cycle():
+    found = cycles(GRAPH)
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_no_import_the_table_does_not_allow():
+    bad = disallowed(GRAPH)
+    assert not bad, "\n".join(bad)
+
+
+def test_module_names_are_unique():
+    names = defaultdict(list)
+    for m in MODULES:
+        if not m.endswith("__init__") and m.count(".") >= 1 and MODULES[m].name != "__init__.py":
+            names[m.rsplit(".", 1)[1]].append(m)
+    assert not {n: ms for n, ms in names.items() if len(ms) > 1}
+
+
+def test_the_checks_see_a_cycle_and_an_upward_import():
+    graph = {"bridge_launch.core.a": {"bridge_launch.cli.b": 3}, "bridge_launch.cli.b": {"bridge_launch.core.a": 1}}
+    assert cycles(graph) == [["bridge_launch.cli.b", "bridge_launch.core.a"]]
+    saved = dict(MODULES)
+    MODULES.update({m: PKG_DIR / "core" / "a.py" for m in graph})
+    try:
+        assert [b.split(": ", 1)[1] for b in disallowed(graph)] == [
+            "bridge_launch.core.a -> bridge_launch.cli.b (core may not import cli)"
+        ]
+    finally:
+        MODULES.clear()
+        MODULES.update(saved)
