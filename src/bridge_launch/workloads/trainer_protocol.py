@@ -177,6 +177,20 @@ DEFAULT_EXIT_SIGNAL = "SIGTERM"
 SIGNAL_CHECK = "end of step, after the iteration log line and any evaluation, before the periodic save"
 
 
+# torchrun (T distributed/elastic): workers are Popen(start_new_session=True), each its own process
+# group (multiprocessing/subprocess_handler/subprocess_handler.py:63-77). On SIGTERM/SIGINT/SIGHUP/
+# SIGQUIT (multiprocessing/api.py:534-547) torchrun forwards the same signal with os.killpg to each
+# worker's group (subprocess_handler.py:79-85), waits the shutdown timeout (default 30 s; the
+# --shutdown-timeout flag and TORCH_ELASTIC_SHUTDOWN_TIMEOUT exist only in recent torch,
+# launcher/api.py:123,145-153), then SIGKILLs ("Unable to shutdown process %s via %s, forcefully
+# exiting via %s", multiprocessing/api.py:1023-1060), and exits 1 even when every worker saved and
+# exited 0 (the SignalException is re-raised: agent/server/api.py:741-761). SIGUSR1/SIGUSR2 are not
+# handled: torchrun dies of them and its workers live on.
+TORCHRUN_SHUTDOWN_TIMEOUT = 30
+TORCHRUN_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+TORCHRUN_FORCED_KILL = re.compile(r"Unable to shutdown process \d+ via \S+, forcefully exiting via \S+")
+
+
 # ---------------------------------------------------------------------------------------------
 # Log lines. print_rank_0 prints on global rank 0, print_rank_last on rank world-1, both a plain
 # print(flush=True) (MB utils/common_utils.py:97-134).

@@ -587,6 +587,10 @@ class Backend:
         """A --until-done run: every segment's state, the restarts used, and the chain's own
         verdict (done / stopped markers the segments write) over the last job's state."""
         chain_dir = f"{run.run_dir}/chain/{run.run_id}"
+        # The markers first, the job states after: a segment cancels its spare successor before it
+        # writes `done`, so states read after `done` was seen never show that successor pending.
+        done = self.read_file(s, f"{chain_dir}/done") is not None
+        stopped = self.read_file(s, f"{chain_dir}/stopped")
         later = [x for x in (self.read_file(s, f"{chain_dir}/jobs") or "").split() if x.isdigit()]
         ids = list(dict.fromkeys([*run.job_ids, *later]))
         states = self.squeue(s, ids)
@@ -601,9 +605,8 @@ class Backend:
         saved = [x["checkpoint"] for x in segments if x.get("checkpoint")]
         if saved:
             out["checkpoint"] = saved[-1]
-        stopped = self.read_file(s, f"{chain_dir}/stopped")
         active = [x for x in segments if x["state"] in ("PENDING", "RUNNING")]
-        if self.read_file(s, f"{chain_dir}/done") is not None:
+        if done:
             out.update(state="COMPLETED", reason="")
         elif stopped is not None:
             out.update(state="CANCELLED" if run.info.get("cancelled") else "FAILED", reason=stopped.strip())
