@@ -59,8 +59,10 @@ def report(rows: list[tuple[str, float, float, float, str]]) -> int:
         ratio = t / anchor
         ok = ratio <= goal if kind == "max" else ratio >= goal
         bad += not ok
-        print(f"{what:<58} {t:9.3f} {anchor:9.3f} {ratio:7.3f}  {'<=' if kind == 'max' else '>='} {goal}  "
-              f"{'ok' if ok else 'MISSED'}")
+        print(
+            f"{what:<58} {t:9.3f} {anchor:9.3f} {ratio:7.3f}  {'<=' if kind == 'max' else '>='} {goal}  "
+            f"{'ok' if ok else 'MISSED'}"
+        )
     return bad
 
 
@@ -90,7 +92,18 @@ def populate_registry(home: str, n: int, info: str = "{}") -> None:
         reg.db.executemany(
             "INSERT INTO runs (run_id, created, updated, recipe, cluster, backend, state, job_ids, run_dir, chain, info)"
             " VALUES (?, ?, ?, 'smoke', 'local-slurm', 'slurm', 'COMPLETED', ?, ?, ?, ?)",
-            [(f"smoke-0101-{i:05x}", now + i, now + i, f'["{1000 + i}"]', f"/runs/smoke-0101-{i:05x}",
-              f"smoke-0101-{i:05x}", info) for i in range(n)])
+            [
+                (
+                    f"smoke-0101-{i:05x}",
+                    now + i,
+                    now + i,
+                    f'["{1000 + i}"]',
+                    f"/runs/smoke-0101-{i:05x}",
+                    f"smoke-0101-{i:05x}",
+                    info,
+                )
+                for i in range(n)
+            ],
+        )
         reg.db.execute("COMMIT")
     reg.close()

@@ -44,8 +44,16 @@ def setup(root: Path) -> tuple[dict, list]:
     from bridge_launch.data import prepare, synthetic
 
     src = synthetic.make_source(root / "src", n=8, seed=2)
-    prepare.prepare("nemotron-image-v3", src, root / "data", subsets=["clevr_2"], skip_integrity=True,
-                    validation_fraction=0.25, max_samples_per_tar=5, num_workers=1)
+    prepare.prepare(
+        "nemotron-image-v3",
+        src,
+        root / "data",
+        subsets=["clevr_2"],
+        skip_integrity=True,
+        validation_fraction=0.25,
+        max_samples_per_tar=5,
+        num_workers=1,
+    )
     it = root / "ckpt" / "iter_0000001"
     it.mkdir(parents=True)
     (it / "metadata.json").write_text(json.dumps({"sharded_backend": "torch_dist", "sharded_backend_version": 1}))
@@ -58,7 +66,8 @@ def setup(root: Path) -> tuple[dict, list]:
     conf = root / "config" / "bridge-launch"
     (conf / "recipes").mkdir(parents=True)
     (conf / "clusters").mkdir(parents=True)
-    (conf / "recipes" / "canary-vl.toml").write_text(textwrap.dedent(f'''
+    (conf / "recipes" / "canary-vl.toml").write_text(
+        textwrap.dedent(f'''
         name = "canary-vl"
         upstream = "tiny_vl_sft_config"
         mode = "sft"
@@ -69,12 +78,15 @@ def setup(root: Path) -> tuple[dict, list]:
         train.train_iters = 2
         model.hf_model_revision = "{REV}"
         dataset.task_encoder.hf_processor_revision = "{REV}"
-        '''))
-    (conf / "clusters" / "bench-canary.toml").write_text(textwrap.dedent(f'''
+        ''')
+    )
+    (conf / "clusters" / "bench-canary.toml").write_text(
+        textwrap.dedent(f'''
         extends = "local-slurm-pyxis"
         container_mounts = ["{root}:{root}"]
         hf_home = "{root}/hf"
-        '''))
+        ''')
+    )
     env = dict(os.environ, BRIDGE_LAUNCH_HOME=str(root / "state"), XDG_CONFIG_HOME=str(root / "config"))
     return env, [f"dataset.path={root}/data", f"checkpoint.pretrained_checkpoint={root}/ckpt"]
 
@@ -109,13 +121,23 @@ def main() -> int:
             stopped.append(one(env, ["--canary", *bad], "FAILED")[0])
     med = statistics.median
     print(f"submit -> COMPLETED without canary: {med(plain):6.1f} s  (anchor; runs {[round(x, 1) for x in plain]})")
-    print(f"submit -> COMPLETED with canary:    {med(gated):6.1f} s  ratio {med(gated) / med(plain):.2f}x "
-          f"(runs {[round(x, 1) for x in gated]})")
-    print(f"  the canary inside the container: {med([r['elapsed_s'] for r in own]):6.1f} s  ("
-          + ", ".join(f"{c['check']} {med([x['seconds'] for r in own for x in r['checks'] if x['check'] == c['check']]):.1f} s"
-                      for c in own[0]["checks"] if "seconds" in c) + "; the rest: start, imports)")
-    print(f"submit -> FAILED at data (canary):  {med(stopped):6.1f} s  ratio {med(stopped) / med(plain):.2f}x; "
-          "the real job never started")
+    print(
+        f"submit -> COMPLETED with canary:    {med(gated):6.1f} s  ratio {med(gated) / med(plain):.2f}x "
+        f"(runs {[round(x, 1) for x in gated]})"
+    )
+    print(
+        f"  the canary inside the container: {med([r['elapsed_s'] for r in own]):6.1f} s  ("
+        + ", ".join(
+            f"{c['check']} {med([x['seconds'] for r in own for x in r['checks'] if x['check'] == c['check']]):.1f} s"
+            for c in own[0]["checks"]
+            if "seconds" in c
+        )
+        + "; the rest: start, imports)"
+    )
+    print(
+        f"submit -> FAILED at data (canary):  {med(stopped):6.1f} s  ratio {med(stopped) / med(plain):.2f}x; "
+        "the real job never started"
+    )
     return 0
 
 

@@ -23,7 +23,7 @@ PY = sys.executable
 BL = [PY, "-m", "bridge_launch.cli.app"]
 REPO = Path(__file__).resolve().parent.parent
 
-NEMO_RUN_DRY_RUN = r'''
+NEMO_RUN_DRY_RUN = r"""
 import nemo_run as run
 executor = run.SlurmExecutor(
     account="acct", partition="batch", nodes=8, ntasks_per_node=4, gpus_per_node=4, time="04:00:00",
@@ -39,7 +39,7 @@ task = run.Script(path="/opt/Megatron-Bridge/scripts/training/run_recipe.py", en
                         "model.tensor_model_parallel_size=2", "model.context_parallel_size=8",
                         "model.expert_model_parallel_size=16", "model.sequence_parallel=true"])
 run.run(task, executor=executor, name="qwen35-vl-sft", dryrun=True)
-'''
+"""
 
 
 def main() -> int:
@@ -55,8 +55,16 @@ def main() -> int:
             "import typer": [PY, "-c", "import typer"],
             "--help": [*BL, "--help"],
             "recipes list": [*BL, "recipes", "list"],
-            "dry-run": [*BL, "submit", "qwen35-vl-sft", "--cluster", "gb200-32", "--dry-run",
-                        "dataset.path=/lustre/clevr2", "checkpoint.pretrained_checkpoint=/lustre/ckpt"],
+            "dry-run": [
+                *BL,
+                "submit",
+                "qwen35-vl-sft",
+                "--cluster",
+                "gb200-32",
+                "--dry-run",
+                "dataset.path=/lustre/clevr2",
+                "checkpoint.pretrained_checkpoint=/lustre/ckpt",
+            ],
         }
         try:
             import importlib.util
@@ -72,12 +80,21 @@ def main() -> int:
         ("bridge-launch recipes list  vs  import typer", t["recipes list"], t["import typer"], 3.0, "max"),
     ]
     if have_nemo_run:
-        rows.append(("submit qwen35-vl-sft -c gb200-32 --dry-run  vs  nemo-run dry run", t["dry-run"],
-                     t["nemo-run dry run"], 0.05, "max"))
+        rows.append(
+            (
+                "submit qwen35-vl-sft -c gb200-32 --dry-run  vs  nemo-run dry run",
+                t["dry-run"],
+                t["nemo-run dry run"],
+                0.05,
+                "max",
+            )
+        )
     else:
         print("nemo-run is not installed (pip install -c constraints.txt '.[cloud]'): dry-run ratio skipped")
-    print(f"(medians of {args.repeats} interleaved runs; dry-run alone: {t['dry-run']:.3f} s, "
-          f"{t['dry-run'] / t['import typer']:.2f}x import typer)")
+    print(
+        f"(medians of {args.repeats} interleaved runs; dry-run alone: {t['dry-run']:.3f} s, "
+        f"{t['dry-run'] / t['import typer']:.2f}x import typer)"
+    )
     return report(rows)
 
 

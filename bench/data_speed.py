@@ -33,8 +33,16 @@ def _median(xs):
 def bench_prepare(work: Path, n: int, rounds: int, large: bool) -> dict:
     from bridge_launch.data import prepare, source, synthetic
 
-    srcdir = synthetic.make_source(work / "src", n=n, seed=0, max_images=2, sizes=((480, 320), (800, 600), (1024, 768)),
-                                   images_per_tar=2000, distinct_images=64, noisy_every=2 if large else None)
+    srcdir = synthetic.make_source(
+        work / "src",
+        n=n,
+        seed=0,
+        max_images=2,
+        sizes=((480, 320), (800, 600), (1024, 768)),
+        images_per_tar=2000,
+        distinct_images=64,
+        noisy_every=2 if large else None,
+    )
     # the I/O floor: the same sample files (images + messages) loose in a directory, then `tar cf`
     loose = work / "loose"
     loose.mkdir()
@@ -51,8 +59,15 @@ def bench_prepare(work: Path, n: int, rounds: int, large: bool) -> dict:
     subprocess.run(["sync"])
     # warm-up: import Energon (seconds, once per process) outside the timed runs; the cold CLI run
     # below shows what a user's first call costs with it
-    prepare.prepare("nemotron-image-v3", srcdir, work / "warm", subsets=["clevr_2"], num_workers=1,
-                    skip_integrity=True, max_samples=50)
+    prepare.prepare(
+        "nemotron-image-v3",
+        srcdir,
+        work / "warm",
+        subsets=["clevr_2"],
+        num_workers=1,
+        skip_integrity=True,
+        max_samples=50,
+    )
     shutil.rmtree(work / "warm")
     times = {"tar": [], 1: [], 2: []}
     phases = {}
@@ -65,22 +80,49 @@ def bench_prepare(work: Path, n: int, rounds: int, large: bool) -> dict:
         for w in (1, 2):
             out = work / f"out{w}"
             t = time.perf_counter()
-            m = prepare.prepare("nemotron-image-v3", srcdir, out, subsets=["clevr_2"], num_workers=w, skip_integrity=True)
+            m = prepare.prepare(
+                "nemotron-image-v3", srcdir, out, subsets=["clevr_2"], num_workers=w, skip_integrity=True
+            )
             times[w].append(time.perf_counter() - t)
             phases[w] = m["timings_s"]
             shutil.rmtree(out)
     tar_s, w1, w2 = _median(times["tar"]), _median(times[1]), _median(times[2])
-    res = {"samples": n, "bytes": size, "large_images": large, "rounds": rounds,
-           "tar_cf_s": [round(x, 3) for x in times["tar"]], "prepare_w1_s": [round(x, 3) for x in times[1]],
-           "prepare_w2_s": [round(x, 3) for x in times[2]], "phases_last_w1_s": phases[1], "phases_last_w2_s": phases[2],
-           "prepare_vs_tar_w1": round(tar_s / w1, 3), "prepare_vs_tar_w2": round(tar_s / w2, 3),
-           "speedup_1_to_2_workers": round(w1 / w2, 3)}
+    res = {
+        "samples": n,
+        "bytes": size,
+        "large_images": large,
+        "rounds": rounds,
+        "tar_cf_s": [round(x, 3) for x in times["tar"]],
+        "prepare_w1_s": [round(x, 3) for x in times[1]],
+        "prepare_w2_s": [round(x, 3) for x in times[2]],
+        "phases_last_w1_s": phases[1],
+        "phases_last_w2_s": phases[2],
+        "prepare_vs_tar_w1": round(tar_s / w1, 3),
+        "prepare_vs_tar_w2": round(tar_s / w2, 3),
+        "speedup_1_to_2_workers": round(w1 / w2, 3),
+    }
     # for information: the CLI from a fresh process (Python start, imports, Energon's import) with 2 workers
     t = time.perf_counter()
     cli = str(Path(sys.executable).with_name("bridge-launch"))
-    subprocess.run([cli, "data", "prepare", "nemotron-image-v3", "--source-dir", str(srcdir),
-                    "--output-dir", str(work / "cold"), "--subsets", "clevr_2", "--skip-source-integrity-check",
-                    "--output", "json"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            cli,
+            "data",
+            "prepare",
+            "nemotron-image-v3",
+            "--source-dir",
+            str(srcdir),
+            "--output-dir",
+            str(work / "cold"),
+            "--subsets",
+            "clevr_2",
+            "--skip-source-integrity-check",
+            "--output",
+            "json",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     res["cold_cli_w2_s"] = round(time.perf_counter() - t, 3)
     shutil.rmtree(work / "cold")
     return res
@@ -92,7 +134,7 @@ def bench_packing(n: int = 1_000_000) -> dict:
     from bridge_launch.data import packing
 
     rng = np.random.default_rng(0)
-    L = (rng.lognormal(6.5, 0.6, n).astype(np.int64) + 200)
+    L = rng.lognormal(6.5, 0.6, n).astype(np.int64) + 200
 
     def best(f, k=5):
         b = float("inf")
@@ -105,8 +147,13 @@ def bench_packing(n: int = 1_000_000) -> dict:
     sort_s = best(lambda: np.sort(L))
     rep_s = best(lambda: packing.summary(packing.simulate(L, 131072, 8, 16)))
     sug_s = best(lambda: packing.suggestions(L, 131072, 8, 16), k=2)
-    return {"lengths": n, "numpy_sort_s": round(sort_s, 4), "packing_report_s": round(rep_s, 4),
-            "report_vs_sort": round(rep_s / sort_s, 2), "suggestions_s (200k prefix, ~20 settings)": round(sug_s, 3)}
+    return {
+        "lengths": n,
+        "numpy_sort_s": round(sort_s, 4),
+        "packing_report_s": round(rep_s, 4),
+        "report_vs_sort": round(rep_s / sort_s, 2),
+        "suggestions_s (200k prefix, ~20 settings)": round(sug_s, 3),
+    }
 
 
 def main():
@@ -124,7 +171,9 @@ def main():
         print(json.dumps({"packing": pk}, indent=2))
         pr = bench_prepare(work, a.samples, a.rounds, a.large_images)
         print(json.dumps({"prepare": pr}, indent=2))
-        print(f"prepare vs tar cf: {pr['prepare_vs_tar_w2']:.2f}x (2 workers), {pr['prepare_vs_tar_w1']:.2f}x (1 worker); goal >= 0.5x")
+        print(
+            f"prepare vs tar cf: {pr['prepare_vs_tar_w2']:.2f}x (2 workers), {pr['prepare_vs_tar_w1']:.2f}x (1 worker); goal >= 0.5x"
+        )
         print(f"1 -> 2 workers: {pr['speedup_1_to_2_workers']:.2f}x")
         print(f"packing report vs numpy sort: {pk['report_vs_sort']:.2f}x; goal <= 5x")
     finally:

@@ -70,22 +70,40 @@ def build_layout() -> float:
         layer = sha256(gz)
         shutil.move(gz, LAYOUT / "blobs" / layer)
         env = [line for line in (work / "root" / "etc" / "environment").read_text().splitlines() if line]
-        config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Env": env},
-                             "rootfs": {"type": "layers", "diff_ids": [f"sha256:{diff_id}"]}}).encode()
+        config = json.dumps(
+            {
+                "architecture": "amd64",
+                "os": "linux",
+                "config": {"Env": env},
+                "rootfs": {"type": "layers", "diff_ids": [f"sha256:{diff_id}"]},
+            }
+        ).encode()
         cfg = hashlib.sha256(config).hexdigest()
         (LAYOUT / "blobs" / cfg).write_bytes(config)
-        manifest = json.dumps({
-            "schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-            "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": len(config),
-                       "digest": f"sha256:{cfg}"},
-            "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip",
-                        "size": (LAYOUT / "blobs" / layer).stat().st_size, "digest": f"sha256:{layer}"}],
-        }).encode()
+        manifest = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                "config": {
+                    "mediaType": "application/vnd.docker.container.image.v1+json",
+                    "size": len(config),
+                    "digest": f"sha256:{cfg}",
+                },
+                "layers": [
+                    {
+                        "mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip",
+                        "size": (LAYOUT / "blobs" / layer).stat().st_size,
+                        "digest": f"sha256:{layer}",
+                    }
+                ],
+            }
+        ).encode()
         man = hashlib.sha256(manifest).hexdigest()
         (LAYOUT / "blobs" / man).write_bytes(manifest)
         layer_mb = round((LAYOUT / "blobs" / layer).stat().st_size / 1e6)
-        (LAYOUT / "index.json").write_text(json.dumps({"name": "bench/local-torch", "tag": "1",
-                                                       "manifest": f"sha256:{man}", "layer_mb": layer_mb}))
+        (LAYOUT / "index.json").write_text(
+            json.dumps({"name": "bench/local-torch", "tag": "1", "manifest": f"sha256:{man}", "layer_mb": layer_mb})
+        )
         (LAYOUT / "key").write_text(key)
         return layer_mb
     finally:
@@ -95,9 +113,25 @@ def build_layout() -> float:
 def first_step_seconds(env, *args) -> float:
     """Submit the smoke job; seconds from submit to the first iteration line in its logs."""
     t0 = time.monotonic()
-    r = subprocess.run([*CLI, "submit", "smoke", "-c", "bench-pyxis", "-o", "json", "smoke.busbw_sizes=[1024]",
-                        "smoke.busbw_iters=1", "train.train_iters=2", *args], capture_output=True, text=True,
-                       env=env, cwd=REPO)
+    r = subprocess.run(
+        [
+            *CLI,
+            "submit",
+            "smoke",
+            "-c",
+            "bench-pyxis",
+            "-o",
+            "json",
+            "smoke.busbw_sizes=[1024]",
+            "smoke.busbw_iters=1",
+            "train.train_iters=2",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     if r.returncode:
         sys.exit(f"submit failed: {r.stderr}")
     sub = json.loads(r.stdout)
@@ -108,8 +142,11 @@ def first_step_seconds(env, *args) -> float:
                 dt = time.monotonic() - t0
                 wait_done(env, sub["run_id"])
                 return dt
-        st = json.loads(subprocess.run([*CLI, "status", sub["run_id"], "-o", "json"], capture_output=True,
-                                       text=True, env=env, cwd=REPO).stdout)[0]
+        st = json.loads(
+            subprocess.run(
+                [*CLI, "status", sub["run_id"], "-o", "json"], capture_output=True, text=True, env=env, cwd=REPO
+            ).stdout
+        )[0]
         if st["state"] in ("FAILED", "CANCELLED"):
             sys.exit(f"{sub['run_id']} {st['state']}: {st['reason']}")
         time.sleep(0.2)
@@ -118,8 +155,11 @@ def first_step_seconds(env, *args) -> float:
 
 def wait_done(env, run_id):
     while True:
-        st = json.loads(subprocess.run([*CLI, "status", run_id, "-o", "json"], capture_output=True, text=True,
-                                       env=env, cwd=REPO).stdout)[0]
+        st = json.loads(
+            subprocess.run(
+                [*CLI, "status", run_id, "-o", "json"], capture_output=True, text=True, env=env, cwd=REPO
+            ).stdout
+        )[0]
         if st["state"] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
             return
         time.sleep(0.5)
@@ -139,15 +179,27 @@ def main() -> int:
     # pyxis_slurmstepd.c): allow plain HTTP through an enroot.conf drop-in, for this run only
     dropin = Path("/usr/local/etc/enroot/enroot.conf.d/bench-image-cache.conf")
     dropin.write_text("ENROOT_ALLOW_HTTP yes\n")
-    server = subprocess.Popen([str(REPO / "scripts" / "local-slurm"), "exec", sys.executable,
-                               str(REPO / "bench" / "registry.py"), str(LAYOUT)])
+    server = subprocess.Popen(
+        [
+            str(REPO / "scripts" / "local-slurm"),
+            "exec",
+            sys.executable,
+            str(REPO / "bench" / "registry.py"),
+            str(LAYOUT),
+        ]
+    )
     home = Path(tempfile.mkdtemp(prefix="bench-image-cache-"))
-    env = dict(os.environ, BRIDGE_LAUNCH_HOME=str(home / "state"), XDG_CONFIG_HOME=str(home / "config"),
-               PYTHONPATH=str(REPO / "src"))
+    env = dict(
+        os.environ,
+        BRIDGE_LAUNCH_HOME=str(home / "state"),
+        XDG_CONFIG_HOME=str(home / "config"),
+        PYTHONPATH=str(REPO / "src"),
+    )
     (home / "config" / "bridge-launch" / "clusters").mkdir(parents=True)
     cache = STATE / "bench-enroot-cache"
     (home / "config" / "bridge-launch" / "clusters" / "bench-pyxis.toml").write_text(
-        f'extends = "local-slurm-pyxis"\n[slurm]\nimage_cache = "{cache}"\n')
+        f'extends = "local-slurm-pyxis"\n[slurm]\nimage_cache = "{cache}"\n'
+    )
     try:
         time.sleep(1)
         uncached, cached = [], []
@@ -160,8 +212,13 @@ def main() -> int:
         for d in glob.glob(str(STATE / "enroot" / "cache" / "*")):
             shutil.rmtree(d, ignore_errors=True)
         t0 = time.monotonic()
-        imp = subprocess.run([*CLI, "image", "import", REF, "-c", "bench-pyxis", "-o", "json"], capture_output=True,
-                             text=True, env=env, cwd=REPO)
+        imp = subprocess.run(
+            [*CLI, "image", "import", REF, "-c", "bench-pyxis", "-o", "json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+        )
         if imp.returncode:
             sys.exit(f"image import failed: {imp.stderr}")
         import_s = time.monotonic() - t0
@@ -176,14 +233,18 @@ def main() -> int:
         shutil.rmtree(home, ignore_errors=True)
     u, c = statistics.median(uncached), statistics.median(cached)
     image_gb = IMAGE.stat().st_size / 1e9
-    print(f"\ntime to first step, 2 nodes, {image_gb:.2f} GB squashfs ({layer_mb} MB gzip layer), median of {a.repeats}:")
+    print(
+        f"\ntime to first step, 2 nodes, {image_gb:.2f} GB squashfs ({layer_mb} MB gzip layer), median of {a.repeats}:"
+    )
     print(f"  without cache {u:.1f} s   with cache {c:.1f} s   saving {u - c:.1f} s per segment   ratio {c / u:.2f}x")
     print(f"  the import itself: {import_s:.1f} s, once per image digest (not per segment)")
     # On paper (README, "Image cache"): the work the cache removes from every node of every segment
     # is the pull plus the conversion; the import measures the conversion alone on one idle node.
     cores = os.cpu_count() or 1
-    print(f"  conversion cost measured by the import: {import_s * cores / image_gb:.0f} core-seconds per GB of squashfs "
-          f"({cores} cores, download over a veth)")
+    print(
+        f"  conversion cost measured by the import: {import_s * cores / image_gb:.0f} core-seconds per GB of squashfs "
+        f"({cores} cores, download over a veth)"
+    )
     return 0
 
 

@@ -58,10 +58,23 @@ def main() -> int:
         env = bench_env(home)
         cases = {
             "import typer": [PY, "-c", "import typer"],
-            "dry-run": [*BL, "submit", "qwen35-vl-sft", "--cluster", "gb200-32", "--dry-run",
-                        "dataset.path=/lustre/fsw/clevr2", "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt"],
-            "import parallel_state": [PY, "-W", "ignore", "-c",
-                                      "from megatron.core.parallel_state import RankGenerator"],
+            "dry-run": [
+                *BL,
+                "submit",
+                "qwen35-vl-sft",
+                "--cluster",
+                "gb200-32",
+                "--dry-run",
+                "dataset.path=/lustre/fsw/clevr2",
+                "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt",
+            ],
+            "import parallel_state": [
+                PY,
+                "-W",
+                "ignore",
+                "-c",
+                "from megatron.core.parallel_state import RankGenerator",
+            ],
             "plan": [*BL, "plan", "qwen35-vl-sft", "--cluster", "gb200-32"],
         }
         wall: dict = {k: [] for k in cases}
@@ -75,12 +88,20 @@ def main() -> int:
     t = {k: statistics.median(v) for k, v in wall.items()}
     c = {k: statistics.median(v) for k, v in cpu.items()}
     rows = [
-        ("plan qwen35-vl-sft -c gb200-32  vs  import parallel_state", t["plan"], t["import parallel_state"], 1.3, "max"),
+        (
+            "plan qwen35-vl-sft -c gb200-32  vs  import parallel_state",
+            t["plan"],
+            t["import parallel_state"],
+            1.3,
+            "max",
+        ),
         ("submit qwen35-vl-sft -c gb200-32 --dry-run  vs  import typer", t["dry-run"], t["import typer"], 3.0, "max"),
     ]
-    print(f"(medians of {args.repeats} interleaved runs; CPU time: plan {c['plan']:.2f} s vs {c['import parallel_state']:.2f} s "
-          f"= {c['plan'] / c['import parallel_state']:.2f}x, dry-run {c['dry-run']:.3f} s vs {c['import typer']:.3f} s "
-          f"= {c['dry-run'] / c['import typer']:.2f}x)")
+    print(
+        f"(medians of {args.repeats} interleaved runs; CPU time: plan {c['plan']:.2f} s vs {c['import parallel_state']:.2f} s "
+        f"= {c['plan'] / c['import parallel_state']:.2f}x, dry-run {c['dry-run']:.3f} s vs {c['import typer']:.3f} s "
+        f"= {c['dry-run'] / c['import typer']:.2f}x)"
+    )
     return report(rows)
 
 

@@ -56,14 +56,20 @@ def serve(root: str, host: str, port: int) -> None:
             if kind == "manifests":
                 digest = index["manifest"] if ref in (index["tag"], index["manifest"]) else None
                 if digest is None:
-                    return self._send(404, b'{"errors":[{"code":"MANIFEST_UNKNOWN"}]}', {"Content-Type": "application/json"})
-                return self._send(200, headers={"Content-Type": MANIFEST_TYPE, "Docker-Content-Digest": digest},
-                                  path=os.path.join(root, "blobs", digest.split(":")[1]))
+                    return self._send(
+                        404, b'{"errors":[{"code":"MANIFEST_UNKNOWN"}]}', {"Content-Type": "application/json"}
+                    )
+                return self._send(
+                    200,
+                    headers={"Content-Type": MANIFEST_TYPE, "Docker-Content-Digest": digest},
+                    path=os.path.join(root, "blobs", digest.split(":")[1]),
+                )
             path = os.path.join(root, "blobs", ref.split(":")[-1])
             if not re.fullmatch(r"sha256:[0-9a-f]{64}", ref) or not os.path.isfile(path):
                 return self._send(404, b'{"errors":[{"code":"BLOB_UNKNOWN"}]}', {"Content-Type": "application/json"})
-            return self._send(200, headers={"Content-Type": "application/octet-stream", "Docker-Content-Digest": ref},
-                              path=path)
+            return self._send(
+                200, headers={"Content-Type": "application/octet-stream", "Docker-Content-Digest": ref}, path=path
+            )
 
         do_HEAD = do_GET
 

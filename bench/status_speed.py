@@ -30,21 +30,27 @@ def main() -> int:
         populate_registry(small, 1_000)
         populate_registry(big, 10_000)
         env_small, env_big = bench_env(small), bench_env(big)
-        cases_small = {"import typer": [PY, "-c", "import typer"],
-                       "status 1k": [PY, "-m", "bridge_launch.cli.app", "status"]}
+        cases_small = {
+            "import typer": [PY, "-c", "import typer"],
+            "status 1k": [PY, "-m", "bridge_launch.cli.app", "status"],
+        }
         # interleave the two registries by running them as separate cases with their own env
         t = {}
         for _ in range(args.repeats):
-            for name, env, cmd in (("import typer", env_small, cases_small["import typer"]),
-                                   ("status 1k", env_small, cases_small["status 1k"]),
-                                   ("status 10k", env_big, cases_small["status 1k"])):
+            for name, env, cmd in (
+                ("import typer", env_small, cases_small["import typer"]),
+                ("status 1k", env_small, cases_small["status 1k"]),
+                ("status 10k", env_big, cases_small["status 1k"]),
+            ):
                 t.setdefault(name, []).append(compare({name: cmd}, 1, env=env)[name])
     med = {k: sorted(v)[len(v) // 2] for k, v in t.items()}
     print(f"(medians of {args.repeats} interleaved runs)")
-    return report([
-        ("status, 10,000 runs  vs  status, 1,000 runs", med["status 10k"], med["status 1k"], 1.2, "max"),
-        ("status, 1,000 runs  vs  import typer", med["status 1k"], med["import typer"], 3.0, "max"),
-    ])
+    return report(
+        [
+            ("status, 10,000 runs  vs  status, 1,000 runs", med["status 10k"], med["status 1k"], 1.2, "max"),
+            ("status, 1,000 runs  vs  import typer", med["status 1k"], med["import typer"], 3.0, "max"),
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ PY = sys.executable
 REPO = Path(__file__).resolve().parent.parent
 SLURM_CONF = "/var/lib/bridge-launch-slurm/etc/slurm.conf"
 
-NEMO_RUN_SUBMIT = r'''
+NEMO_RUN_SUBMIT = r"""
 import sys, nemo_run as run
 executor = run.SlurmExecutor(
     account="bench", partition="debug", nodes=2, ntasks_per_node=2, time="00:10:00",
@@ -37,7 +37,7 @@ executor = run.SlurmExecutor(
 )
 task = run.Script(path=SMOKE, entrypoint="python", args=["train.train_iters=1", "smoke.busbw_sizes=[1024]"])
 run.run(task, executor=executor, name="smoke-bench", detach=True)
-'''
+"""
 
 
 def scancel_all(env) -> None:
@@ -59,8 +59,19 @@ def main() -> int:
         os.makedirs(job_dir)
         smoke = str(REPO / "src" / "bridge_launch" / "workloads" / "smoke.py")
         nemo = [PY, "-c", f"JOB_DIR={job_dir!r}\nSMOKE={smoke!r}\n" + NEMO_RUN_SUBMIT]
-        bl = [PY, "-m", "bridge_launch.cli.app", "submit", "smoke", "-c", "local-slurm", "-o", "json",
-              "train.train_iters=1", "smoke.busbw_sizes=[1024]"]
+        bl = [
+            PY,
+            "-m",
+            "bridge_launch.cli.app",
+            "submit",
+            "smoke",
+            "-c",
+            "local-slurm",
+            "-o",
+            "json",
+            "train.train_iters=1",
+            "smoke.busbw_sizes=[1024]",
+        ]
         for round_ in range(args.repeats + 1):
             for name, cmd, sink in (("bridge-launch", bl, ours), ("nemo-run", nemo, theirs)):
                 t0 = time.perf_counter()
@@ -74,8 +85,17 @@ def main() -> int:
                 if round_:
                     sink.append(dt)
     print(f"(medians of {args.repeats} interleaved submissions, each job cancelled at once)")
-    return report([("submit smoke -c local-slurm  vs  nemo-run SlurmExecutor submit",
-                    statistics.median(ours), statistics.median(theirs), 0.2, "max")])
+    return report(
+        [
+            (
+                "submit smoke -c local-slurm  vs  nemo-run SlurmExecutor submit",
+                statistics.median(ours),
+                statistics.median(theirs),
+                0.2,
+                "max",
+            )
+        ]
+    )
 
 
 if __name__ == "__main__":

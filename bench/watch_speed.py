@@ -36,10 +36,24 @@ def write_log(path: Path, n: int) -> None:
         fh.write(P.starting_line(0) + "\n")
         for s in range(1, n + 1):
             fh.write("[rank0]: " + P.step_time_line(1.23, 456.7) + "\n")
-            fh.write("[rank7]: " + P.iteration_line(
-                iteration=s, train_iters=n, consumed=s * 512, elapsed_ms=1230.4, lr=3e-4, global_batch=512,
-                losses={"lm loss": 10.0 * math.exp(-s / (n / 4)) + 2.0, "load_balancing_loss": 1.01}, loss_scale=1.0,
-                grad_norm=1.2345, skipped=0, nan=0, stamp="2026-01-01 12:00:00") + "\n")
+            fh.write(
+                "[rank7]: "
+                + P.iteration_line(
+                    iteration=s,
+                    train_iters=n,
+                    consumed=s * 512,
+                    elapsed_ms=1230.4,
+                    lr=3e-4,
+                    global_batch=512,
+                    losses={"lm loss": 10.0 * math.exp(-s / (n / 4)) + 2.0, "load_balancing_loss": 1.01},
+                    loss_scale=1.0,
+                    grad_norm=1.2345,
+                    skipped=0,
+                    nan=0,
+                    stamp="2026-01-01 12:00:00",
+                )
+                + "\n"
+            )
             if s % 1000 == 0 or s == n:
                 fh.write("[rank0]: " + P.saving_line(s, "/ckpt") + "\n[rank0]: " + P.saved_line(s, "/ckpt") + "\n")
         fh.write("[rank0]: " + P.barrier_and_log(P.TRAINING_DONE, stamp="2026-01-01 13:00:00") + "\n")
@@ -67,8 +81,9 @@ def finished_run(home: str, steps: int) -> str:
     logs = Path(job.run_dir) / "logs"
     logs.mkdir(parents=True)
     write_log(logs / f"{run.run_id}.log", steps)
-    reg.update(run.run_id, state="COMPLETED", run_dir=job.run_dir, job_ids=["1"],
-               info={"step": steps, "train_iters": steps})
+    reg.update(
+        run.run_id, state="COMPLETED", run_dir=job.run_dir, job_ids=["1"], info={"step": steps, "train_iters": steps}
+    )
     reg.close()
     return run.run_id
 
@@ -77,31 +92,46 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=11)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as many, tempfile.TemporaryDirectory() as one, \
-            tempfile.TemporaryDirectory() as logs:
+    with (
+        tempfile.TemporaryDirectory() as many,
+        tempfile.TemporaryDirectory() as one,
+        tempfile.TemporaryDirectory() as logs,
+    ):
         populate(many, 1_000)
         run_id = finished_run(one, 10_000)
         big = Path(logs) / "train.log"
         write_log(big, 100_000)
-        print(f"(a 10,000-step log: {(Path(one) / 'runs' / run_id / 'logs' / (run_id + '.log')).stat().st_size / 1e6:.1f} MB;"
-              f" the 100,000-iteration log: {big.stat().st_size / 1e6:.1f} MB)")
+        print(
+            f"(a 10,000-step log: {(Path(one) / 'runs' / run_id / 'logs' / (run_id + '.log')).stat().st_size / 1e6:.1f} MB;"
+            f" the 100,000-iteration log: {big.stat().st_size / 1e6:.1f} MB)"
+        )
         env_many, env_one = bench_env(many), bench_env(one)
         baseline = [PY, "-c", "import re, sys; re.findall(r'lm loss: (\\S+)', open(sys.argv[1]).read())", str(big)]
         t: dict = {}
         for _ in range(args.repeats):  # interleaved, so that load on the machine hits every case alike
-            for name, env, cmd in (("import typer", env_many, [PY, "-c", "import typer"]),
-                                   ("status 1k", env_many, [*BL, "status"]),
-                                   ("status RUN", env_one, [*BL, "status", run_id]),
-                                   ("findall", env_one, baseline),
-                                   ("check", env_one, [*BL, "check", str(big)])):
+            for name, env, cmd in (
+                ("import typer", env_many, [PY, "-c", "import typer"]),
+                ("status 1k", env_many, [*BL, "status"]),
+                ("status RUN", env_one, [*BL, "status", run_id]),
+                ("findall", env_one, baseline),
+                ("check", env_one, [*BL, "check", str(big)]),
+            ):
                 t.setdefault(name, []).append(compare({name: cmd}, 1, env=env)[name])
     med = {k: sorted(v)[len(v) // 2] for k, v in t.items()}
     print(f"(medians of {args.repeats} interleaved runs)")
-    return report([
-        ("status, 1,000 runs  vs  import typer", med["status 1k"], med["import typer"], 3.0, "max"),
-        ("status RUN, finished 10,000-step run  vs  import typer", med["status RUN"], med["import typer"], 4.0, "max"),
-        ("check, 100,000-iteration log  vs  one re.findall", med["check"], med["findall"], 2.0, "max"),
-    ])
+    return report(
+        [
+            ("status, 1,000 runs  vs  import typer", med["status 1k"], med["import typer"], 3.0, "max"),
+            (
+                "status RUN, finished 10,000-step run  vs  import typer",
+                med["status RUN"],
+                med["import typer"],
+                4.0,
+                "max",
+            ),
+            ("check, 100,000-iteration log  vs  one re.findall", med["check"], med["findall"], 2.0, "max"),
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -144,8 +144,9 @@ MAX_DEPTH = 6
 
 
 def _git(repo: str, *args: str, input_: bytes | None = None) -> bytes:
-    return subprocess.run(["git", "-C", repo, *args], input=input_, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, check=True).stdout
+    return subprocess.run(
+        ["git", "-C", repo, *args], input=input_, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=True
+    ).stdout
 
 
 def _is_git(path: str) -> bool:
@@ -181,7 +182,7 @@ class Tree:
     def _module_name(rel: str, root: str) -> str | None:
         if not rel.endswith(".py") or not rel.startswith(root):
             return None
-        parts = rel[len(root):-3].split("/")
+        parts = rel[len(root) : -3].split("/")
         if parts[-1] == "__init__":
             parts = parts[:-1]
         if not parts or any(not p.isidentifier() for p in parts):
@@ -210,7 +211,7 @@ class Tree:
         for mod, rel, sha in entries:
             nl = out.index(b"\n", pos)
             size = int(out[pos:nl].split()[2])
-            self.files[mod] = out[nl + 1:nl + 1 + size].decode("utf-8", "replace")
+            self.files[mod] = out[nl + 1 : nl + 1 + size].decode("utf-8", "replace")
             self.paths[mod] = rel
             pos = nl + 1 + size + 1
 
@@ -481,8 +482,9 @@ class Index:
         return any(s.kind == "class" and self.class_info(s)["dataclass"] for s in self.mro(sym))
 
     def is_abstract(self, sym: Sym) -> bool:
-        return any(s.kind == "external" and s.name in ABSTRACT_BASES for s in self.class_info(sym)["bases"]) or \
-            any(isinstance(k, ast.keyword) and k.arg == "metaclass" for k in self.class_node(sym).keywords)
+        return any(s.kind == "external" and s.name in ABSTRACT_BASES for s in self.class_info(sym)["bases"]) or any(
+            isinstance(k, ast.keyword) and k.arg == "metaclass" for k in self.class_node(sym).keywords
+        )
 
     def fields(self, sym: Sym) -> dict[str, list[FieldInfo]]:
         """Dataclass fields of ``sym``: name -> declarations, base class first."""
@@ -513,8 +515,7 @@ class Index:
                 if isinstance(default, ast.Call):
                     kw = {k.arg: k.value for k in default.keywords}
                     default = kw.get("default")
-                out.setdefault(st.target.id, []).append(
-                    FieldInfo(st.target.id, ann, s.module, s.name, init, default))
+                out.setdefault(st.target.id, []).append(FieldInfo(st.target.id, ann, s.module, s.name, init, default))
         return out
 
     def all_classes(self):
@@ -547,7 +548,7 @@ def _normalize_external(q: str) -> str:
     aliases = {"typing_extensions.": "typing.", "torch.types.": "torch.", "collections.abc.Callable": "typing.Callable"}
     for a, b in aliases.items():
         if q.startswith(a):
-            q = b + q[len(a):]
+            q = b + q[len(a) :]
     return q
 
 
@@ -575,8 +576,13 @@ class T:
         choices = None
         if typ == self.type == other.type and self.choices is not None and other.choices is not None:
             choices = _uniq(self.choices + other.choices)
-        return T(typ, self.nullable or other.nullable, choices, _uniq(self.notes + other.notes),
-                 _uniq(self.nested + other.nested))
+        return T(
+            typ,
+            self.nullable or other.nullable,
+            choices,
+            _uniq(self.notes + other.notes),
+            _uniq(self.nested + other.nested),
+        )
 
 
 def _uniq(xs):
@@ -722,8 +728,13 @@ class Mapper:
         if nested and len(_uniq([p.type for p in scalar])) == 1 and scalar[0].type in ("int", "float", "bool", "str"):
             # e.g. Union[MixedPrecisionConfig, str]: a recipe name or an instance.
             names = ", ".join(n.name for n in nested)
-            t = T(scalar[0].type, nullable, scalar[0].choices if len(scalar) == 1 else None,
-                  notes + [f"or a {names} instance (its fields are listed as nested keys)"], nested)
+            t = T(
+                scalar[0].type,
+                nullable,
+                scalar[0].choices if len(scalar) == 1 else None,
+                notes + [f"or a {names} instance (its fields are listed as nested keys)"],
+                nested,
+            )
             return t
         descs, used = [], set()
         for p in parts:
@@ -846,8 +857,9 @@ class Builder:
             entry["only_in"] = sorted(only_in)
         if key in self.fields:
             prev = self.fields[key]
-            a = T(prev["type"], prev.get("nullable", False), prev.get("choices"),
-                  [prev["note"]] if "note" in prev else [])
+            a = T(
+                prev["type"], prev.get("nullable", False), prev.get("choices"), [prev["note"]] if "note" in prev else []
+            )
             m = a.merged(t)
             entry["type"] = m.type
             entry.pop("choices", None)
@@ -904,11 +916,15 @@ def annotate_string_conversions(ix: Index, fields: dict) -> None:
             entry["note"] = note.replace(
                 "torch.dtype",
                 "torch.dtype; an override string is converted by utils/activation_map.py str_to_dtype "
-                f"when the current value is a dtype (names: {', '.join(dtypes)})", 1)
+                f"when the current value is a dtype (names: {', '.join(dtypes)})",
+                1,
+            )
         if acts and key.endswith(".activation_func") and note.startswith("callable"):
             entry["note"] = note.replace(
-                "callable", f"callable; overrides take a registered name (utils/activation_map.py: "
-                f"{', '.join(acts)})", 1)
+                "callable",
+                f"callable; overrides take a registered name (utils/activation_map.py: {', '.join(acts)})",
+                1,
+            )
 
 
 def build(ix: Index) -> "Builder":
@@ -926,9 +942,11 @@ def build(ix: Index) -> "Builder":
             t.nested = b.expand(t.nested)
         if name == "mixed_precision":
             t.choices = mixed_precision_recipes(ix, "megatron.bridge.training.mixed_precision")
-            t.notes = ["recipe name (registered in training/mixed_precision.py, resolved by "
-                       "get_mixed_precision_config) or a MixedPrecisionConfig instance whose fields "
-                       "are listed as mixed_precision.*"]
+            t.notes = [
+                "recipe name (registered in training/mixed_precision.py, resolved by "
+                "get_mixed_precision_config) or a MixedPrecisionConfig instance whose fields "
+                "are listed as mixed_precision.*"
+            ]
         if t.nested:
             b.sections[name] = [c.name for c in t.nested]
         else:
@@ -944,8 +962,10 @@ def build(ix: Index) -> "Builder":
         for sec in ("model", "optimizer", "ddp"):
             entry = b.fields.get(f"{sec}.{name}")
             if entry is not None:
-                note = (f"overwritten by mixed_precision.{name} at finalize when mixed_precision is set "
-                        f"(MixedPrecisionConfig.setup)")
+                note = (
+                    f"overwritten by mixed_precision.{name} at finalize when mixed_precision is set "
+                    f"(MixedPrecisionConfig.setup)"
+                )
                 entry["note"] = f"{entry['note']}; {note}" if "note" in entry else note
     return b
 
@@ -992,10 +1012,16 @@ def main(argv=None) -> int:
     ap.add_argument("mcore", help="Megatron-LM checkout, (bare) git repository, or megatron-core source dir")
     ap.add_argument("--bridge-rev", default=None)
     ap.add_argument("--mcore-rev", default=None)
-    ap.add_argument("--mcore-label", default=None,
-                    help="value for source.megatron_core when MCORE is not a git repository (e.g. 0.16.1)")
-    ap.add_argument("-o", "--output", default=str(Path(__file__).resolve().parents[1]
-                                                  / "src/bridge_launch/spec/schema/config_container.json"))
+    ap.add_argument(
+        "--mcore-label",
+        default=None,
+        help="value for source.megatron_core when MCORE is not a git repository (e.g. 0.16.1)",
+    )
+    ap.add_argument(
+        "-o",
+        "--output",
+        default=str(Path(__file__).resolve().parents[1] / "src/bridge_launch/spec/schema/config_container.json"),
+    )
     args = ap.parse_args(argv)
 
     bridge_rev = args.bridge_rev
@@ -1017,8 +1043,7 @@ def main(argv=None) -> int:
                 _git(args.mcore, "cat-file", "-e", pinned + "^{commit}")
                 mcore_rev = pinned
             except subprocess.CalledProcessError:
-                print(f"warning: pinned Megatron-LM commit {pinned} not in {args.mcore}; using HEAD",
-                      file=sys.stderr)
+                print(f"warning: pinned Megatron-LM commit {pinned} not in {args.mcore}; using HEAD", file=sys.stderr)
         if mcore_rev is None and _is_bare(args.mcore):
             mcore_rev = "HEAD"
     mcore = Tree(args.mcore, mcore_rev, ("megatron.core", "megatron.training"))
@@ -1028,24 +1053,35 @@ def main(argv=None) -> int:
     fields, sections = b.fields, b.sections
     bridge_id = bridge.rev or "worktree:" + os.path.abspath(args.bridge)
     mcore_id = mcore.rev or args.mcore_label or "worktree:" + os.path.abspath(args.mcore)
-    note = ("Generated by scripts/gen_schema.py from the ConfigContainer dataclasses by reading the source "
-            "with ast (nothing imported). Megatron-Core/megatron.training read at "
-            + ("the commit pinned by Bridge's 3rdparty/Megatron-LM submodule" if mcore.rev and mcore.rev == pinned
-               else "the given tree") + ". "
-            "model merges the providers listed in 'sections' (Qwen3.5/Qwen3.5-MoE/Qwen3-Next text bridges "
-            "return GPTModelProvider; Nemotron-H and Nemotron 3 recipes build HybridModelProvider); "
-            "GPTModelConfig/HybridModelConfig, T5 and MIMO providers, also allowed by the annotation, are not "
-            "merged. Types: int float bool str list dict any; nullable=Optional; "
-            "choices=Literal/Enum/registered names; "
-            "union sections (model, dataset, ...) merge the fields of the classes in 'sections' and use the "
-            "looser type on conflict; 'only_in' lists the declaring classes when not all of them have the key. "
-            "Dataclass-typed fields are flattened into dotted keys and also listed as dict. "
-            "Omitted as derived (field(init=False), recomputed at finalize/setup): "
-            + ", ".join(sorted(b.skipped_init_false)) + ".")
+    note = (
+        "Generated by scripts/gen_schema.py from the ConfigContainer dataclasses by reading the source "
+        "with ast (nothing imported). Megatron-Core/megatron.training read at "
+        + (
+            "the commit pinned by Bridge's 3rdparty/Megatron-LM submodule"
+            if mcore.rev and mcore.rev == pinned
+            else "the given tree"
+        )
+        + ". "
+        "model merges the providers listed in 'sections' (Qwen3.5/Qwen3.5-MoE/Qwen3-Next text bridges "
+        "return GPTModelProvider; Nemotron-H and Nemotron 3 recipes build HybridModelProvider); "
+        "GPTModelConfig/HybridModelConfig, T5 and MIMO providers, also allowed by the annotation, are not "
+        "merged. Types: int float bool str list dict any; nullable=Optional; "
+        "choices=Literal/Enum/registered names; "
+        "union sections (model, dataset, ...) merge the fields of the classes in 'sections' and use the "
+        "looser type on conflict; 'only_in' lists the declaring classes when not all of them have the key. "
+        "Dataclass-typed fields are flattened into dotted keys and also listed as dict. "
+        "Omitted as derived (field(init=False), recomputed at finalize/setup): "
+        + ", ".join(sorted(b.skipped_init_false))
+        + "."
+    )
     doc = {
-        "source": {"megatron_bridge": bridge_id, "megatron_core": mcore_id,
-                   "megatron_bridge_version": package_version(bridge, "megatron.bridge"),
-                   "megatron_core_version": package_version(mcore, "megatron.core"), "note": note},
+        "source": {
+            "megatron_bridge": bridge_id,
+            "megatron_core": mcore_id,
+            "megatron_bridge_version": package_version(bridge, "megatron.bridge"),
+            "megatron_core_version": package_version(mcore, "megatron.core"),
+            "note": note,
+        },
         "sections": {k: sections[k] for k in sorted(sections)},
         "fields": {k: fields[k] for k in sorted(fields)},
     }

@@ -54,8 +54,9 @@ def run_cli(*args, env=None, timeout=120, input=None) -> Result:
     """The CLI as a user runs it: a fresh process, its own stdout/stderr and exit code."""
     full = dict(os.environ)
     full.update(env or {})
-    proc = subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, env=full, timeout=timeout,
-                          input=input, cwd=REPO)
+    proc = subprocess.run(
+        [*CLI, *map(str, args)], capture_output=True, text=True, env=full, timeout=timeout, input=input, cwd=REPO
+    )
     return Result(proc)
 
 

@@ -30,9 +30,20 @@ def _replica_log(replica: str) -> str:
 
     if replica.split("-")[-2] == "0":
         return "[rank0]: " + P.step_time_line(2.5, 512.0)
-    return "[rank15]: " + P.iteration_line(iteration=5, train_iters=50, consumed=40, elapsed_ms=2500.0, lr=1e-4,
-                                            global_batch=8, losses={"lm loss": 1.234}, loss_scale=1.0, grad_norm=0.5,
-                                            skipped=0, nan=0, stamp="2026-01-01 12:00:00")
+    return "[rank15]: " + P.iteration_line(
+        iteration=5,
+        train_iters=50,
+        consumed=40,
+        elapsed_ms=2500.0,
+        lr=1e-4,
+        global_batch=8,
+        losses={"lm loss": 1.234},
+        loss_scale=1.0,
+        grad_norm=0.5,
+        skipped=0,
+        nan=0,
+        stamp="2026-01-01 12:00:00",
+    )
 
 
 class ShapeError(AssertionError):
@@ -98,12 +109,16 @@ class Contract:
         if auth != f"Bearer {LEPTON_TOKEN}":
             return 401, {"code": "Unauthorized", "message": "invalid token"}
         if method == "GET" and path == "/dedicated-node-groups":
-            return 200, [{"metadata": {"id": "ng-gb200-1", "name": "gb200-nodegroup"}, "spec": {}, "status": {}},
-                         {"metadata": {"id": "ng-cpu", "name": "cpu-pool"}, "spec": {}, "status": {}}]
+            return 200, [
+                {"metadata": {"id": "ng-gb200-1", "name": "gb200-nodegroup"}, "spec": {}, "status": {}},
+                {"metadata": {"id": "ng-cpu", "name": "cpu-pool"}, "spec": {}, "status": {}},
+            ]
         m = re.fullmatch(r"/dedicated-node-groups/([^/]+)/nodes", path)
         if method == "GET" and m:
             need(m.group(1) == "ng-gb200-1", f"nodes asked for unknown node group {m.group(1)}")
-            return 200, [{"metadata": {"id": f"node-{i}"}, "spec": {"unschedulable": False}, "status": None} for i in range(2)]
+            return 200, [
+                {"metadata": {"id": f"node-{i}"}, "spec": {"unschedulable": False}, "status": None} for i in range(2)
+            ]
         if method == "POST" and path == "/jobs":
             self._check_lepton_job(body)
             jid = body["metadata"]["id"]
@@ -158,8 +173,10 @@ class Contract:
         if seg is not None:  # leptonai 0.27.3 cli/job.py --segment-count: 1 <= count < workers, count divides workers
             need(set(seg) == {"count_per_segment"}, f"segment_config {seg}")
             per, n = seg["count_per_segment"], spec["completions"]
-            need(isinstance(per, int) and n > 1 and per > 1 and n % per == 0 and 1 <= n // per < n,
-                 f"segment_config count_per_segment={per} for {n} workers")
+            need(
+                isinstance(per, int) and n > 1 and per > 1 and n % per == 0 and 1 <= n // per < n,
+                f"segment_config count_per_segment={per} for {n} workers",
+            )
         if not body["metadata"]["id"].startswith("bl-stage"):
             need(spec.get("intra_job_communication") is True, "intra_job_communication")
             need(all("wget" not in a and "curl" not in a for a in c["command"]), "the job must not download anything")
@@ -174,8 +191,12 @@ class Contract:
         if auth != f"Bearer {DGX_TOKEN}":
             return 401, {"code": 401, "message": "unauthorized"}
         if method == "GET" and path == "/org-unit/projects":
-            return 200, {"projects": [{"name": "other", "id": "p-0", "clusterId": "c-0"},
-                                      {"name": "bridge-launch", "id": "p-42", "clusterId": "c-7"}]}
+            return 200, {
+                "projects": [
+                    {"name": "other", "id": "p-0", "clusterId": "c-0"},
+                    {"name": "bridge-launch", "id": "p-42", "clusterId": "c-7"},
+                ]
+            }
         m = re.fullmatch(r"/workloads/(workspaces|trainings|distributed)", path)
         if method == "POST" and m:
             kind = m.group(1)
@@ -234,16 +255,24 @@ class Contract:
             need(spec["distributedFramework"] == "PyTorch", "distributedFramework")
             need(isinstance(spec.get("numWorkers"), int) and spec["numWorkers"] >= 1, "numWorkers >= 1")
             # "masterSpecSameAsWorker ... in this case, masterSpec should not be specified"
-            need(not (body.get("masterSpecSameAsWorker") and "masterSpec" in body), "masterSpec with masterSpecSameAsWorker")
+            need(
+                not (body.get("masterSpecSameAsWorker") and "masterSpec" in body),
+                "masterSpec with masterSpecSameAsWorker",
+            )
             # The pod count must not depend on Run:ai's default for an unstated master (the UI offers
             # "Workers & master" and "Workers only"): a request states it.
-            need(body.get("masterSpecSameAsWorker") is True or "masterSpec" in body,
-                 "the master pod is left to Run:ai's default (state masterSpecSameAsWorker or masterSpec)")
+            need(
+                body.get("masterSpecSameAsWorker") is True or "masterSpec" in body,
+                "the master pod is left to Run:ai's default (state masterSpecSameAsWorker or masterSpec)",
+            )
             for k in ("minReplicas", "maxReplicas"):  # limits on the worker pods, when given
                 if k in spec:
                     need(isinstance(spec[k], int), k)
             if "minReplicas" in spec and "maxReplicas" in spec:
-                need(spec["minReplicas"] <= spec["numWorkers"] <= spec["maxReplicas"], "numWorkers within min/maxReplicas")
+                need(
+                    spec["minReplicas"] <= spec["numWorkers"] <= spec["maxReplicas"],
+                    "numWorkers within min/maxReplicas",
+                )
         else:
             need("numWorkers" not in spec, "trainings take no numWorkers")
 
@@ -276,9 +305,13 @@ def _handler(contract: Contract):
             try:
                 with contract.lock:
                     if url.path.startswith("/lepton/"):
-                        code, out = contract.lepton(self.command, url.path[7:], url.query, body, self.headers.get("Authorization"))
+                        code, out = contract.lepton(
+                            self.command, url.path[7:], url.query, body, self.headers.get("Authorization")
+                        )
                     elif url.path.startswith("/dgx/"):
-                        code, out = contract.dgx(self.command, url.path[4:], url.query, body, self.headers.get("Authorization"))
+                        code, out = contract.dgx(
+                            self.command, url.path[4:], url.query, body, self.headers.get("Authorization")
+                        )
                     else:
                         code, out = 404, {"message": "unknown API"}
             except ShapeError as exc:

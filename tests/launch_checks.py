@@ -18,8 +18,15 @@ def check_torchrun_artifacts(run_dir, job_id, conf, nodes=("node1", "node2")):
         assert f"host={host}" in files[0].read_text()
     assert (run_dir / "nccl-trace" / job_id).is_dir()
     out = (run_dir / "logs" / f"sbatch-{job_id}.out").read_text()
-    addr = re.search(r"NodeAddr=(\S+)", subprocess.run(["scontrol", "show", "node", nodes[0]], capture_output=True,
-                     text=True, env=dict(os.environ, SLURM_CONF=conf)).stdout).group(1)
+    addr = re.search(
+        r"NodeAddr=(\S+)",
+        subprocess.run(
+            ["scontrol", "show", "node", nodes[0]],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, SLURM_CONF=conf),
+        ).stdout,
+    ).group(1)
     m = re.search(r"bridge-launch: rendezvous on (\S+):(\d+) \((\S+) hosts the store\)", out)
     assert m and m.group(1) == addr and m.group(3) == nodes[0], out[-2000:]
     assert 20000 <= int(m.group(2)) < 32768

@@ -37,6 +37,7 @@ def _dry(*args):
 
 # ------------------------------------------------------------------ settings and rendering
 
+
 def test_slurm_canary_is_a_short_job_in_the_same_image_the_real_job_waits_for(home):
     d = _dry("qwen35-vl-sft", "-c", "gb200-32", "--canary", *VL_ARGS)
     main, c = d["artifact"]["text"], d["canary"]
@@ -49,8 +50,9 @@ def test_slurm_canary_is_a_short_job_in_the_same_image_the_real_job_waits_for(ho
     # the same container, mounts, environment and srun flags as the job: only the node count differs
     srun = [ln for ln in main.splitlines() if ln.startswith("    --") and "nodes=" not in ln and "--nnodes" not in ln]
     csrun = [ln for ln in text.splitlines() if ln.startswith("    --") and "nodes=" not in ln and "--nnodes" not in ln]
-    assert [ln for ln in srun if ln.startswith(("    --container", "    --mpi", "    --no-container"))] == \
-           [ln for ln in csrun if ln.startswith(("    --container", "    --mpi", "    --no-container"))]
+    assert [ln for ln in srun if ln.startswith(("    --container", "    --mpi", "    --no-container"))] == [
+        ln for ln in csrun if ln.startswith(("    --container", "    --mpi", "    --no-container"))
+    ]
     exports = [ln for ln in main.splitlines() if ln.startswith("export ") and "RUN_ID=" not in ln]
     assert exports and all(ln in text for ln in exports)
     entry = text.index("    /lustre/fsw/bridge-launch/runs/@RUN_ID@/workload/cluster_checks.py \\\n")
@@ -58,12 +60,15 @@ def test_slurm_canary_is_a_short_job_in_the_same_image_the_real_job_waits_for(ho
     spec = c["spec"]
     tokens = shlex.split(main.split("srun \\\n")[1].split(" &\n")[0].replace("\\\n", " "))
     at = tokens.index(spec["entry"])
-    assert tokens[at + 1:at + 5] == ["--recipe", spec["recipe"], "--mode", spec["mode"]]
-    assert spec["args"] == tokens[at + 5:]  # the job's exact overrides
+    assert tokens[at + 1 : at + 5] == ["--recipe", spec["recipe"], "--mode", spec["mode"]]
+    assert spec["args"] == tokens[at + 5 :]  # the job's exact overrides
     assert spec["recipe"] == "qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config" and spec["mode"] == "sft"
     assert spec["world_size"] == 32 and spec["dataset"] == {"kind": "energon", "path": "/lustre/clevr2"}
     assert spec["pretrained_checkpoint"] == "/lustre/ckpt"
-    assert spec["hf"]["model"] == "Qwen/Qwen3.5-35B-A3B" and spec["hf"]["processor_revision"] == spec["hf"]["model_revision"]
+    assert (
+        spec["hf"]["model"] == "Qwen/Qwen3.5-35B-A3B"
+        and spec["hf"]["processor_revision"] == spec["hf"]["model_revision"]
+    )
     assert spec["schema_source"]["megatron_bridge_version"] == "0.7.0"
     assert spec["schema_source"]["megatron_core_version"] == "0.20.0"
     assert spec["network"]["expected_busbw_gbps"] == 700 and spec["fabric"]["expect_mnnvl"] is True
@@ -74,7 +79,10 @@ def test_dry_run_text_shows_the_canary_job_and_spec(home):
     r = run_cli("submit", "qwen35-vl-sft", "-c", "gb200-32", "--canary", *VL_ARGS, "--dry-run")
     assert r.code == 0, r.err
     assert "Canary     a job on 2 nodes of the same partition, time 00:30:00, submitted first" in r.out
-    assert "--- canary sbatch: launch/@RUN_ID@-canary.sbatch" in r.out and "--- canary spec: canary/@RUN_ID@.spec.json" in r.out
+    assert (
+        "--- canary sbatch: launch/@RUN_ID@-canary.sbatch" in r.out
+        and "--- canary spec: canary/@RUN_ID@.spec.json" in r.out
+    )
     assert "busbw >= 80% of 700 GB/s (gb200)" in r.out
 
 
@@ -102,12 +110,15 @@ def test_no_canary_means_no_change_to_the_job(home):
     assert "canary" not in plain and "dependency" not in plain["artifact"]["text"]
 
 
-@pytest.mark.parametrize("body,message", [
-    ('[canary]\ntime = "soon"\n', "[canary]: time 'soon' is not a Slurm time"),
-    ("[canary]\nbusbw_sizes = []\n", "[canary]: busbw_sizes must be a list of byte counts"),
-    ("[canary]\nbusbw_min_fraction = 1.5\n", "[canary]: busbw_min_fraction must be in (0, 1]"),
-    ("[canary]\nbusbw_gbs = 3\n", "unknown [canary] key 'busbw_gbs'"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        ('[canary]\ntime = "soon"\n', "[canary]: time 'soon' is not a Slurm time"),
+        ("[canary]\nbusbw_sizes = []\n", "[canary]: busbw_sizes must be a list of byte counts"),
+        ("[canary]\nbusbw_min_fraction = 1.5\n", "[canary]: busbw_min_fraction must be in (0, 1]"),
+        ("[canary]\nbusbw_gbs = 3\n", "unknown [canary] key 'busbw_gbs'"),
+    ],
+)
 def test_bad_canary_settings_are_one_line(home, body, message):
     write(home / "clusters" / "bad.toml", 'extends = "gb200-32"\n' + body)
     r = run_cli("submit", "qwen35-vl-sft", "-c", "bad", *VL_ARGS, "--dry-run")
@@ -147,12 +158,18 @@ def test_cloud_jobs_run_the_canary_first_and_stop_when_it_fails(home, tmp_path, 
     bindir = tmp_path / "bin"
     write(bindir / "torchrun", FAKE_TORCHRUN).chmod(0o755)
     calls = tmp_path / "calls"
-    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", CALLS=str(calls), CANARY_RC=str(canary_rc),
-               LEPTON_JOB_WORKER_INDEX="0", MASTER_PORT="29400")
+    env = dict(
+        os.environ,
+        PATH=f"{bindir}:{os.environ['PATH']}",
+        CALLS=str(calls),
+        CANARY_RC=str(canary_rc),
+        LEPTON_JOB_WORKER_INDEX="0",
+        MASTER_PORT="29400",
+    )
     proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=60)
     ran = calls.read_text().splitlines()
     assert "--rdzv-id=r1-canary" in ran[0] and "workload/cluster_checks.py" in ran[0]
-    assert '--rdzv-endpoint=127.0.0.1:29401' in ran[0]  # the canary's rendezvous one port above the job's
+    assert "--rdzv-endpoint=127.0.0.1:29401" in ran[0]  # the canary's rendezvous one port above the job's
     assert "--nnodes=2" in ran[0]  # every node of the job runs it
     if canary_rc:
         assert proc.returncode == canary_rc and len(ran) == 1, (proc.stdout, proc.stderr)
@@ -163,6 +180,7 @@ def test_cloud_jobs_run_the_canary_first_and_stop_when_it_fails(home, tmp_path, 
 
 
 # ------------------------------------------------------------------ in-job checks
+
 
 def test_checkpoint_check_follows_bridge(canary_mod, tmp_path):
     import torch
@@ -194,8 +212,10 @@ def test_checkpoint_check_follows_bridge(canary_mod, tmp_path):
     r = check(spec(ck))
     assert r["status"] == "ok" and "-> iter_0000007, format torch_dist" in r["detail"], r
     assert r["data"]["metadata"] == P.MCORE_METADATA_CONTENT
-    assert check(spec(it))["detail"].endswith("an iteration directory (loaded as it is), format torch_dist "
-                                              '(metadata.json {"sharded_backend": "torch_dist", "sharded_backend_version": 1})')
+    assert check(spec(it))["detail"].endswith(
+        "an iteration directory (loaded as it is), format torch_dist "
+        '(metadata.json {"sharded_backend": "torch_dist", "sharded_backend_version": 1})'
+    )
     (ck / P.TRACKER).write_text("9")
     r = check(spec(ck))
     assert r["status"] == "fail" and "iter_0000009, which does not exist" in r["detail"]
@@ -220,8 +240,14 @@ def test_checkpoint_check_follows_bridge(canary_mod, tmp_path):
 
 def test_hf_cache_check_resolves_revisions_as_the_hub_does(canary_mod, tmp_path, monkeypatch):
     rev = "59d61f3ce65a6d9863b86d2e96597125219dc754"
-    spec = {"hf": {"model": "Qwen/Qwen3.5-35B-A3B", "model_revision": rev,
-                   "processor": "Qwen/Qwen3.5-35B-A3B", "processor_revision": rev}}
+    spec = {
+        "hf": {
+            "model": "Qwen/Qwen3.5-35B-A3B",
+            "model_revision": rev,
+            "processor": "Qwen/Qwen3.5-35B-A3B",
+            "processor_revision": rev,
+        }
+    }
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
@@ -252,9 +278,14 @@ def test_busbw_verdict(canary_mod):
         return canary_mod.judge_busbw(spec, rows, world, nodes, "nccl")
 
     ok = judge(700)
-    assert ok["status"] == "ok" and ok["detail"].startswith("all-reduce busbw 600.000 GB/s at 1 GiB >= 80% of the expected 700 GB/s")
+    assert ok["status"] == "ok" and ok["detail"].startswith(
+        "all-reduce busbw 600.000 GB/s at 1 GiB >= 80% of the expected 700 GB/s"
+    )
     bad = judge(800)
-    assert bad["status"] == "fail" and "is below 80% of the expected 800 GB/s for gb200 (8 ranks on 2 node(s), nccl)" in bad["detail"]
+    assert (
+        bad["status"] == "fail"
+        and "is below 80% of the expected 800 GB/s for gb200 (8 ranks on 2 node(s), nccl)" in bad["detail"]
+    )
     assert judge(0)["status"] == "warn" and "not judged" in judge(0)["detail"]
     assert "one node only" in judge(700, nodes=1)["detail"]
     assert canary_mod.judge_busbw({}, [], 1, 1, "gloo")["status"] == "skip"
@@ -263,8 +294,10 @@ def test_busbw_verdict(canary_mod):
 def test_fabric_verdict(canary_mod):
     assert canary_mod.check_fabric({}, {}, cuda=False)["status"] == "skip"
     good = {"state": "Completed", "status": "Success", "clique_id": "7", "cluster_uuid": "u"}
-    nodes = {"n1": {"imex": {"visible": True, "channels": ["channel0"]}, "fabric": good},
-             "n2": {"imex": {"visible": False, "channels": []}, "fabric": good}}
+    nodes = {
+        "n1": {"imex": {"visible": True, "channels": ["channel0"]}, "fabric": good},
+        "n2": {"imex": {"visible": False, "channels": []}, "fabric": good},
+    }
     spec = {"fabric": {"expect_mnnvl": True}}
     r = canary_mod.check_fabric(spec, nodes, cuda=True)
     assert r["status"] == "fail" and "IMEX channels visible on 1/2 node(s) (none on n2)" in r["detail"]
@@ -277,13 +310,25 @@ def test_fabric_verdict(canary_mod):
 
 
 def _spec(tmp_path, **kw) -> Path:
-    spec = {"run_id": "r1", "report": str(tmp_path / "run" / "canary" / "r1.json"), "workload": "megatron-bridge",
-            "entry": str(STANDIN / "scripts" / "training" / "run_recipe.py"), "recipe": "tiny_vl_sft_config",
-            "mode": "sft", "args": ["train.train_iters=2"], "world_size": 4, "gpu_type": "cpu",
-            "schema_source": {"megatron_bridge": "067f987df03b8355b03192d88d70f1709fedf51a",
-                              "megatron_core": "2a75ac12c54ba6a42b34024756820bf819a2e25f",
-                              "megatron_bridge_version": "0.7.0", "megatron_core_version": "0.20.0"},
-            "dataset": {"kind": "energon", "path": str(tmp_path / "nope")}, "check_timeout_s": 300}
+    spec = {
+        "run_id": "r1",
+        "report": str(tmp_path / "run" / "canary" / "r1.json"),
+        "workload": "megatron-bridge",
+        "entry": str(STANDIN / "scripts" / "training" / "run_recipe.py"),
+        "recipe": "tiny_vl_sft_config",
+        "mode": "sft",
+        "args": ["train.train_iters=2"],
+        "world_size": 4,
+        "gpu_type": "cpu",
+        "schema_source": {
+            "megatron_bridge": "067f987df03b8355b03192d88d70f1709fedf51a",
+            "megatron_core": "2a75ac12c54ba6a42b34024756820bf819a2e25f",
+            "megatron_bridge_version": "0.7.0",
+            "megatron_core_version": "0.20.0",
+        },
+        "dataset": {"kind": "energon", "path": str(tmp_path / "nope")},
+        "check_timeout_s": 300,
+    }
     spec.update(kw)
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
@@ -292,30 +337,58 @@ def _spec(tmp_path, **kw) -> Path:
 
 def _subcheck(name, spec_path):
     env = dict(os.environ, PYTHONPATH=STANDIN_PATH)
-    proc = subprocess.run([sys.executable, str(WORKLOADS / "cluster_checks.py"), "--check", name, str(spec_path)],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(WORKLOADS / "cluster_checks.py"), "--check", name, str(spec_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("@@bridge-launch-canary-result ")]
     assert proc.returncode == 0 and line, proc.stdout + proc.stderr
     return json.loads(line[-1].split(" ", 1)[1])
 
 
-@pytest.mark.parametrize("recipe,args,status,expected", [
-    ("tiny_vl_sft_config", ["train.train_iters=2", "dataset.path=/d"], "ok",
-     "recipe tiny_vl_sft_config built with 2 overrides and validated for 4 ranks (data-parallel size 4); image: "
-     "megatron-bridge 0.7.0, megatron-core 0.20.0; schema/ from megatron-bridge 0.7.0 (067f987df), "
-     "megatron-core 0.20.0 (2a75ac12c)"),
-    ("qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config", [], "fail",
-     "recipe lookup failed: AttributeError: Recipe 'qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config' not "
-     "found in megatron.bridge.recipes or megatron.bridge.perf_recipes."),
-    ("tiny_vl_sft_config", ["dataset.path=/d", "model.mtp_num_layers=1"], "fail",
-     "override application failed: OverridesError: Failed to parse Hydra overrides: Could not override "
-     "'model.mtp_num_layers'. To append to your config use +model.mtp_num_layers=1"),
-    ("tiny_vl_sft_config", ["dataset.path=/d", "train.global_batch_size=6"], "fail",
-     "ConfigContainer.validate() failed: AssertionError: eval_global_batch_size (6) must be divisible by "
-     "eval_micro_batch_size * eval_data_parallel_size (1 * 4 = 4)"),
-    ("tiny_vl_sft_config", ["dataset.path=/d", "--bogus"], "fail",
-     "argument parsing failed: run_recipe.py exited: run_recipe.py: error: Unknown option: --bogus"),
-])
+@pytest.mark.parametrize(
+    "recipe,args,status,expected",
+    [
+        (
+            "tiny_vl_sft_config",
+            ["train.train_iters=2", "dataset.path=/d"],
+            "ok",
+            "recipe tiny_vl_sft_config built with 2 overrides and validated for 4 ranks (data-parallel size 4); image: "
+            "megatron-bridge 0.7.0, megatron-core 0.20.0; schema/ from megatron-bridge 0.7.0 (067f987df), "
+            "megatron-core 0.20.0 (2a75ac12c)",
+        ),
+        (
+            "qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config",
+            [],
+            "fail",
+            "recipe lookup failed: AttributeError: Recipe 'qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config' not "
+            "found in megatron.bridge.recipes or megatron.bridge.perf_recipes.",
+        ),
+        (
+            "tiny_vl_sft_config",
+            ["dataset.path=/d", "model.mtp_num_layers=1"],
+            "fail",
+            "override application failed: OverridesError: Failed to parse Hydra overrides: Could not override "
+            "'model.mtp_num_layers'. To append to your config use +model.mtp_num_layers=1",
+        ),
+        (
+            "tiny_vl_sft_config",
+            ["dataset.path=/d", "train.global_batch_size=6"],
+            "fail",
+            "ConfigContainer.validate() failed: AssertionError: eval_global_batch_size (6) must be divisible by "
+            "eval_micro_batch_size * eval_data_parallel_size (1 * 4 = 4)",
+        ),
+        (
+            "tiny_vl_sft_config",
+            ["dataset.path=/d", "--bogus"],
+            "fail",
+            "argument parsing failed: run_recipe.py exited: run_recipe.py: error: Unknown option: --bogus",
+        ),
+    ],
+)
 def test_trainer_check_runs_run_recipes_path_in_the_image(tmp_path, recipe, args, status, expected):
     r = _subcheck("trainer", _spec(tmp_path, recipe=recipe, args=args))
     assert r["status"] == status and r["detail"].startswith(expected), r["detail"]
@@ -323,12 +396,18 @@ def test_trainer_check_runs_run_recipes_path_in_the_image(tmp_path, recipe, args
 
 
 def test_trainer_check_reports_a_version_skew(tmp_path):
-    src = {"megatron_bridge": "abc", "megatron_core": "def", "megatron_bridge_version": "0.8.0",
-           "megatron_core_version": "0.20.0"}
+    src = {
+        "megatron_bridge": "abc",
+        "megatron_core": "def",
+        "megatron_bridge_version": "0.8.0",
+        "megatron_core_version": "0.20.0",
+    }
     r = _subcheck("trainer", _spec(tmp_path, schema_source=src, args=["dataset.path=/d"]))
     assert r["status"] == "ok" and r["data"]["versions_match"] is False
-    assert r["detail"].endswith("schema/ from megatron-bridge 0.8.0 (abc), megatron-core 0.20.0 (def) (they differ: "
-                                "the overrides were checked by the image's own code)")
+    assert r["detail"].endswith(
+        "schema/ from megatron-bridge 0.8.0 (abc), megatron-core 0.20.0 (def) (they differ: "
+        "the overrides were checked by the image's own code)"
+    )
 
 
 def test_trainer_check_skips_the_smoke_workload(canary_mod, tmp_path):
@@ -341,15 +420,24 @@ def energon_dataset(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("ds")
     src = synthetic.make_source(root / "src", n=8, seed=1)
-    prepare.prepare("nemotron-image-v3", src, root / "out", subsets=["clevr_2"], skip_integrity=True,
-                    validation_fraction=0.25, max_samples_per_tar=5, num_workers=1)
+    prepare.prepare(
+        "nemotron-image-v3",
+        src,
+        root / "out",
+        subsets=["clevr_2"],
+        skip_integrity=True,
+        validation_fraction=0.25,
+        max_samples_per_tar=5,
+        num_workers=1,
+    )
     return root / "out"
 
 
 def test_data_check_reads_one_sample_with_energon(canary_mod, tmp_path, energon_dataset):
     r = _subcheck("data", _spec(tmp_path, dataset={"kind": "energon", "path": str(energon_dataset)}))
-    assert r["status"] == "ok" and r["detail"].startswith(f"{energon_dataset} opened with the image's Energon 7.4.1; "
-                                                          "one train sample read (ChatMLSample clevr_2__"), r
+    assert r["status"] == "ok" and r["detail"].startswith(
+        f"{energon_dataset} opened with the image's Energon 7.4.1; one train sample read (ChatMLSample clevr_2__"
+    ), r
     assert r["data"]["sample"]["imgs"].endswith("item(s)") and r["data"]["sample"]["conversation"] == "2 item(s)"
     spec = json.loads(_spec(tmp_path).read_text())
     r = canary_mod.check_data(spec, "unused")
@@ -364,8 +452,13 @@ def test_data_check_without_the_sample_type_in_the_image(tmp_path, energon_datas
     """An image whose Megatron-Bridge lacks the dataset's sample type: Energon cannot open it."""
     env = dict(os.environ, PYTHONPATH=f"{tmp_path}")  # no megatron.bridge on the path
     spec = _spec(tmp_path, dataset={"kind": "energon", "path": str(energon_dataset)})
-    proc = subprocess.run([sys.executable, str(WORKLOADS / "cluster_checks.py"), "--check", "data", str(spec)],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(WORKLOADS / "cluster_checks.py"), "--check", "data", str(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     r = json.loads(proc.stdout.strip().splitlines()[-1].split(" ", 1)[1])
     assert r["status"] == "fail" and "megatron.bridge" in r["detail"] and "Energon 7.4.1" in r["detail"], r
 
@@ -377,25 +470,72 @@ def test_canary_under_torchrun_writes_its_report(tmp_path, energon_dataset):
     write(ck / "metadata.json", json.dumps({"sharded_backend": "torch_dist", "sharded_backend_version": 1}))
     write(ck / ".metadata", "x")
     write(tmp_path / "ck" / "latest_checkpointed_iteration.txt", "1")
-    spec = _spec(tmp_path, args=[f"dataset.path={energon_dataset}", f"checkpoint.pretrained_checkpoint={tmp_path}/ck"],
-                 dataset={"kind": "energon", "path": str(energon_dataset)}, pretrained_checkpoint=str(tmp_path / "ck"),
-                 network={"sizes": [1024, 65536], "iters": 2, "expected_busbw_gbps": 1e-6, "min_fraction": 0.8})
+    spec = _spec(
+        tmp_path,
+        args=[f"dataset.path={energon_dataset}", f"checkpoint.pretrained_checkpoint={tmp_path}/ck"],
+        dataset={"kind": "energon", "path": str(energon_dataset)},
+        pretrained_checkpoint=str(tmp_path / "ck"),
+        network={"sizes": [1024, 65536], "iters": 2, "expected_busbw_gbps": 1e-6, "min_fraction": 0.8},
+    )
     env = dict(os.environ, PYTHONPATH=STANDIN_PATH, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           str(WORKLOADS / "cluster_checks.py"), str(spec)], capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(WORKLOADS / "cluster_checks.py"),
+            str(spec),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((tmp_path / "run" / "canary" / "r1.json").read_text())
     assert report["complete"] and report["verdict"] == "pass"
-    assert [c["check"] for c in report["checks"]] == ["image", "trainer", "data", "checkpoint", "hf_cache", "fabric",
-                                                      "network"]
+    assert [c["check"] for c in report["checks"]] == [
+        "image",
+        "trainer",
+        "data",
+        "checkpoint",
+        "hf_cache",
+        "fabric",
+        "network",
+    ]
     assert {c["check"]: c["status"] for c in report["checks"]} == {
-        "image": "ok", "trainer": "ok", "data": "ok", "checkpoint": "ok", "hf_cache": "skip", "fabric": "skip",
-        "network": "ok"}
+        "image": "ok",
+        "trainer": "ok",
+        "data": "ok",
+        "checkpoint": "ok",
+        "hf_cache": "skip",
+        "fabric": "skip",
+        "network": "ok",
+    }
     assert "bridge-launch canary: PASS" in proc.stdout
     # a failing check: the exit status says so, and the verdict names the first failing check in order
-    bad = _spec(tmp_path, args=["dataset.path=/d", "model.mtp_num_layers=1"], dataset={"kind": "energon", "path": "/no"})
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           str(WORKLOADS / "cluster_checks.py"), str(bad)], capture_output=True, text=True, env=env, timeout=600)
+    bad = _spec(
+        tmp_path, args=["dataset.path=/d", "model.mtp_num_layers=1"], dataset={"kind": "energon", "path": "/no"}
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(WORKLOADS / "cluster_checks.py"),
+            str(bad),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode != 0
     report = json.loads((tmp_path / "run" / "canary" / "r1.json").read_text())
     assert report["verdict"] == "fail" and report["first_failure"]["check"] == "trainer"
@@ -416,12 +556,17 @@ def test_lepton_run_with_a_canary_stages_it_and_status_names_the_failing_check(h
         monkeypatch.setenv("LEPTON_WORKSPACE_ID", "ws-test")
         monkeypatch.setenv("LEPTON_WORKSPACE_TOKEN", LEPTON_TOKEN)
         monkeypatch.setenv("LEPTON_WORKSPACE_URL", server.url + "/lepton")
-        write(home / "clusters" / "lep.toml", 'name = "lep"\nextends = "lepton-gb200"\n[lepton]\nrequest_timeout = 1\n'
-                                              "retries = 3\nretry_wait = 0\npoll_interval = 0\n[canary]\nenabled = true\n")
+        write(
+            home / "clusters" / "lep.toml",
+            'name = "lep"\nextends = "lepton-gb200"\n[lepton]\nrequest_timeout = 1\n'
+            "retries = 3\nretry_wait = 0\npoll_interval = 0\n[canary]\nenabled = true\n",
+        )
         server.contract.script = ["Queueing", "Running", "Failed"]
-        server.contract.replica_log = ("bridge-launch canary: data: FAIL: dataset.path /mnt/x does not exist in the container\n"
-                                       "bridge-launch canary: FAIL at data: dataset.path /mnt/x does not exist in the "
-                                       "container; report /mnt/shared/r.json\n")
+        server.contract.replica_log = (
+            "bridge-launch canary: data: FAIL: dataset.path /mnt/x does not exist in the container\n"
+            "bridge-launch canary: FAIL at data: dataset.path /mnt/x does not exist in the "
+            "container; report /mnt/shared/r.json\n"
+        )
         job = resolve.resolve("smoke", resolve.Options(cluster="lep", nodes=2), for_submit=True)
         run = launch.submit(job)
         staged = server.contract.staged[run.run_dir]

@@ -24,8 +24,16 @@ def inputs(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("canary-inputs")
     src = synthetic.make_source(root / "src", n=8, seed=2)
-    prepare.prepare("nemotron-image-v3", src, root / "data", subsets=["clevr_2"], skip_integrity=True,
-                    validation_fraction=0.25, max_samples_per_tar=5, num_workers=1)
+    prepare.prepare(
+        "nemotron-image-v3",
+        src,
+        root / "data",
+        subsets=["clevr_2"],
+        skip_integrity=True,
+        validation_fraction=0.25,
+        max_samples_per_tar=5,
+        num_workers=1,
+    )
     it = root / "ckpt" / "iter_0000001"
     write(it / "metadata.json", json.dumps({"sharded_backend": "torch_dist", "sharded_backend_version": 1}))
     write(it / ".metadata", "dcp")
@@ -39,7 +47,9 @@ def inputs(tmp_path_factory):
 @pytest.fixture
 def vl(home, inputs):
     """A VL SFT recipe on the image's stand-in recipe, and a profile with the canary on by default."""
-    write(home / "recipes" / "canary-vl.toml", f'''
+    write(
+        home / "recipes" / "canary-vl.toml",
+        f'''
         name = "canary-vl"
         upstream = "tiny_vl_sft_config"
         mode = "sft"
@@ -51,14 +61,18 @@ def vl(home, inputs):
         train.train_iters = 2
         model.hf_model_revision = "{REV}"
         dataset.task_encoder.hf_processor_revision = "{REV}"
-        ''')
-    write(home / "clusters" / "pyxis-canary.toml", f'''
+        ''',
+    )
+    write(
+        home / "clusters" / "pyxis-canary.toml",
+        f'''
         extends = "local-slurm-pyxis"
         container_mounts = ["{inputs}:{inputs}"]
         hf_home = "{inputs}/hf"
         [canary]
         enabled = true
-        ''')
+        ''',
+    )
     return [f"dataset.path={inputs}/data", f"checkpoint.pretrained_checkpoint={inputs}/ckpt"]
 
 
@@ -66,15 +80,23 @@ def _slurm_state(job_id: str) -> dict:
     """The job's state and start time from squeue (it keeps finished jobs for MinJobAge), else sacct
     (other tests take accounting away for a while: then this may find nothing)."""
     env = {"SLURM_CONF": SLURM_CONF, "PATH": "/usr/bin:/bin"}
-    out = subprocess.run(["squeue", "-h", "--states=all", "-j", job_id, "-o", "%i|%T|%S|%e"], capture_output=True,
-                         text=True, env=env).stdout
-    out += subprocess.run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobID,State,Start,End"], capture_output=True,
-                          text=True, env=env).stdout
+    out = subprocess.run(
+        ["squeue", "-h", "--states=all", "-j", job_id, "-o", "%i|%T|%S|%e"], capture_output=True, text=True, env=env
+    ).stdout
+    out += subprocess.run(
+        ["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobID,State,Start,End"],
+        capture_output=True,
+        text=True,
+        env=env,
+    ).stdout
     for line in out.splitlines():
         parts = line.strip().split("|")
         if len(parts) == 4 and parts[0] == job_id:
             # a job cancelled while pending has no start time (sacct) or starts when it ends (squeue)
-            return {"state": parts[1], "started": parts[2] not in ("N/A", "None", "Unknown", "") and parts[2] != parts[3]}
+            return {
+                "state": parts[1],
+                "started": parts[2] not in ("N/A", "None", "Unknown", "") and parts[2] != parts[3],
+            }
     return {}
 
 
@@ -101,13 +123,23 @@ def test_a_canary_that_passes_lets_the_job_start(cluster, vl, inputs):  # noqa: 
     assert st["state"] == "COMPLETED" and c["verdict"] == "pass", (st, run_cli("logs", sub["run_id"]).out[-4000:])
     report = json.loads(Path(c["report"]).read_text())
     got = {x["check"]: x["status"] for x in report["checks"]}
-    assert got == {"image": "ok", "trainer": "ok", "data": "ok", "checkpoint": "ok", "hf_cache": "ok",
-                   "fabric": "skip", "network": "ok"}, report
+    assert got == {
+        "image": "ok",
+        "trainer": "ok",
+        "data": "ok",
+        "checkpoint": "ok",
+        "hf_cache": "ok",
+        "fabric": "skip",
+        "network": "ok",
+    }, report
     details = {x["check"]: x["detail"] for x in report["checks"]}
     assert "started on 2 node(s) (node1, node2)" in details["image"]
-    assert details["trainer"].startswith("recipe tiny_vl_sft_config built with ") and \
-        "validated for 4 ranks (data-parallel size 4); image: megatron-bridge 0.7.0, megatron-core 0.20.0; " \
-        "schema/ from megatron-bridge 0.7.0 (067f987df), megatron-core 0.20.0 (2a75ac12c)" in details["trainer"]
+    assert (
+        details["trainer"].startswith("recipe tiny_vl_sft_config built with ")
+        and "validated for 4 ranks (data-parallel size 4); image: megatron-bridge 0.7.0, megatron-core 0.20.0; "
+        "schema/ from megatron-bridge 0.7.0 (067f987df), megatron-core 0.20.0 (2a75ac12c)"
+        in details["trainer"]
+    )
     assert "opened with the image's Energon 7.4.1; one train sample read (ChatMLSample" in details["data"]
     assert "(4 ranks on 2 node(s), gloo)" in details["network"]
     # the real job waited for it, then ran the recipe in the same image
@@ -138,7 +170,7 @@ def test_a_canary_that_fails_leaves_the_job_never_started(cluster, vl, inputs, c
         "data": "canary failed at data: dataset.path /nonexistent/clevr2 does not exist in the container (mounts: ",
         "image": "canary failed at image: pyxis: failed to import docker image",
         "trainer": "canary failed at trainer: override application failed: OverridesError: Failed to parse Hydra "
-                   "overrides: Could not override 'model.mtp_num_layers'.",
+        "overrides: Could not override 'model.mtp_num_layers'.",
     }[case]
     assert st["reason"].startswith(expected), st["reason"]
     if case == "image":
@@ -197,13 +229,16 @@ def test_a_later_segments_own_dependency_replaces_the_canarys(cluster, tmp_path)
 
 def test_through_the_login_host(cluster, vl, home):  # noqa: F811
     """The canary's files staged over SSH, its report and logs read back over SSH."""
-    write(home / "clusters" / "pyxis-canary-ssh.toml", f'''
+    write(
+        home / "clusters" / "pyxis-canary-ssh.toml",
+        f'''
         extends = "pyxis-canary"
         job_root = "{STATE}/jobs"
         [slurm]
         login_host = "local-slurm-login"
         ssh_config = "{STATE}/etc/ssh_config"
-        ''')
+        ''',
+    )
     sub = _submit("canary-vl", "-c", "pyxis-canary-ssh", "dataset.path=/nonexistent/clevr2", vl[1])
     st = _wait(sub["run_id"], timeout=600)
     assert st["state"] == "FAILED", (st, run_cli("logs", sub["run_id"]).out[-4000:])

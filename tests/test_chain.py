@@ -17,7 +17,9 @@ VL = ("dataset.path=/lustre/fsw/data/clevr2", "checkpoint.pretrained_checkpoint=
 
 
 def _chain(recipe="smoke", cluster="local-slurm", overrides=(), **opts):
-    return resolve.resolve(recipe, resolve.Options(cluster=cluster, overrides=tuple(overrides), until_done=True, **opts))
+    return resolve.resolve(
+        recipe, resolve.Options(cluster=cluster, overrides=tuple(overrides), until_done=True, **opts)
+    )
 
 
 def test_the_chain_turns_on_bridges_exit_handler_and_loads_its_own_saves(home):
@@ -30,13 +32,16 @@ def test_the_chain_turns_on_bridges_exit_handler_and_loads_its_own_saves(home):
     assert _chain(overrides=["train.exit_signal=SIGUSR2"]).chain["exit_signal"] == "USR2"
 
 
-@pytest.mark.parametrize("overrides,opts,message", [
-    (["checkpoint.load=/elsewhere"], {}, "checkpoint.load is /elsewhere"),
-    (["checkpoint.ckpt_step=5"], {}, "would load that iteration in every segment"),
-    (["train.exit_signal=SIGNOPE"], {}, "is not a signal name or number"),
-    ([], {"max_segments": 0}, "--max-segments must be >= 1"),
-    ([], {"step_time": -1.0}, "--step-time must be a positive number"),
-])
+@pytest.mark.parametrize(
+    "overrides,opts,message",
+    [
+        (["checkpoint.load=/elsewhere"], {}, "checkpoint.load is /elsewhere"),
+        (["checkpoint.ckpt_step=5"], {}, "would load that iteration in every segment"),
+        (["train.exit_signal=SIGNOPE"], {}, "is not a signal name or number"),
+        ([], {"max_segments": 0}, "--max-segments must be >= 1"),
+        ([], {"step_time": -1.0}, "--step-time must be a positive number"),
+    ],
+)
 def test_the_chain_refuses(home, overrides, opts, message):
     with pytest.raises(UsageError, match=re.escape(message)):
         _chain(overrides=overrides, **opts)
@@ -70,8 +75,10 @@ def test_sizing_of_the_vl_recipe_on_gb200_32(home):
 
 def test_a_lead_shorter_than_one_step_is_refused_only_with_an_estimate(home):
     job = _chain("qwen35-vl-sft-mxfp8", "gb200-32", VL, signal_lead=30)
-    assert any(e.startswith("--signal-lead 30 s is shorter than one training step (~35 s, plan's estimate)")
-               for e in job.errors), job.errors
+    assert any(
+        e.startswith("--signal-lead 30 s is shorter than one training step (~35 s, plan's estimate)")
+        for e in job.errors
+    ), job.errors
     assert _chain("qwen35-vl-sft-mxfp8", "gb200-32", VL, signal_lead=30, step_time=20.0).errors == []
     assert _chain("qwen35-vl-sft", "gb200-32", VL, signal_lead=30).errors == []  # BF16: plan has no figure
     smoke = _chain(signal_lead=10)  # plan knows no throughput for the smoke workload: no estimate, no refusal
@@ -81,11 +88,16 @@ def test_a_lead_shorter_than_one_step_is_refused_only_with_an_estimate(home):
 
 
 def test_dry_run_shows_the_mechanism_and_the_estimate(home):
-    r = run_cli("submit", "qwen35-vl-sft-mxfp8", "-c", "gb200-32", *VL, "--until-done", "--max-segments", "900", "--dry-run")
+    r = run_cli(
+        "submit", "qwen35-vl-sft-mxfp8", "-c", "gb200-32", *VL, "--until-done", "--max-segments", "900", "--dry-run"
+    )
     assert r.code == 0, r.err
     assert "SIGTERM to the training processes on every node (torchrun is left alone)" in r.out
-    assert re.search(r"estimate: ~3\d s a step \(plan's estimate\), ~\d+ s a save, ~\d+ s an evaluation, "
-                     r"about 7\d\d segments to train_iters", r.out)
+    assert re.search(
+        r"estimate: ~3\d s a step \(plan's estimate\), ~\d+ s a save, ~\d+ s an evaluation, "
+        r"about 7\d\d segments to train_iters",
+        r.out,
+    )
     assert "at most 900 segments" in r.out and '[ "$segment" -lt 900 ]' in r.out
     assert 'kill -s "$sig" $pids' in r.out and '"${resume_args[@]}"' in r.out
     r = run_cli("submit", "smoke", "-c", "local-slurm", "--until-done", "--dry-run")
@@ -94,14 +106,18 @@ def test_dry_run_shows_the_mechanism_and_the_estimate(home):
 
 
 def test_status_reads_the_chains_outcomes():
-    text = ("101 continued 0 40 \n102 no-progress 40 40 the save did not finish within the signal lead of 60 s\n"
-            "103 failed 40 55 exit 1, restart 1 of 3\nbogus line\n104 done 55 100 \n")
+    text = (
+        "101 continued 0 40 \n102 no-progress 40 40 the save did not finish within the signal lead of 60 s\n"
+        "103 failed 40 55 exit 1, restart 1 of 3\nbogus line\n104 done 55 100 \n"
+    )
     got = slurm._outcomes(text)
     assert got["101"] == {"outcome": "continued", "checkpoint": 40, "detail": ""}
     assert got["102"]["detail"] == "the save did not finish within the signal lead of 60 s"
     assert got["104"]["checkpoint"] == 100 and len(got) == 4
     from bridge_launch.cli.commands import _segment_text
 
-    assert _segment_text({"job_id": "102", "state": "TIMEOUT", **got["102"]}) == \
-        "102 TIMEOUT (no progress: the save did not finish within the signal lead of 60 s)"
+    assert (
+        _segment_text({"job_id": "102", "state": "TIMEOUT", **got["102"]})
+        == "102 TIMEOUT (no progress: the save did not finish within the signal lead of 60 s)"
+    )
     assert _segment_text({"job_id": "101", "state": "COMPLETED", **got["101"]}) == "101 COMPLETED (saved iteration 40)"

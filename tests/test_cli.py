@@ -11,7 +11,10 @@ ERROR_CASES = [
     (["submit", "smokee", "--dry-run"], "unknown recipe 'smokee'; did you mean 'smoke'?"),
     (["submit", "smoke", "-c", "gb200-23", "--dry-run"], "unknown cluster 'gb200-23'; did you mean 'gb200-32'"),
     (["submit", "smoke", "--overlay", "validation-rn", "--dry-run"], "did you mean 'validation-run'"),
-    (["submit", "smoke", "--dry-run", "model.num_layer=3"], "unknown config key 'model.num_layer'; did you mean 'model.num_layers'"),
+    (
+        ["submit", "smoke", "--dry-run", "model.num_layer=3"],
+        "unknown config key 'model.num_layer'; did you mean 'model.num_layers'",
+    ),
     (["submit", "smoke", "--dry-run", "train.seq_length=3"], "did you mean 'dataset.seq_length'"),
     (["submit", "smoke", "--dry-run", "model.num_layers=abc"], "model.num_layers expects an integer"),
     (["submit", "smoke", "--dry-run", "model.num_layers=2.5"], "model.num_layers expects an integer"),
@@ -29,23 +32,65 @@ ERROR_CASES = [
     (["submit", "smoke", "--dry-run", "--nodes", "2"], "2 nodes exceeds cluster 'local' maximum of 1"),
     (["submit", "smoke", "--dry-run", "--time", "01:00:00"], "--time applies to Slurm clusters"),
     (["submit", "smoke", "-c", "gb200-8", "--dry-run", "--time", "4h"], "time limit '4h' (cli) is not a Slurm time"),
-    (["submit", "smoke", "-c", "local-slurm", "--until-done", "--time", "00:01:00", "--signal-lead", "90", "--dry-run"],
-     "--signal-lead 90s is not shorter than the time limit 00:01:00 (60s)"),
+    (
+        [
+            "submit",
+            "smoke",
+            "-c",
+            "local-slurm",
+            "--until-done",
+            "--time",
+            "00:01:00",
+            "--signal-lead",
+            "90",
+            "--dry-run",
+        ],
+        "--signal-lead 90s is not shorter than the time limit 00:01:00 (60s)",
+    ),
     # issue 12: what Megatron would refuse after the queue, refused before it
-    (["submit", "qwen35-9b-pretrain", "-c", "gb200-8", "--dry-run", "model.pipeline_model_parallel_size=0"],
-     "model.pipeline_model_parallel_size=0: parallel sizes must be integers >= 1"),
-    (["submit", "qwen35-9b-pretrain", "-c", "gb200-8", "--dry-run", "model.tensor_model_parallel_size=0"],
-     "model.tensor_model_parallel_size=0: parallel sizes must be integers >= 1"),
-    (["submit", "qwen35-9b-pretrain", "-c", "gb200-8", "--dry-run", "model.context_parallel_size=0"],
-     "model.context_parallel_size=0: parallel sizes must be integers >= 1"),
-    (["submit", "nemotron-3-nano-pretrain", "-c", "gb200-64", "--nodes", "36", "model.expert_model_parallel_size=72",
-      "train.global_batch_size=2880", "--dry-run"],
-     "model.num_moe_experts=128 (models.toml nemotron-3-nano-30b-a3b [mb] [paper]) is not divisible by EP=72; "
-     "valid EP values divide 128: 1, 2, 4, 8, 16, 32, 64, 128"),
-    (["submit", "qwen35-9b-pretrain", "-c", "gb200-8", "--dry-run", "dataset.seq_length=8192", "model.seq_length=4096"],
-     "model.seq_length=4096 and dataset.seq_length=8192 differ"),
-    (["submit", "qwen35-9b-pretrain", "-c", "gb200-8", "model.pipeline_model_parallel_size=0"],
-     "model.pipeline_model_parallel_size=0: parallel sizes must be integers >= 1"),  # submit, not only --dry-run
+    (
+        ["submit", "qwen35-9b-pretrain", "-c", "gb200-8", "--dry-run", "model.pipeline_model_parallel_size=0"],
+        "model.pipeline_model_parallel_size=0: parallel sizes must be integers >= 1",
+    ),
+    (
+        ["submit", "qwen35-9b-pretrain", "-c", "gb200-8", "--dry-run", "model.tensor_model_parallel_size=0"],
+        "model.tensor_model_parallel_size=0: parallel sizes must be integers >= 1",
+    ),
+    (
+        ["submit", "qwen35-9b-pretrain", "-c", "gb200-8", "--dry-run", "model.context_parallel_size=0"],
+        "model.context_parallel_size=0: parallel sizes must be integers >= 1",
+    ),
+    (
+        [
+            "submit",
+            "nemotron-3-nano-pretrain",
+            "-c",
+            "gb200-64",
+            "--nodes",
+            "36",
+            "model.expert_model_parallel_size=72",
+            "train.global_batch_size=2880",
+            "--dry-run",
+        ],
+        "model.num_moe_experts=128 (models.toml nemotron-3-nano-30b-a3b [mb] [paper]) is not divisible by EP=72; "
+        "valid EP values divide 128: 1, 2, 4, 8, 16, 32, 64, 128",
+    ),
+    (
+        [
+            "submit",
+            "qwen35-9b-pretrain",
+            "-c",
+            "gb200-8",
+            "--dry-run",
+            "dataset.seq_length=8192",
+            "model.seq_length=4096",
+        ],
+        "model.seq_length=4096 and dataset.seq_length=8192 differ",
+    ),
+    (
+        ["submit", "qwen35-9b-pretrain", "-c", "gb200-8", "model.pipeline_model_parallel_size=0"],
+        "model.pipeline_model_parallel_size=0: parallel sizes must be integers >= 1",
+    ),  # submit, not only --dry-run
     (["plan", "qwen35-9b-pretrain", "-c", "gb200-8", "--tokens", "inf"], "--tokens inf: expected a positive number"),
     (["plan", "qwen35-9b-pretrain", "-c", "gb200-8", "--tflops", "-3"], "--tflops -3: expected a positive number"),
     (["recipes", "show", "nope"], "unknown recipe 'nope'"),
@@ -91,8 +136,19 @@ def test_dry_run_json_has_the_contract_fields(cli):
     r = cli("submit", "smoke", "--dry-run", "-o", "json", "train.train_iters=7")
     assert r.code == 0, r.err
     d = r.json()
-    for key in ("recipe", "cluster", "nodes", "gpus_per_node", "world_size", "config", "env", "provenance",
-                "artifact", "warnings", "errors"):
+    for key in (
+        "recipe",
+        "cluster",
+        "nodes",
+        "gpus_per_node",
+        "world_size",
+        "config",
+        "env",
+        "provenance",
+        "artifact",
+        "warnings",
+        "errors",
+    ):
         assert key in d
     assert d["config"]["train.train_iters"] == 7
     assert d["provenance"]["config"]["train.train_iters"] == "cli"
@@ -109,13 +165,16 @@ def test_dry_run_with_errors_prints_json_and_exits_2(cli, home):
 
 
 def test_user_profile_extends_shipped_one(cli, home):
-    write(home / "clusters" / "gb200-32.toml", """
+    write(
+        home / "clusters" / "gb200-32.toml",
+        """
         name = "gb200-32"
         extends = "gb200-32"
         job_root = "/scratch/me/runs"
         [slurm]
         account = "my-acct"
-    """)
+    """,
+    )
     d = cli("submit", "smoke", "-c", "gb200-32", "--dry-run", "-o", "json").json()
     assert d["nodes"] == 8 and d["run_dir"] == "/scratch/me/runs/@RUN_ID@"
     assert "#SBATCH --account=my-acct" in d["artifact"]["text"]
@@ -123,8 +182,23 @@ def test_user_profile_extends_shipped_one(cli, home):
 
 
 def test_cli_flags_override_the_profile(cli):
-    d = cli("submit", "smoke", "-c", "gb200-8", "--dry-run", "-o", "json", "--time", "00:30:00", "-p", "debug",
-            "-A", "acct", "--container", "my/image:1").json()
+    d = cli(
+        "submit",
+        "smoke",
+        "-c",
+        "gb200-8",
+        "--dry-run",
+        "-o",
+        "json",
+        "--time",
+        "00:30:00",
+        "-p",
+        "debug",
+        "-A",
+        "acct",
+        "--container",
+        "my/image:1",
+    ).json()
     text = d["artifact"]["text"]
     for line in ("#SBATCH --time=00:30:00", "#SBATCH --partition=debug", "#SBATCH --account=acct"):
         assert line in text
@@ -146,8 +220,19 @@ def test_secret_values_never_appear(cli, home):
 def test_secret_values_reach_no_file_of_a_local_run(cli):
     value = "s3cr3t-VALUE-do-not-print"
     env = {"MY_KEY": value}
-    r = cli("submit", "smoke", "--secret", "MY_KEY", "-o", "json", "train.train_iters=1",
-            "smoke.busbw_sizes=[1024]", "--follow", env=env, timeout=300)
+    r = cli(
+        "submit",
+        "smoke",
+        "--secret",
+        "MY_KEY",
+        "-o",
+        "json",
+        "train.train_iters=1",
+        "smoke.busbw_sizes=[1024]",
+        "--follow",
+        env=env,
+        timeout=300,
+    )
     assert r.code == 0, r.err
     run_dir = json.loads(r.out.split("\n}\n", 1)[0] + "\n}")["run_dir"]
     summary = json.load(open(os.path.join(run_dir, "summary.json")))
@@ -169,20 +254,48 @@ def test_tty_free_text_dry_run_shows_provenance_and_script(cli):
 
 def test_sequence_lengths_bridge_accepts_pass(cli):
     # lcm(2*CP, TP*CP) = 16 for TP2 CP8 with sequence parallelism: 131088 passes (2*CP*TP = 32 does not divide it)
-    r = cli("submit", "qwen35-vl-sft", "-c", "gb200-32", "model.seq_length=131088", "dataset.seq_length=131088",
-            "dataset.path=/lustre/fsw/clevr2", "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt", "--dry-run")
+    r = cli(
+        "submit",
+        "qwen35-vl-sft",
+        "-c",
+        "gb200-32",
+        "model.seq_length=131088",
+        "dataset.seq_length=131088",
+        "dataset.path=/lustre/fsw/clevr2",
+        "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt",
+        "--dry-run",
+    )
     assert r.code == 0, r.err
     assert "model.seq_length=131088" in r.out
 
 
 def test_dry_run_says_what_the_job_will_not_do_as_asked(cli):
-    r = cli("submit", "nemotron-3-nano-pretrain", "-c", "gb200-64", "--nodes", "36", "train.global_batch_size=2880",
-            "--overlay", "nemo-ci-convergence", "--dry-run")
+    r = cli(
+        "submit",
+        "nemotron-3-nano-pretrain",
+        "-c",
+        "gb200-64",
+        "--nodes",
+        "36",
+        "train.global_batch_size=2880",
+        "--overlay",
+        "nemo-ci-convergence",
+        "--dry-run",
+    )
     assert r.code == 0, r.err
     warnings = r.out.split("\nWarnings\n", 1)[1].split("\n\n", 1)[0]
-    assert ("--nodes 36 overrides the fixed size of cluster 'gb200-64' (16 nodes, 64 GPUs): this job asks for "
-            "144 GPUs (36 x 4)") in warnings
+    assert (
+        "--nodes 36 overrides the fixed size of cluster 'gb200-64' (16 nodes, 64 GPUs): this job asks for "
+        "144 GPUs (36 x 4)"
+    ) in warnings
     assert "nemotron-3-nano-pretrain trains on mock data (random tokens) for 48,000 steps" in warnings
-    r = cli("submit", "qwen35-vl-sft", "-c", "gb200-32", "dataset.path=/home/me/clevr2",
-            "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt", "--dry-run")
+    r = cli(
+        "submit",
+        "qwen35-vl-sft",
+        "-c",
+        "gb200-32",
+        "dataset.path=/home/me/clevr2",
+        "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt",
+        "--dry-run",
+    )
     assert "! dataset.path=/home/me/clevr2 is outside every container mount (/lustre/fsw)" in r.out

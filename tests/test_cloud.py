@@ -32,8 +32,10 @@ def env(home, server, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", HF_VALUE)
     fast = "request_timeout = 1\nretries = 3\nretry_wait = 0\npoll_interval = 0\n"
     write(home / "clusters" / "lep.toml", f'name = "lep"\nextends = "lepton-gb200"\n[lepton]\n{fast}')
-    write(home / "clusters" / "dgx.toml",
-          f'name = "dgx"\nextends = "dgxc-gb200"\n[dgxcloud]\nbase_url = "{server.url}/dgx"\n{fast}')
+    write(
+        home / "clusters" / "dgx.toml",
+        f'name = "dgx"\nextends = "dgxc-gb200"\n[dgxcloud]\nbase_url = "{server.url}/dgx"\n{fast}',
+    )
     return server.contract
 
 
@@ -58,7 +60,7 @@ def _refresh(run):
 
 def _rendered(job, run_id):
     text = __import__("bridge_launch.backends", fromlist=["render"]).render(job.with_run_id(run_id)).text
-    return json.loads(text[text.index("\n{"):])
+    return json.loads(text[text.index("\n{") :])
 
 
 @pytest.mark.parametrize("cluster,kind", [("lep", "lepton"), ("dgx", "dgxcloud")])
@@ -77,8 +79,10 @@ def test_submit_running_completed_logs(env, cluster, kind, capfd):
     if kind == "lepton":
         sent = env.calls("POST", r"^/lepton/jobs$")[-1][4]
         want = _rendered(_job(cluster), run.run_id)
-        want["spec"]["affinity"] = {"allowed_dedicated_node_groups": ["ng-gb200-1"],
-                                    "allowed_nodes_in_node_group": ["node-0", "node-1"]}
+        want["spec"]["affinity"] = {
+            "allowed_dedicated_node_groups": ["ng-gb200-1"],
+            "allowed_nodes_in_node_group": ["node-0", "node-1"],
+        }
         from leptonai.api.v1.types.job import LeptonJob
 
         LeptonJob(**sent)  # the SDK's model accepts it
@@ -86,7 +90,15 @@ def test_submit_running_completed_logs(env, cluster, kind, capfd):
         sent = env.calls("POST", r"^/dgx/workloads/distributed$")[-1][4]
         want = dict(_rendered(_job(cluster), run.run_id), projectId="p-42", clusterId="c-7")
     if sent != want:
-        import difflib; print("\n".join(difflib.unified_diff(json.dumps(want, indent=1).splitlines(), json.dumps(sent, indent=1).splitlines(), lineterm="")))
+        import difflib
+
+        print(
+            "\n".join(
+                difflib.unified_diff(
+                    json.dumps(want, indent=1).splitlines(), json.dumps(sent, indent=1).splitlines(), lineterm=""
+                )
+            )
+        )
     assert sent == want
     from bridge_launch.backends import render
 
@@ -98,7 +110,11 @@ def test_submit_running_completed_logs(env, cluster, kind, capfd):
         info = refreshed[1].info
         assert (info["step"], info["train_iters"], info["loss"], info["grad_norm"]) == (5, 50, 1.234, 0.5)
         assert info["tflops_per_gpu"] == 512.0
-    lines = list(launch.Tail(lambda: backends.backend(kind).log_files(Registry().get(run.run_id), launch.load_job(Registry(), run))).lines())
+    lines = list(
+        launch.Tail(
+            lambda: backends.backend(kind).log_files(Registry().get(run.run_id), launch.load_job(Registry(), run))
+        ).lines()
+    )
     if kind == "lepton":
         assert any("lm loss: 1.234" in ln for ln in lines) and len(lines) == 2  # one per replica
     else:
@@ -113,16 +129,30 @@ def test_dgx_logs_from_reachable_storage(env, tmp_path):
     from bridge_launch.runs.registry import Registry
 
     root = tmp_path / "pvc"
-    write(tmp_path / "config/bridge-launch/clusters/dgx2.toml",
-          f'name = "dgx2"\nextends = "dgx"\n[dgxcloud]\nlocal_job_root = "{root}"\n')
+    write(
+        tmp_path / "config/bridge-launch/clusters/dgx2.toml",
+        f'name = "dgx2"\nextends = "dgx"\n[dgxcloud]\nlocal_job_root = "{root}"\n',
+    )
     from bridge_launch.spec import clusters
+
     clusters.catalog.cache_clear()
     run = _submit("dgx2", nodes=1)
     assert env.calls("POST", r"^/dgx/workloads/trainings$")
     from bridge_launch.workloads import trainer_protocol as P
 
-    line = P.iteration_line(iteration=3, train_iters=50, consumed=24, elapsed_ms=900.0, lr=1e-4, global_batch=8,
-                            losses={"lm loss": 2.0}, loss_scale=1.0, grad_norm=0.7, skipped=0, nan=0)
+    line = P.iteration_line(
+        iteration=3,
+        train_iters=50,
+        consumed=24,
+        elapsed_ms=900.0,
+        lr=1e-4,
+        global_batch=8,
+        losses={"lm loss": 2.0},
+        loss_scale=1.0,
+        grad_norm=0.7,
+        skipped=0,
+        nan=0,
+    )
     write(root / run.run_id / "logs" / f"{run.run_id}-node0.log", f"[default0]:{line}\n")
     from bridge_launch.runs.records import load_job
 
@@ -174,7 +204,9 @@ def test_dgx_auth_failure_is_one_clear_error(env, monkeypatch):
     from bridge_launch.core.errors import LaunchError
 
     monkeypatch.setenv("DGXC_CLIENT_SECRET", "wrong-secret-value")
-    with pytest.raises(LaunchError, match=r"rejected the client credentials from \$DGXC_CLIENT_ID/\$DGXC_CLIENT_SECRET \(HTTP 401\)") as exc:
+    with pytest.raises(
+        LaunchError, match=r"rejected the client credentials from \$DGXC_CLIENT_ID/\$DGXC_CLIENT_SECRET \(HTTP 401\)"
+    ) as exc:
         _submit("dgx")
     assert "wrong-secret-value" not in str(exc.value)
     assert len(env.calls("POST", "/dgx/token")) == 1  # a 401 is not retried
@@ -196,8 +228,9 @@ def test_dgx_missing_credentials(env, monkeypatch):
         _submit("dgx")
 
 
-@pytest.mark.parametrize("cluster,method,pattern", [("lep", "POST", r"^/lepton/jobs$"),
-                                                    ("dgx", "POST", r"^/dgx/workloads/distributed$")])
+@pytest.mark.parametrize(
+    "cluster,method,pattern", [("lep", "POST", r"^/lepton/jobs$"), ("dgx", "POST", r"^/dgx/workloads/distributed$")]
+)
 def test_5xx_is_retried(env, cluster, method, pattern):
     env.inject.append((method, pattern, 503))
     run = _submit(cluster)
@@ -205,7 +238,9 @@ def test_5xx_is_retried(env, cluster, method, pattern):
     assert len(env.calls(method, pattern)) == (3 if cluster == "lep" else 2)  # lep: stage job, the 503, the job
 
 
-@pytest.mark.parametrize("cluster,pattern", [("lep", r"^/lepton/jobs/bl-[^/]+$"), ("dgx", r"^/dgx/workloads/distributed/")])
+@pytest.mark.parametrize(
+    "cluster,pattern", [("lep", r"^/lepton/jobs/bl-[^/]+$"), ("dgx", r"^/dgx/workloads/distributed/")]
+)
 def test_timeout(env, cluster, pattern):
     from bridge_launch.core.errors import LaunchError
 
@@ -228,18 +263,32 @@ def test_dgx_payload_matches_nemo_run_but_for_the_pod_count(env, tmp_path):
     job = _job("dgx").with_run_id("smoke-0101-abcd")
     ours = dgxcloud.request(job)
     spec = ours["spec"]
-    ex = DGXCloudExecutor(base_url=job.scheduler["base_url"], kube_apiserver_url="", client_id="x", client_secret="y",
-                          project_name="bridge-launch", container_image=job.container, pvc_nemo_run_dir="/nemo-workspace",
-                          nodes=job.nodes, gpus_per_node=job.gpus_per_node, pvcs=spec["storage"]["pvc"],
-                          custom_spec={k: spec[k] for k in ("command", "args", "environmentVariables")})
+    ex = DGXCloudExecutor(
+        base_url=job.scheduler["base_url"],
+        kube_apiserver_url="",
+        client_id="x",
+        client_secret="y",
+        project_name="bridge-launch",
+        container_image=job.container,
+        pvc_nemo_run_dir="/nemo-workspace",
+        nodes=job.nodes,
+        gpus_per_node=job.gpus_per_node,
+        pvcs=spec["storage"]["pvc"],
+        custom_spec={k: spec[k] for k in ("command", "args", "environmentVariables")},
+    )
     from contract_server import DGX_TOKEN
 
     resp = ex.create_training_job(DGX_TOKEN, "p-42", "c-7", ours["name"])
     assert resp.status_code == 400 and "master pod is left to Run:ai's default" in resp.text
     theirs = env.calls("POST", r"^/dgx/workloads/distributed$")[-1][4]
     assert theirs["spec"]["numWorkers"] == job.nodes and "masterSpecSameAsWorker" not in theirs
-    fixed = dict(theirs, projectId="p-42", clusterId="c-7", masterSpecSameAsWorker=True,
-                 spec={k: v for k, v in theirs["spec"].items() if k not in ("minReplicas", "maxReplicas")})
+    fixed = dict(
+        theirs,
+        projectId="p-42",
+        clusterId="c-7",
+        masterSpecSameAsWorker=True,
+        spec={k: v for k, v in theirs["spec"].items() if k not in ("minReplicas", "maxReplicas")},
+    )
     fixed["spec"]["numWorkers"] = job.nodes - 1
     assert fixed == dict(ours, projectId="p-42", clusterId="c-7")
 
@@ -256,37 +305,55 @@ def test_dgx_workload_is_exactly_nodes_pods(env, nodes):
 
 
 def test_render_is_light_and_masks(home):
-    code = ("import sys; from bridge_launch import backends; from bridge_launch.resolve import resolver as resolve\n"
-            "for c in ('lepton-gb200','dgxc-gb200'):\n"
-            "    a = backends.render(resolve.resolve('smoke', resolve.Options(cluster=c, nodes=2)))\n"
-            "    assert a.kind in ('lepton-job','dgxc-workload')\n"
-            "bad = [m for m in ('nemo_run','leptonai','requests') if m in sys.modules]\n"
-            "assert not bad, bad\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
-                          env=dict(os.environ, HF_TOKEN=HF_VALUE))
+    code = (
+        "import sys; from bridge_launch import backends; from bridge_launch.resolve import resolver as resolve\n"
+        "for c in ('lepton-gb200','dgxc-gb200'):\n"
+        "    a = backends.render(resolve.resolve('smoke', resolve.Options(cluster=c, nodes=2)))\n"
+        "    assert a.kind in ('lepton-job','dgxc-workload')\n"
+        "bad = [m for m in ('nemo_run','leptonai','requests') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=dict(os.environ, HF_TOKEN=HF_VALUE)
+    )
     assert proc.returncode == 0, proc.stderr
     from bridge_launch.backends import cloud
 
-    assert cloud.mask({"envs": [{"name": "MY_TOKEN", "value": "x"}, {"name": "A", "value": "b"}]}, {"MY_TOKEN"}) == \
-        {"envs": [{"name": "MY_TOKEN", "value": "****"}, {"name": "A", "value": "b"}]}
+    assert cloud.mask({"envs": [{"name": "MY_TOKEN", "value": "x"}, {"name": "A", "value": "b"}]}, {"MY_TOKEN"}) == {
+        "envs": [{"name": "MY_TOKEN", "value": "****"}, {"name": "A", "value": "b"}]
+    }
 
 
 def test_dry_run_cli_shows_request_without_secrets(cli):
     for c in ("lepton-gb200", "dgxc-gb200"):
-        r = cli("submit", "smoke", "--cluster", c, "--dry-run", "--output", "json",
-                env={"HF_TOKEN": HF_VALUE, "DGXC_CLIENT_SECRET": DGX_CLIENT[1]})
+        r = cli(
+            "submit",
+            "smoke",
+            "--cluster",
+            c,
+            "--dry-run",
+            "--output",
+            "json",
+            env={"HF_TOKEN": HF_VALUE, "DGXC_CLIENT_SECRET": DGX_CLIENT[1]},
+        )
         assert r.code == 0, r.err
         assert HF_VALUE not in r.out + r.err and DGX_CLIENT[1] not in r.out + r.err
         art = r.json()["artifact"]
-        body = json.loads(art["text"][art["text"].index("\n{"):])
+        body = json.loads(art["text"][art["text"].index("\n{") :])
         assert "HF_TOKEN" in json.dumps(body)  # referenced by name
 
 
 def test_nemo_run_imports_with_installed_leptonai():
-    proc = subprocess.run([sys.executable, "-c",
-                           "import nemo_run, leptonai; from nemo_run.core.execution.lepton import LeptonExecutor; "
-                           "from nemo_run.core.execution.dgxcloud import DGXCloudExecutor; print(leptonai.__version__)"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import nemo_run, leptonai; from nemo_run.core.execution.lepton import LeptonExecutor; "
+            "from nemo_run.core.execution.dgxcloud import DGXCloudExecutor; print(leptonai.__version__)",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     major, minor = (int(x) for x in proc.stdout.strip().split(".")[:2])
     assert (major, minor) < (0, 47)

@@ -19,29 +19,35 @@ from bridge_launch.backends.slurm import image_import
 from bridge_launch.core import image_cache, image_ref
 
 
-@pytest.mark.parametrize("given,pyxis", [
-    ("nvcr.io/nvidia/nemo:26.10", "nvcr.io#nvidia/nemo:26.10"),
-    ("nvcr.io#nvidia/nemo:26.10", "nvcr.io#nvidia/nemo:26.10"),
-    ("user@nvcr.io#nvidia/nemo:26.10", "user@nvcr.io#nvidia/nemo:26.10"),
-    ("localhost:5000/team/img:1", "localhost:5000#team/img:1"),
-    ("localhost/img", "localhost#img"),
-    ("registry.example.com:443/a/b/c@sha256:" + "0" * 64, "registry.example.com:443#a/b/c@sha256:" + "0" * 64),
-    ("ubuntu:22.04", "ubuntu:22.04"),          # Docker Hub names have no registry part
-    ("nvidia/cuda:12.4.0-base", "nvidia/cuda:12.4.0-base"),
-    ("/lustre/images/nemo.sqsh", "/lustre/images/nemo.sqsh"),
-    ("./nemo.sqsh", "./nemo.sqsh"),
-])
+@pytest.mark.parametrize(
+    "given,pyxis",
+    [
+        ("nvcr.io/nvidia/nemo:26.10", "nvcr.io#nvidia/nemo:26.10"),
+        ("nvcr.io#nvidia/nemo:26.10", "nvcr.io#nvidia/nemo:26.10"),
+        ("user@nvcr.io#nvidia/nemo:26.10", "user@nvcr.io#nvidia/nemo:26.10"),
+        ("localhost:5000/team/img:1", "localhost:5000#team/img:1"),
+        ("localhost/img", "localhost#img"),
+        ("registry.example.com:443/a/b/c@sha256:" + "0" * 64, "registry.example.com:443#a/b/c@sha256:" + "0" * 64),
+        ("ubuntu:22.04", "ubuntu:22.04"),  # Docker Hub names have no registry part
+        ("nvidia/cuda:12.4.0-base", "nvidia/cuda:12.4.0-base"),
+        ("/lustre/images/nemo.sqsh", "/lustre/images/nemo.sqsh"),
+        ("./nemo.sqsh", "./nemo.sqsh"),
+    ],
+)
 def test_pyxis_reference_forms(given, pyxis):
     assert image_ref.pyxis_ref(given) == pyxis
     assert image_ref.pyxis_ref(pyxis) == pyxis  # idempotent
 
 
-@pytest.mark.parametrize("given,docker", [
-    ("nvcr.io#nvidia/nemo:26.10", "nvcr.io/nvidia/nemo:26.10"),
-    ("user@nvcr.io#nvidia/nemo:26.10", "nvcr.io/nvidia/nemo:26.10"),
-    ("nvcr.io/nvidia/nemo:26.10", "nvcr.io/nvidia/nemo:26.10"),
-    ("nvcr.io/nvidia/nemo@sha256:" + "a" * 64, "nvcr.io/nvidia/nemo@sha256:" + "a" * 64),
-])
+@pytest.mark.parametrize(
+    "given,docker",
+    [
+        ("nvcr.io#nvidia/nemo:26.10", "nvcr.io/nvidia/nemo:26.10"),
+        ("user@nvcr.io#nvidia/nemo:26.10", "nvcr.io/nvidia/nemo:26.10"),
+        ("nvcr.io/nvidia/nemo:26.10", "nvcr.io/nvidia/nemo:26.10"),
+        ("nvcr.io/nvidia/nemo@sha256:" + "a" * 64, "nvcr.io/nvidia/nemo@sha256:" + "a" * 64),
+    ],
+)
 def test_registry_reference_forms(given, docker):
     assert image_ref.docker_ref(given) == docker
 
@@ -65,8 +71,9 @@ def test_gb200_renders_pyxis_form_workdir_and_no_mpi(home):
 
 def test_lepton_and_runai_keep_registry_slash_form(home):
     for cluster in ("lepton-gb200", "dgxc-gb200"):
-        d = run_cli("submit", "smoke", "-c", cluster, "--container", "nvcr.io#nvidia/nemo:26.10", "--dry-run",
-                    "-o", "json").json()
+        d = run_cli(
+            "submit", "smoke", "-c", cluster, "--container", "nvcr.io#nvidia/nemo:26.10", "--dry-run", "-o", "json"
+        ).json()
         assert d["container"] == "nvcr.io/nvidia/nemo:26.10", cluster
         assert "nvcr.io#" not in d["artifact"]["text"], cluster
 
@@ -87,8 +94,15 @@ def test_local_slurm_pyxis_uses_the_gb200_code_path(home):
     job = resolve.resolve("smoke", resolve.Options(cluster="local-slurm-pyxis"))
     assert job.errors == [] and job.container.endswith("/containers/images/local-torch.sqsh")
     text = backends.render(job).text
-    for flag in ("--container-image=", "--container-mounts=", "--container-env=", "--container-workdir=",
-                 "--no-container-mount-home", "--container-writable", "--mpi=none"):
+    for flag in (
+        "--container-image=",
+        "--container-mounts=",
+        "--container-env=",
+        "--container-workdir=",
+        "--no-container-mount-home",
+        "--container-writable",
+        "--mpi=none",
+    ):
         assert flag in text, flag
     assert f"{job.job_root}:{job.job_root}" in job.mounts  # the job root is mounted at the same path
     assert ' torchrun --node-rank="$SLURM_NODEID"' in text  # the image's torchrun, not this machine's interpreter
@@ -102,24 +116,37 @@ DIGEST = "sha256:" + "ab" * 32
 
 
 def test_submit_starts_from_the_cached_squashfs(home):
-    image_cache.remember("gb200-8", "nvcr.io#nvidia/nemo:26.10", {
-        "digest": DIGEST, "squashfs": f"/lustre/fsw/enroot-cache/sha256-{'ab' * 32}.sqsh",
-        "cache_dir": "/lustre/fsw/enroot-cache", "source": "nvcr.io#nvidia/nemo:26.10"})
+    image_cache.remember(
+        "gb200-8",
+        "nvcr.io#nvidia/nemo:26.10",
+        {
+            "digest": DIGEST,
+            "squashfs": f"/lustre/fsw/enroot-cache/sha256-{'ab' * 32}.sqsh",
+            "cache_dir": "/lustre/fsw/enroot-cache",
+            "source": "nvcr.io#nvidia/nemo:26.10",
+        },
+    )
     d = run_cli("submit", "smoke", "-c", "gb200-8", "--dry-run", "-o", "json").json()
     assert d["container"] == f"/lustre/fsw/enroot-cache/sha256-{'ab' * 32}.sqsh"
     assert "image cache sha256:abab" in d["provenance"]["job"]["container"]
     assert f"--container-image=/lustre/fsw/enroot-cache/sha256-{'ab' * 32}.sqsh \\" in d["artifact"]["text"]
     # the user may write the registry either way; a record for another profile or cache is not used
-    same = run_cli("submit", "smoke", "-c", "gb200-8", "--container", "nvcr.io#nvidia/nemo:26.10", "--dry-run",
-                   "-o", "json").json()
+    same = run_cli(
+        "submit", "smoke", "-c", "gb200-8", "--container", "nvcr.io#nvidia/nemo:26.10", "--dry-run", "-o", "json"
+    ).json()
     assert same["container"] == d["container"]
     other = run_cli("submit", "smoke", "-c", "gb200-32", "--dry-run", "-o", "json").json()
     assert other["container"] == "nvcr.io/nvidia/nemo:26.10"
     write(home / "clusters" / "gb200-8-moved.toml", 'extends = "gb200-8"\nname = "gb200-8-moved"\n')
-    image_cache.remember("gb200-8-moved", "nvcr.io#nvidia/nemo:26.10", {
-        "digest": DIGEST, "squashfs": "/old/x.sqsh", "cache_dir": "/old", "source": "nvcr.io#nvidia/nemo:26.10"})
-    assert run_cli("submit", "smoke", "-c", "gb200-8-moved", "--dry-run", "-o", "json").json()["container"] == \
-        "nvcr.io/nvidia/nemo:26.10"
+    image_cache.remember(
+        "gb200-8-moved",
+        "nvcr.io#nvidia/nemo:26.10",
+        {"digest": DIGEST, "squashfs": "/old/x.sqsh", "cache_dir": "/old", "source": "nvcr.io#nvidia/nemo:26.10"},
+    )
+    assert (
+        run_cli("submit", "smoke", "-c", "gb200-8-moved", "--dry-run", "-o", "json").json()["container"]
+        == "nvcr.io/nvidia/nemo:26.10"
+    )
     lepton = run_cli("submit", "smoke", "-c", "lepton-gb200", "--dry-run", "-o", "json").json()
     assert lepton["container"] == "nvcr.io/nvidia/nemo:26.10"
 
@@ -132,8 +159,14 @@ def test_a_damaged_record_is_one_line(home):
 
 
 def _run_import(script: str, job_id: int) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True, timeout=60,
-                          env=dict(os.environ, SLURM_JOB_ID=str(job_id)))
+    return subprocess.run(
+        ["bash", "-s"],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, SLURM_JOB_ID=str(job_id)),
+    )
 
 
 def test_import_job_is_keyed_by_digest_and_safe_when_two_race(tmp_path):
@@ -163,9 +196,11 @@ def test_import_job_is_keyed_by_digest_and_safe_when_two_race(tmp_path):
 
 
 def test_import_failure_reports_enroots_line():
-    out = ("[INFO] Querying registry for permission grant\n[INFO] Authenticating with user: <anonymous>\n"
-           "curl: (6) Could not resolve host: nvcr.io\n[ERROR] URL https://nvcr.io/v2/ returned error code: 6\n"
-           "enroot digest failed\n")
+    out = (
+        "[INFO] Querying registry for permission grant\n[INFO] Authenticating with user: <anonymous>\n"
+        "curl: (6) Could not resolve host: nvcr.io\n[ERROR] URL https://nvcr.io/v2/ returned error code: 6\n"
+        "enroot digest failed\n"
+    )
     assert image_import.failure_line(out) == "curl: (6) Could not resolve host: nvcr.io"
     assert image_import.parse_result(out) is None
 
@@ -184,9 +219,24 @@ def test_image_import_refuses_profiles_it_cannot_use(home):
 
 # --- --bridge-src ---------------------------------------------------------------------------------
 
+
 def _git(repo, *args):
-    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "-c",
-                    "protocol.file.allow=always", *args], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(repo),
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "protocol.file.allow=always",
+            *args,
+        ],
+        check=True,
+        capture_output=True,
+    )
 
 
 def _checkout(root: Path) -> Path:
@@ -228,7 +278,9 @@ def test_pack_takes_tracked_files_as_edited_with_submodules(tmp_path):
         assert tar.extractfile("3rdparty/Megatron-LM/megatron/core/__init__.py").read() == b'ORIGIN = "submodule"\n'
         assert tar.getmember("scripts/training/run_recipe.py").mode == 0o755
     assert "staged.py" in names and "untracked.py" not in names and "gone.txt" not in names
-    assert ".gitmodules" in names and not any(n.startswith(".git/") or "/.git/" in n or n.endswith("/.git") for n in names)
+    assert ".gitmodules" in names and not any(
+        n.startswith(".git/") or "/.git/" in n or n.endswith("/.git") for n in names
+    )
 
 
 def test_bridge_src_dry_run_mounts_the_staged_tree(home, tmp_path):
@@ -237,18 +289,23 @@ def test_bridge_src_dry_run_mounts_the_staged_tree(home, tmp_path):
     assert f"{d['run_dir']}/bridge-src:/opt/Megatron-Bridge" in d["mounts"]
     text = d["artifact"]["text"]
     assert f"{d['run_dir']}/bridge-src:/opt/Megatron-Bridge" in text
-    assert "export PYTHONPATH=/opt/Megatron-Bridge/src:/opt/Megatron-Bridge/3rdparty/Megatron-LM${PYTHONPATH:+:$PYTHONPATH}; " \
-           "stop=$1 sig=$2; shift 2; torchrun --node-rank" in text
+    assert (
+        "export PYTHONPATH=/opt/Megatron-Bridge/src:/opt/Megatron-Bridge/3rdparty/Megatron-LM${PYTHONPATH:+:$PYTHONPATH}; "
+        "stop=$1 sig=$2; shift 2; torchrun --node-rank" in text
+    )
     plain = run_cli("submit", "smoke", "-c", "gb200-8", "--dry-run", "-o", "json").json()["artifact"]["text"]
     assert "PYTHONPATH" not in plain
 
 
-@pytest.mark.parametrize("args,fragment", [
-    (["-c", "gb200-8", "--bridge-src", "/no/such/dir"], "no such directory"),
-    (["-c", "gb200-8", "--bridge-src", "/tmp"], "not a git checkout"),
-    (["-c", "local-slurm", "--bridge-src", "."], "needs a container"),
-    (["-c", "lepton-gb200", "--bridge-src", "."], "Slurm job"),
-])
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["-c", "gb200-8", "--bridge-src", "/no/such/dir"], "no such directory"),
+        (["-c", "gb200-8", "--bridge-src", "/tmp"], "not a git checkout"),
+        (["-c", "local-slurm", "--bridge-src", "."], "needs a container"),
+        (["-c", "lepton-gb200", "--bridge-src", "."], "Slurm job"),
+    ],
+)
 def test_bridge_src_errors_are_one_line(home, args, fragment):
     r = run_cli("submit", "smoke", *args, "--dry-run")
     lines = r.err.strip().splitlines()
@@ -269,7 +326,9 @@ def test_staging_unpacks_the_tree_in_the_run_dir(tmp_path):
     packed = codepack.pack(str(mb))
     run_dir = tmp_path / "run"
     stage_locally(str(run_dir), {"bridge-src": Tree(packed.tar), "launch/x.json": "{}"}, new_dir=True)
-    assert (run_dir / "bridge-src" / "src" / "megatron" / "bridge" / "__init__.py").read_text() == 'ORIGIN = "committed"\n'
+    assert (
+        run_dir / "bridge-src" / "src" / "megatron" / "bridge" / "__init__.py"
+    ).read_text() == 'ORIGIN = "committed"\n'
     assert os.access(run_dir / "bridge-src" / "scripts" / "training" / "run_recipe.py", os.X_OK)
     assert json.loads((run_dir / "launch" / "x.json").read_text()) == {}
 
@@ -291,8 +350,10 @@ slurmstepd-node1: error: pyxis: child 25296 failed with error code: 1
 def test_status_reason_is_pyxis_and_enroots_own_lines():
     from bridge_launch.backends.slurm.backend import container_failure
 
-    assert container_failure(["[rank0]: hello\n", PYXIS_PULL_FAILURE]) == \
-        "pyxis: failed to import docker image: nvcr.io#nvidia/nemo:26.10: curl: (6) Could not resolve host: nvcr.io"
+    assert (
+        container_failure(["[rank0]: hello\n", PYXIS_PULL_FAILURE])
+        == "pyxis: failed to import docker image: nvcr.io#nvidia/nemo:26.10: curl: (6) Could not resolve host: nvcr.io"
+    )
     missing = "slurmstepd-node2: error: pyxis: [ERROR] No such file or directory: /x/y.sqsh\n"
     assert container_failure([missing]) == "pyxis: [ERROR] No such file or directory: /x/y.sqsh"
     assert container_failure(["Traceback ...\nRuntimeError: boom\n", None]) is None
@@ -306,8 +367,22 @@ def test_container_tests_skip_with_one_line_without_the_sources(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("the container tests skip for non-root before they look for sources")
     missing = tmp_path / "no-pyxis.tar.gz"
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-                        str(Path(__file__).parent / "test_containers_e2e.py")], capture_output=True, text=True,
-                       timeout=120, env=dict(os.environ, PYXIS_SRC=str(missing)), cwd=Path(__file__).parent.parent)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rs",
+            "-p",
+            "no:cacheprovider",
+            str(Path(__file__).parent / "test_containers_e2e.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYXIS_SRC=str(missing)),
+        cwd=Path(__file__).parent.parent,
+    )
     assert r.returncode in (0, 5) and "1 skipped" in r.stdout, r.stdout + r.stderr  # 5: nothing else collected
     assert f"container tests need the pyxis and enroot sources: {missing} is missing (set PYXIS_SRC)" in r.stdout

@@ -65,7 +65,9 @@ def _submit(*args, env=None):
 
 def _probe_recipe(home):
     """A Megatron-Bridge recipe as a user writes one; the image's run_recipe.py (a probe) runs it."""
-    write(home / "recipes" / "probe.toml", '''
+    write(
+        home / "recipes" / "probe.toml",
+        """
         name = "probe"
         description = "reports what the process inside the container sees"
         upstream = "probe_config"
@@ -75,7 +77,8 @@ def _probe_recipe(home):
         train.train_iters = 1
         [env]
         RECIPE_VAR = "from-recipe"
-        ''')
+        """,
+    )
 
 
 def _probes(run_dir):
@@ -97,17 +100,32 @@ def test_smoke_on_two_nodes_in_containers(cluster, home):
     # the preflight says whether the IMEX channels are visible in the container (no GPUs here: not)
     assert s["imex"] == {"node1": {"visible": False, "channels": []}, "node2": {"visible": False, "channels": []}}
     logs = run_cli("logs", sub["run_id"]).out
-    assert re.search(r"\[smoke\] imex channels: /dev/nvidia-caps-imex-channels not visible in the container on "
-                     r"node1, node2 \(enroot mounts it only from 4\.0", logs), logs[-3000:]
+    assert re.search(
+        r"\[smoke\] imex channels: /dev/nvidia-caps-imex-channels not visible in the container on "
+        r"node1, node2 \(enroot mounts it only from 4\.0",
+        logs,
+    ), logs[-3000:]
 
 
 def test_until_done_across_a_time_limit_in_containers(cluster, home):
     """The USR1 before the time limit becomes a SIGTERM to the training processes inside the
     container (the per-node launcher runs there too); they save and exit, and the next segment's
     container loads that checkpoint."""
-    sub = _submit("smoke", "-c", "local-slurm-pyxis", "--until-done", "--time", "00:02:00", "--signal-lead", "60",
-                  *FAST, "train.train_iters=60", "smoke.step_sleep=1.0", "~checkpoint.save_interval",
-                  "validation.eval_iters=1")
+    sub = _submit(
+        "smoke",
+        "-c",
+        "local-slurm-pyxis",
+        "--until-done",
+        "--time",
+        "00:02:00",
+        "--signal-lead",
+        "60",
+        *FAST,
+        "train.train_iters=60",
+        "smoke.step_sleep=1.0",
+        "~checkpoint.save_interval",
+        "validation.eval_iters=1",
+    )
     st = _wait(sub["run_id"], timeout=900)
     assert st["state"] == "COMPLETED", (st, run_cli("logs", sub["run_id"]).out[-3000:])
     logs = Path(sub["run_dir"]) / "logs"
@@ -133,12 +151,15 @@ def test_recipe_profile_and_secret_values_reach_the_container_and_a_mount_works(
     _probe_recipe(home)
     data = tmp_path / "data"
     write(data / "in.txt", "hello from the host\n")
-    write(home / "clusters" / "pyxis-data.toml", f'''
+    write(
+        home / "clusters" / "pyxis-data.toml",
+        f'''
         extends = "local-slurm-pyxis"
         container_mounts = ["{data}:/data"]
         [env]
         PROFILE_VAR = "from-profile"
-        ''')
+        ''',
+    )
     token = "s3cr3t-" + os.urandom(8).hex()
     keys = tmp_path / "keys"
     keys.mkdir(mode=0o700)
@@ -146,9 +167,22 @@ def test_recipe_profile_and_secret_values_reach_the_container_and_a_mount_works(
     src.write_text(token + "\n")
     src.chmod(0o600)
     legacy = "legacy-" + os.urandom(8).hex()
-    sub = _submit("probe", "-c", "pyxis-data", "--secret", f"MY_TOKEN=file:{src}", "--secret", "LEGACY_TOKEN",
-                  "--env", "BRIDGE_LAUNCH_PROBE_VARS=RECIPE_VAR,PROFILE_VAR,TOKENIZERS_PARALLELISM,BRIDGE_LAUNCH_IMAGE",
-                  "--env", "PROBE_READ=/data/in.txt", "--env", "PROBE_WRITE=/data/out", env={"LEGACY_TOKEN": legacy})
+    sub = _submit(
+        "probe",
+        "-c",
+        "pyxis-data",
+        "--secret",
+        f"MY_TOKEN=file:{src}",
+        "--secret",
+        "LEGACY_TOKEN",
+        "--env",
+        "BRIDGE_LAUNCH_PROBE_VARS=RECIPE_VAR,PROFILE_VAR,TOKENIZERS_PARALLELISM,BRIDGE_LAUNCH_IMAGE",
+        "--env",
+        "PROBE_READ=/data/in.txt",
+        "--env",
+        "PROBE_WRITE=/data/out",
+        env={"LEGACY_TOKEN": legacy},
+    )
     st = _wait(sub["run_id"])
     assert st["state"] == "COMPLETED", (st, run_cli("logs", sub["run_id"]).out[-3000:])
     probes = _probes(sub["run_dir"])
@@ -160,8 +194,11 @@ def test_recipe_profile_and_secret_values_reach_the_container_and_a_mount_works(
         assert p["env"]["TOKENIZERS_PARALLELISM"] == "false"
         assert p["env"]["BRIDGE_LAUNCH_IMAGE"] == "local-torch"  # set by the image alone: we are inside it
         for name, value in (("MY_TOKEN", token), ("LEGACY_TOKEN", legacy)):
-            assert p["secrets"][name] == {"present": True, "length": len(value),
-                                          "sha256": hashlib.sha256(value.encode()).hexdigest()}
+            assert p["secrets"][name] == {
+                "present": True,
+                "length": len(value),
+                "sha256": hashlib.sha256(value.encode()).hexdigest(),
+            }
         assert p["read"] == "hello from the host\n"
         assert p["cwd"] == sub["run_dir"]  # --container-workdir
         assert p["bridge_origin"] == "image" and p["bridge_file"].startswith("/opt/Megatron-Bridge/src/")
@@ -193,13 +230,16 @@ def _bridge_checkout(root: Path) -> Path:
 
 def test_bridge_src_is_mounted_over_the_images_copy_through_the_login_host(cluster, home, tmp_path):
     _probe_recipe(home)
-    write(home / "clusters" / "pyxis-ssh.toml", f'''
+    write(
+        home / "clusters" / "pyxis-ssh.toml",
+        f'''
         extends = "local-slurm-pyxis"
         job_root = "{STATE}/jobs"
         [slurm]
         login_host = "local-slurm-login"
         ssh_config = "{STATE}/etc/ssh_config"
-        ''')
+        ''',
+    )
     mb = _bridge_checkout(tmp_path)
     head = subprocess.run(["git", "-C", str(mb), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     sub = _submit("probe", "-c", "pyxis-ssh", "--bridge-src", str(mb))
@@ -252,7 +292,12 @@ def test_image_import_once_then_submit_starts_from_the_cache(cluster, home):
 def test_pyxis_stays_wired_on_a_plain_start(cluster):
     started = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=300)
     assert started.returncode == 0 and "containers on (pyxis" in started.stdout, started.stdout + started.stderr
-    help_text = subprocess.run([str(SCRIPT), "exec", "srun", "--help"], capture_output=True, text=True,
-                               timeout=60, env=dict(os.environ, SLURM_CONF=cluster)).stdout
+    help_text = subprocess.run(
+        [str(SCRIPT), "exec", "srun", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, SLURM_CONF=cluster),
+    ).stdout
     assert "--container-image" in help_text and "--container-env" in help_text
     assert re.search(r"pyxis: version v0\.24\.0", (STATE / "log" / "slurmd-node1.log").read_text())

@@ -44,6 +44,7 @@ def _prep(srcdir, out, **kw):
 
 # ---------------------------------------------------------------- fast: input checks
 
+
 def test_split_is_deterministic_by_key():
     keys = [f"clevr_2__k{i}" for i in range(2000)]
     a = [source.sample_split(k, 0.05) for k in keys]
@@ -70,8 +71,12 @@ def test_unpinned_subset_needs_a_flag(src, tmp_path):
 
 
 def test_bad_arguments(src, tmp_path):
-    for kw, msg in [({"validation_fraction": 1.0}, "validation-fraction"), ({"max_samples_per_tar": 0}, "max-samples-per-tar"),
-                    ({"num_workers": 0}, "num-workers"), ({"subsets": ["nope"]}, "subset directory .*nope")]:
+    for kw, msg in [
+        ({"validation_fraction": 1.0}, "validation-fraction"),
+        ({"max_samples_per_tar": 0}, "max-samples-per-tar"),
+        ({"num_workers": 0}, "num-workers"),
+        ({"subsets": ["nope"]}, "subset directory .*nope"),
+    ]:
         with pytest.raises(UsageError, match=msg):
             _prep(src, tmp_path / "out", **kw)
     with pytest.raises(UsageError, match="unknown dataset"):
@@ -91,12 +96,18 @@ def test_missing_image_names_file_and_line(src, tmp_path):
     assert not list(tmp_path.glob(".out.partial-*"))
 
 
-@pytest.mark.parametrize("bad,msg", [
-    ("{not json", "malformed JSON"),
-    (json.dumps({"id": "", "messages": []}), "'id' must be"),
-    (json.dumps({"id": "x", "messages": [{"role": "user", "content": [{"type": "video", "video": "a.mp4"}]}]}), "video content"),
-    (json.dumps({"id": "x", "messages": [{"role": "user", "content": "text only"}]}), "no image"),
-])
+@pytest.mark.parametrize(
+    "bad,msg",
+    [
+        ("{not json", "malformed JSON"),
+        (json.dumps({"id": "", "messages": []}), "'id' must be"),
+        (
+            json.dumps({"id": "x", "messages": [{"role": "user", "content": [{"type": "video", "video": "a.mp4"}]}]}),
+            "video content",
+        ),
+        (json.dumps({"id": "x", "messages": [{"role": "user", "content": "text only"}]}), "no image"),
+    ],
+)
 def test_malformed_record_names_line(src, tmp_path, bad, msg):
     jl = src / "clevr_2" / "clevr_2.jsonl"
     lines = jl.read_text().splitlines()
@@ -117,15 +128,23 @@ def test_duplicate_key(src, tmp_path):
 def test_shipped_turing_manifest_and_checksum_mismatch(tmp_path):
     pins, origin = source.find_pins(DS, "turing")
     assert origin.startswith("shipped")
-    assert pins["turing/turing.jsonl"] == {"size": 3357202, "sha256": "c7333e5765ba8ac3ad6dd823c97a0366cc682417cc7ebd6d5374d9f9db1ce3d5"}
+    assert pins["turing/turing.jsonl"] == {
+        "size": 3357202,
+        "sha256": "c7333e5765ba8ac3ad6dd823c97a0366cc682417cc7ebd6d5374d9f9db1ce3d5",
+    }
     srcdir = synthetic.make_source(tmp_path / "s", subset="turing", n=4)
-    with pytest.raises(UsageError, match=r"turing/media/shard_000000.tar has \d+ bytes; the integrity manifest \(shipped:.*\) pins 33269760"):
+    with pytest.raises(
+        UsageError,
+        match=r"turing/media/shard_000000.tar has \d+ bytes; the integrity manifest \(shipped:.*\) pins 33269760",
+    ):
         prepare.prepare(DS, srcdir, tmp_path / "out", subsets=["turing"])
 
 
 def test_corrupted_source_against_user_manifest(src, tmp_path):
-    files = [{"path": str(p.relative_to(src)), "size": p.stat().st_size, "sha256": source.sha256_file(p)}
-             for p in [src / "clevr_2/clevr_2.jsonl", src / "clevr_2/media/shard_000000.tar"]]
+    files = [
+        {"path": str(p.relative_to(src)), "size": p.stat().st_size, "sha256": source.sha256_file(p)}
+        for p in [src / "clevr_2/clevr_2.jsonl", src / "clevr_2/media/shard_000000.tar"]
+    ]
     source.write_user_manifest(DS, "clevr_2", files)
     tar = src / "clevr_2/media/shard_000000.tar"
     data = bytearray(tar.read_bytes())
@@ -184,7 +203,9 @@ def test_without_copy_file_range_the_shards_are_the_same(src, tmp_path, monkeypa
     assert shards._COPY == "pread"
     ta = sorted(p.name for p in (tmp_path / "a").glob("*.tar*"))
     for n in ta:
-        assert (tmp_path / "a" / n).read_bytes() == (tmp_path / "b" / n).read_bytes() == (tmp_path / "c" / n).read_bytes()
+        assert (
+            (tmp_path / "a" / n).read_bytes() == (tmp_path / "b" / n).read_bytes() == (tmp_path / "c" / n).read_bytes()
+        )
 
 
 def test_full_disk_is_one_line_and_leaves_nothing(src, tmp_path, monkeypatch):
@@ -197,7 +218,9 @@ def test_full_disk_is_one_line_and_leaves_nothing(src, tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "writev", full)
-    with pytest.raises(LaunchError, match=r"^data prepare stopped, nothing was written to .*/out: OSError: .*No space left"):
+    with pytest.raises(
+        LaunchError, match=r"^data prepare stopped, nothing was written to .*/out: OSError: .*No space left"
+    ):
         _prep(src, tmp_path / "out")
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.partial-*"))
 
@@ -207,7 +230,7 @@ def test_truncated_media_archive_is_one_line(src, tmp_path):
     data = tar.read_bytes()
     members = source.MediaIndex.build(src / "clevr_2", [tar], False).members
     last = max(v[1] + v[2] for v in members.values() if v)
-    tar.write_bytes(data[:last - 100])
+    tar.write_bytes(data[: last - 100])
     with pytest.raises(UsageError, match=r"media archive .*shard_000000.tar is not a readable tar|truncated"):
         _prep(src, tmp_path / "out")
     assert not (tmp_path / "out").exists()
@@ -218,22 +241,45 @@ def _normalized(rec: dict) -> list:
     out = []
     for turn in rec["messages"]:
         parts = turn["content"] if isinstance(turn["content"], list) else [turn["content"]]
-        out.append({"role": turn["role"], "content": [
-            {"type": "text", "text": p} if isinstance(p, str) else
-            {"type": "text", "text": p["text"]} if p["type"] == "text" else {"type": "image"} for p in parts]})
+        out.append(
+            {
+                "role": turn["role"],
+                "content": [
+                    {"type": "text", "text": p}
+                    if isinstance(p, str)
+                    else {"type": "text", "text": p["text"]}
+                    if p["type"] == "text"
+                    else {"type": "image"}
+                    for p in parts
+                ],
+            }
+        )
     return out
 
 
-_TEXTS = ["plain", "quote \" back \\ slash", "tab\tnl\ncr\r\b\f", "ctl \x00\x01\x1f\x7f", "ünï 漢字 🙂",
-          "\u2028\u2029 seps", "", "</script>", "emoji \U0001F600 and \\u escapes"]
+_TEXTS = [
+    "plain",
+    'quote " back \\ slash',
+    "tab\tnl\ncr\r\b\f",
+    "ctl \x00\x01\x1f\x7f",
+    "ünï 漢字 🙂",
+    "\u2028\u2029 seps",
+    "",
+    "</script>",
+    "emoji \U0001f600 and \\u escapes",
+]
 
 
 @pytest.mark.parametrize("text", _TEXTS)
 def test_parse_record_json_is_json_dumps(text):
-    rec = {"id": 7, "messages": [
-        {"role": "user", "content": [{"type": "image", "image": "a.png"}, {"type": "text", "text": text}, text]},
-        {"role": "assistant ✓", "content": text},
-        {"role": "user", "content": [{"type": "image", "image": "b.jpg", "extra": 1}]}]}
+    rec = {
+        "id": 7,
+        "messages": [
+            {"role": "user", "content": [{"type": "image", "image": "a.png"}, {"type": "text", "text": text}, text]},
+            {"role": "assistant ✓", "content": text},
+            {"role": "user", "content": [{"type": "image", "image": "b.jpg", "extra": 1}]},
+        ],
+    }
     for line in (json.dumps(rec), json.dumps(rec, ensure_ascii=False), json.dumps(rec).encode()):
         sid, msg_json, refs = source.parse_record(line, "f:1")
         assert sid == "7" and refs == ["a.png", "b.jpg"]
@@ -241,7 +287,9 @@ def test_parse_record_json_is_json_dumps(text):
 
 
 def test_parse_record_refuses_unpaired_surrogates():
-    line = '{"id": "x", "messages": [{"role": "user", "content": [{"type": "image", "image": "a.png"}, "bad \\ud800"]}]}'
+    line = (
+        '{"id": "x", "messages": [{"role": "user", "content": [{"type": "image", "image": "a.png"}, "bad \\ud800"]}]}'
+    )
     with pytest.raises(UsageError, match=r"^f:3: text holds an unpaired surrogate escape \('\\ud800'\)"):
         source.parse_record(line, "f:3")
 
@@ -279,7 +327,7 @@ def test_byte_ranges_start_at_lines(tmp_path):
     for n in (1, 2, 3, 7, 50, 200):
         ch = prepare._chunks(jl, n)
         assert ch[0][0] == 0 and ch[-1][1] == len(data) and all(a[1] == b[0] for a, b in zip(ch, ch[1:]))
-        assert all(a == 0 or data[a - 1:a] == b"\n" for a, _ in ch)
+        assert all(a == 0 or data[a - 1 : a] == b"\n" for a, _ in ch)
         assert len(ch) == min(n, 50) or n > 1
 
 
@@ -309,7 +357,9 @@ def test_every_path_reads_a_line_the_same_way(src, tmp_path, monkeypatch):
     lines = jl.read_bytes().split(b"\n")
     del lines[9]  # without it, the BOM line and the whitespace line are fine on every path
     jl.write_bytes(b"\n".join(lines))
-    counts = [_prep(src, tmp_path / f"p{w}{m}", num_workers=w, max_samples=m)["counts"] for w in (1, 3) for m in (None, 1000)]
+    counts = [
+        _prep(src, tmp_path / f"p{w}{m}", num_workers=w, max_samples=m)["counts"] for w in (1, 3) for m in (None, 1000)
+    ]
     assert all(c == counts[0] for c in counts) and sum(counts[0].values()) == 24
 
 
@@ -338,8 +388,27 @@ def test_deep_nesting_compressed_media_and_negative_sizes_are_one_line(src, tmp_
     assert not list(tmp_path.glob("deep*")) + list(tmp_path.glob("gz")) + list(tmp_path.glob("neg"))
 
 
-@pytest.mark.parametrize("ref", ["a/b.jpg", "./a/b.jpg", "a//b.jpg", "a/./b.jpg", "a\\b.jpg", "a/b/", "/abs/x.png",
-                                 "//net/x", "a/..", ".", "", "../up.jpg", "a/.hidden", "a/b/.", "././a", "x.jpg"])
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "a/b.jpg",
+        "./a/b.jpg",
+        "a//b.jpg",
+        "a/./b.jpg",
+        "a\\b.jpg",
+        "a/b/",
+        "/abs/x.png",
+        "//net/x",
+        "a/..",
+        ".",
+        "",
+        "../up.jpg",
+        "a/.hidden",
+        "a/b/.",
+        "././a",
+        "x.jpg",
+    ],
+)
 def test_normalize_is_pure_posix_path(ref):
     from pathlib import PurePosixPath
 
@@ -348,10 +417,14 @@ def test_normalize_is_pure_posix_path(ref):
 
 # ---------------------------------------------------------------- fast: arithmetic
 
+
 def test_smart_resize_and_visual_tokens():
     # 1024x768 = 786432 px > max 401408: scaled down, sides multiples of 32
     h, w = tokens.smart_resize(768, 1024, 32, 200704, 401408)
-    assert (h, w) == (544, 704) and h * w <= 401408  # beta = sqrt(786432/401408); floor(768/beta/32)*32, floor(1024/beta/32)*32
+    assert (h, w) == (
+        544,
+        704,
+    ) and h * w <= 401408  # beta = sqrt(786432/401408); floor(768/beta/32)*32, floor(1024/beta/32)*32
     assert tokens.image_tokens(1024, 768, min_pixels=200704, max_pixels=401408) == 544 * 704 // 1024 == 374
     # 64x48 is scaled up into min_pixels: ceil to multiples of 32
     h, w = tokens.smart_resize(48, 64, 32, 200704, 401408)
@@ -377,7 +450,9 @@ def test_packing_hand_computed():
     assert s["padding"] == 2 * 64 - 50
     # the seeds' warning: 8 samples of ~600 tokens in a 131072 pack -> > 95 % padding
     s = packing.simulate([600] * 80, 131072, 8)
-    assert s["packs"] == 10 and s["padding_fraction"] == pytest.approx(1 - 4800 / 131072) and s["padding_fraction"] > 0.95
+    assert (
+        s["packs"] == 10 and s["padding_fraction"] == pytest.approx(1 - 4800 / 131072) and s["padding_fraction"] > 0.95
+    )
 
 
 def test_packing_matches_reference_first_fit_decreasing():
@@ -388,7 +463,7 @@ def test_packing_matches_reference_first_fit_decreasing():
         fills = []
         for i in range(0, len(lengths), buf):
             bins = []
-            for x in sorted(lengths[i:i + buf], reverse=True):
+            for x in sorted(lengths[i : i + buf], reverse=True):
                 for b in bins:
                     if b[0] + x <= cap:
                         b[0] += x
@@ -404,10 +479,18 @@ def test_packing_matches_reference_first_fit_decreasing():
 
 
 def test_pad_multiple_follows_bridge_rule():
-    assert packing.pad_multiple({"model.tensor_model_parallel_size": 2, "model.context_parallel_size": 8,
-                                 "model.sequence_parallel": True}) == 16
-    assert packing.pad_multiple({"model.tensor_model_parallel_size": 4, "model.context_parallel_size": 1,
-                                 "model.sequence_parallel": True}) == 4
+    assert (
+        packing.pad_multiple(
+            {"model.tensor_model_parallel_size": 2, "model.context_parallel_size": 8, "model.sequence_parallel": True}
+        )
+        == 16
+    )
+    assert (
+        packing.pad_multiple(
+            {"model.tensor_model_parallel_size": 4, "model.context_parallel_size": 1, "model.sequence_parallel": True}
+        )
+        == 4
+    )
     assert packing.pad_multiple({}) == 1
 
 
@@ -424,13 +507,16 @@ def test_cli_has_no_heavy_imports():
     import subprocess
     import sys
 
-    code = ("import sys, bridge_launch.cli.datasets; "
-            "print([m for m in ('megatron.energon', 'PIL', 'submitit', 'torch', 'numpy') if m in sys.modules])")
+    code = (
+        "import sys, bridge_launch.cli.datasets; "
+        "print([m for m in ('megatron.energon', 'PIL', 'submitit', 'torch', 'numpy') if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 
 # ---------------------------------------------------------------- slow: real conversion + Energon
+
 
 def _tree_bytes(d: Path) -> dict:
     return {p.name: p.read_bytes() for p in sorted(d.glob("*.tar"))}
@@ -503,10 +589,30 @@ def test_ctrl_c_during_a_parallel_prepare_leaves_nothing(tmp_path):
     for i, wait_shards in enumerate((1, 20, 120)):
         out = tmp_path / f"out{i}"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bridge_launch.cli.app", "data", "prepare", DS, "--source-dir", str(srcdir),
-             "--output-dir", str(out), "--subsets", "clevr_2", "--skip-source-integrity-check",
-             "--max-samples-per-tar", "1", "--num-workers", "2"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "bridge_launch.cli.app",
+                "data",
+                "prepare",
+                DS,
+                "--source-dir",
+                str(srcdir),
+                "--output-dir",
+                str(out),
+                "--subsets",
+                "clevr_2",
+                "--skip-source-integrity-check",
+                "--max-samples-per-tar",
+                "1",
+                "--num-workers",
+                "2",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         deadline = time.time() + 60
         while time.time() < deadline and proc.poll() is None:
             parts = list(tmp_path.glob(f".out{i}.partial-*"))
@@ -543,8 +649,13 @@ def test_index_equals_energons_own_prepare_dataset(src, tmp_path):
     for n in names:
         shutil.copy(a / n, b / n)
     with contextlib.redirect_stdout(io.StringIO()):
-        BaseWebdatasetFactory.prepare_dataset(b, names, split_parts_patterns=[(s, f"{s}-shard-.*") for s in ("train", "val")],
-                                              shuffle_seed=None, workers=2)
+        BaseWebdatasetFactory.prepare_dataset(
+            b,
+            names,
+            split_parts_patterns=[(s, f"{s}-shard-.*") for s in ("train", "val")],
+            shuffle_seed=None,
+            workers=2,
+        )
     for n in names:
         assert (a / f"{n}.idx").read_bytes() == (b / f"{n}.idx").read_bytes(), n
     for f in ("split.yaml", ".info.json"):
@@ -626,7 +737,9 @@ def _local_slurm_up() -> bool:
     conf = "/var/lib/bridge-launch-slurm/etc/slurm.conf"
     if not shutil.which("sinfo") or not os.path.exists(conf):
         return False
-    r = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, env={**os.environ, "SLURM_CONF": conf})
+    r = subprocess.run(
+        ["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, env={**os.environ, "SLURM_CONF": conf}
+    )
     return r.returncode == 0 and any(s in r.stdout for s in ("idle", "mix", "alloc"))
 
 
@@ -663,8 +776,12 @@ def test_slurm_job_array_interrupted_leaves_nothing_running_or_written(src, tmp_
 
     with pytest.raises(KeyboardInterrupt):
         _prep(src, tmp_path / "out", num_workers=2, max_samples_per_tar=1, cluster="local-slurm", on_progress=interrupt)
-    left = subprocess.run(["squeue", "-h", "-n", "bridge-launch-data-prepare", "-o", "%i %T"], capture_output=True,
-                          text=True, env=dict(os.environ)).stdout.strip()
+    left = subprocess.run(
+        ["squeue", "-h", "-n", "bridge-launch-data-prepare", "-o", "%i %T"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+    ).stdout.strip()
     assert left == "", left
     time.sleep(2)  # anything still writing would show up now
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.partial-*[0-9]"))

@@ -19,9 +19,22 @@ from bridge_launch.workloads import trainer_protocol as P
 STAMP = "2026-01-01 12:00:00"
 
 
-def training_log(n=100, *, loss=lambda s: 10.0 * math.exp(-s / 40) + 1.0, gn=lambda s: 1.0, skipped=lambda s: 0,
-                 nan=lambda s: 0, save_at=None, validation=True, test=True, exit_line=None, stop=None,
-                 checks=(), rank_prefix="[rank3]: ", start=1) -> str:
+def training_log(
+    n=100,
+    *,
+    loss=lambda s: 10.0 * math.exp(-s / 40) + 1.0,
+    gn=lambda s: 1.0,
+    skipped=lambda s: 0,
+    nan=lambda s: 0,
+    save_at=None,
+    validation=True,
+    test=True,
+    exit_line=None,
+    stop=None,
+    checks=(),
+    rank_prefix="[rank3]: ",
+    start=1,
+) -> str:
     """A Bridge run's output: Step Time + iteration lines every step, saves, post-training
     validation/test, as the smoke workload prints them."""
     out = [P.starting_line(start - 1)]
@@ -29,12 +42,28 @@ def training_log(n=100, *, loss=lambda s: 10.0 * math.exp(-s / 40) + 1.0, gn=lam
     for s in range(start, last + 1):
         out.append("[rank0]: " + P.step_time_line(0.5, 123.4))
         losses = {"lm loss": loss(s)}
-        out.append(rank_prefix + P.iteration_line(
-            iteration=s, train_iters=n, consumed=s * 16, elapsed_ms=500.0, lr=3e-4, global_batch=16, losses=losses,
-            loss_scale=1.0, grad_norm=gn(s), skipped=skipped(s), nan=nan(s), stamp=STAMP))
+        out.append(
+            rank_prefix
+            + P.iteration_line(
+                iteration=s,
+                train_iters=n,
+                consumed=s * 16,
+                elapsed_ms=500.0,
+                lr=3e-4,
+                global_batch=16,
+                losses=losses,
+                loss_scale=1.0,
+                grad_norm=gn(s),
+                skipped=skipped(s),
+                nan=nan(s),
+                stamp=STAMP,
+            )
+        )
         if s in checks:
-            out.append(f"[rank1]: RuntimeError: Rank 1, node n1, device 1, iteration {s}: Unexpected result nan "
-                       "(message='found NaN in local forward loss calculation')")
+            out.append(
+                f"[rank1]: RuntimeError: Rank 1, node n1, device 1, iteration {s}: Unexpected result nan "
+                "(message='found NaN in local forward loss calculation')"
+            )
         if save_at and s in save_at:
             out.append("[rank0]: " + P.saving_line(s, "/ckpt"))
             out.append("[rank0]: " + P.saved_line(s, "/ckpt"))
@@ -43,7 +72,9 @@ def training_log(n=100, *, loss=lambda s: 10.0 * math.exp(-s / 40) + 1.0, gn=lam
     else:
         out.append("[rank0]: " + P.barrier_and_log(P.TRAINING_DONE, stamp=STAMP))
         if validation:
-            out += ["[rank3]: " + x for x in P.validation_lines(f"iteration {last} on validation set", {"lm loss": 2.0})]
+            out += [
+                "[rank3]: " + x for x in P.validation_lines(f"iteration {last} on validation set", {"lm loss": 2.0})
+            ]
         if test:
             out += ["[rank3]: " + x for x in P.validation_lines(f"iteration {last} on test set", {"lm loss": 2.1})]
     return "\n".join(out) + "\n"
@@ -65,19 +96,27 @@ def test_a_clean_run_passes_every_criterion_with_evidence():
     assert c["test"].passed and c["no-signal"].passed
 
 
-@pytest.mark.parametrize("kw,name,step,fragment", [
-    ({"gn": lambda s: float("nan") if s == 37 else 1.0}, "finite", 37, "grad norm nan"),
-    ({"gn": lambda s: float("inf") if s == 12 else 1.0}, "finite", 12, "grad norm inf"),
-    # a NaN interval average is not printed at all (MB train_utils.py:1122-1124)
-    ({"loss": lambda s: float("nan") if s == 20 else 3.0}, "finite", 20, "no lm loss printed"),
-    ({"skipped": lambda s: 1 if s in (5, 9) else 0}, "skipped", 5, "1 skipped"),
-    ({"nan": lambda s: 2 if s == 64 else 0}, "nan", 64, "2 NaN iteration(s)"),
-    ({"checks": (71,)}, "nan", 71, "NaN check on rank 1: nan (found NaN in local forward loss calculation)"),
-    ({"save_at": {50}}, "checkpoint", 50, "the last save was at iteration 50, not at the last iteration 100"),
-    ({"test": False}, "test", None, "no 'validation loss at iteration N on test set' line"),
-    ({"stop": 47, "exit_line": P.EXIT_SIGNAL, "save_at": {47}}, "no-signal", 47, "exiting program after receiving SIGTERM."),
-    ({"stop": 47}, "steps", 47, "not finished, 47/100 so far"),
-])
+@pytest.mark.parametrize(
+    "kw,name,step,fragment",
+    [
+        ({"gn": lambda s: float("nan") if s == 37 else 1.0}, "finite", 37, "grad norm nan"),
+        ({"gn": lambda s: float("inf") if s == 12 else 1.0}, "finite", 12, "grad norm inf"),
+        # a NaN interval average is not printed at all (MB train_utils.py:1122-1124)
+        ({"loss": lambda s: float("nan") if s == 20 else 3.0}, "finite", 20, "no lm loss printed"),
+        ({"skipped": lambda s: 1 if s in (5, 9) else 0}, "skipped", 5, "1 skipped"),
+        ({"nan": lambda s: 2 if s == 64 else 0}, "nan", 64, "2 NaN iteration(s)"),
+        ({"checks": (71,)}, "nan", 71, "NaN check on rank 1: nan (found NaN in local forward loss calculation)"),
+        ({"save_at": {50}}, "checkpoint", 50, "the last save was at iteration 50, not at the last iteration 100"),
+        ({"test": False}, "test", None, "no 'validation loss at iteration N on test set' line"),
+        (
+            {"stop": 47, "exit_line": P.EXIT_SIGNAL, "save_at": {47}},
+            "no-signal",
+            47,
+            "exiting program after receiving SIGTERM.",
+        ),
+        ({"stop": 47}, "steps", 47, "not finished, 47/100 so far"),
+    ],
+)
 def test_each_failure_names_its_step(kw, name, step, fragment):
     kw.setdefault("save_at", {100})
     v, c = verdict(training_log(**kw))
@@ -144,7 +183,11 @@ def test_check_cli_exit_codes_json_and_golden(cli, tmp_path):
     assert r.code == 1
     d = r.json()
     assert d["passed"] is False and d["results"][0]["criteria"][1] == {
-        "name": "finite", "passed": False, "evidence": "iteration 5: grad norm nan", "step": 5}
+        "name": "finite",
+        "passed": False,
+        "evidence": "iteration 5: grad norm nan",
+        "step": 5,
+    }
     r = cli("check", good, bad)
     assert r.code == 1 and r.out.count("PASSED") == 1 and r.out.count("FAILED") == 1
     golden = tmp_path / "golden.json"
@@ -160,17 +203,20 @@ def test_check_cli_exit_codes_json_and_golden(cli, tmp_path):
     assert r.code == 0 and "PARITY" in r.out, r.out + r.err
 
 
-@pytest.mark.parametrize("args,fragment", [
-    (["check", "/nonexistent/x.log"], "/nonexistent/x.log: no such file"),
-    (["check", "no-such-run"], "'no-such-run' is not a run, an experiment or a file"),
-    (["check", "LOG", "--only", "speed"], "criterion 'speed' is not one of: steps, finite"),
-    (["check", "LOG", "--steps", "0"], "--steps 0"),
-    (["compare", "LOG"], "compare needs two sources"),
-    (["compare", "LOG", "LOG", "LOG"], "compare takes two sources"),
-    (["compare", "LOG", "LOG", "--plot", "x.pdf"], "must end in .png, .svg, .html"),
-    (["compare", "LOG", "LOG", "--rtol", "-1"], "--rtol -1.0: a tolerance is 0 or more"),
-    (["compare", "LOG", "GOLDEN_BAD"], "no 'lm loss' in this golden-values file (it has: num-zeros)"),
-])
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["check", "/nonexistent/x.log"], "/nonexistent/x.log: no such file"),
+        (["check", "no-such-run"], "'no-such-run' is not a run, an experiment or a file"),
+        (["check", "LOG", "--only", "speed"], "criterion 'speed' is not one of: steps, finite"),
+        (["check", "LOG", "--steps", "0"], "--steps 0"),
+        (["compare", "LOG"], "compare needs two sources"),
+        (["compare", "LOG", "LOG", "LOG"], "compare takes two sources"),
+        (["compare", "LOG", "LOG", "--plot", "x.pdf"], "must end in .png, .svg, .html"),
+        (["compare", "LOG", "LOG", "--rtol", "-1"], "--rtol -1.0: a tolerance is 0 or more"),
+        (["compare", "LOG", "GOLDEN_BAD"], "no 'lm loss' in this golden-values file (it has: num-zeros)"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(cli, tmp_path, args, fragment):
     log = write(tmp_path / "a.log", training_log(10, save_at={10}))
     bad = write(tmp_path / "g.json", '{"num-zeros": {"values": {"1": 0}}}')
@@ -185,9 +231,26 @@ def test_bad_input_is_one_line_and_exit_2(cli, tmp_path, args, fragment):
 # ------------------------------------------------------------------------------------------------
 # The head of a real golden-values file of Megatron-LM's functional tests (tests/functional_tests/
 # test_cases/gpt/gpt3_15b_8t_release/golden_values_dev_dgx_h100.json at d98e8a64), cut at step 50.
-MLM_GOLDEN = {"lm loss": {"start_step": 1, "end_step": 50, "step_interval": 5, "values": {
-    "1": 12.95636, "5": 12.91492, "10": 12.06072, "15": 11.39912, "20": 10.42784, "25": 9.97709, "30": 9.6286,
-    "35": 9.36623, "40": 9.17247, "45": 9.00251, "50": 8.84223}}}
+MLM_GOLDEN = {
+    "lm loss": {
+        "start_step": 1,
+        "end_step": 50,
+        "step_interval": 5,
+        "values": {
+            "1": 12.95636,
+            "5": 12.91492,
+            "10": 12.06072,
+            "15": 11.39912,
+            "20": 10.42784,
+            "25": 9.97709,
+            "30": 9.6286,
+            "35": 9.36623,
+            "40": 9.17247,
+            "45": 9.00251,
+            "50": 8.84223,
+        },
+    }
+}
 
 
 def series(values: dict, label="x"):
@@ -195,7 +258,16 @@ def series(values: dict, label="x"):
 
 
 def test_allowed_outside_is_megatrons():
-    assert [parity.allowed_outside(n) for n in (1, 50, 100, 250, 1000, 4999, 5000, 100000)] == [1, 1, 1, 2, 10, 49, 50, 50]
+    assert [parity.allowed_outside(n) for n in (1, 50, 100, 250, 1000, 4999, 5000, 100000)] == [
+        1,
+        1,
+        1,
+        2,
+        10,
+        49,
+        50,
+        50,
+    ]
 
 
 def test_parity_against_megatron_golden_values(tmp_path):
@@ -238,7 +310,9 @@ def _png_size(path):
 @pytest.mark.parametrize("ext", [".png", ".svg", ".html"])
 def test_plots_are_real_images(cli, tmp_path, ext):
     a = write(tmp_path / "a.log", training_log(200, save_at={200}))
-    b = write(tmp_path / "b.log", training_log(200, save_at={200}, loss=lambda s: 1.01 * (10.0 * math.exp(-s / 40) + 1.0)))
+    b = write(
+        tmp_path / "b.log", training_log(200, save_at={200}, loss=lambda s: 1.01 * (10.0 * math.exp(-s / 40) + 1.0))
+    )
     out = tmp_path / f"plot{ext}"
     r = cli("compare", a, b, "--plot", out)
     assert r.code == 0 and f"plot written to {out}" in r.out, r.out + r.err
@@ -266,5 +340,5 @@ def test_without_matplotlib_a_terminal_chart(tmp_path):
     assert r.code == 1, r.err  # 1.5 vs 1.0 at the end: no parity
     assert "matplotlib is not installed" in r.err and "p.png not written" in r.err
     assert not (tmp_path / "p.png").exists()
-    chart = r.out[r.out.index("lm loss (*"):]
+    chart = r.out[r.out.index("lm loss (*") :]
     assert chart.count("\n") >= 16 and "|rel diff|" in chart and "*" in chart and "o" in chart

@@ -53,13 +53,15 @@ def _fake_bin(tmp_path, name, body):
 
 # ---------------------------------------------------------------- the per-node torchrun flags
 
+
 def _node_args(job, tmp_path, node_id):
     """Run the task's own `bash -c` (plain or --until-done launcher) with a fake torchrun that
     prints its arguments: what torchrun really receives on node `node_id`."""
     bindir = _fake_bin(tmp_path, "torchrun", 'printf "%s\\n" "$@"\n')
     words = slurm.torchrun_command(job.with_run_id("r-1"))
-    script = "\n".join(["rdzv_host=10.0.0.5 rdzv_port=21234 stop_file=/nonexistent",
-                        " ".join(slurm._arg(w) for w in words)])
+    script = "\n".join(
+        ["rdzv_host=10.0.0.5 rdzv_port=21234 stop_file=/nonexistent", " ".join(slurm._arg(w) for w in words)]
+    )
     env = {"PATH": f"{bindir}:{os.environ['PATH']}", "SLURM_NODEID": str(node_id), "SLURM_JOB_ID": "77"}
     out = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -99,12 +101,20 @@ def test_a_negative_join_timeout_is_one_clear_error(cli, home):
 
 # ---------------------------------------------------------------- head node and port
 
+
 def _head(tmp_path, scontrol_node: str, getent: str, rc_node=0):
-    bindir = _fake_bin(tmp_path, "scontrol",
-                       'if [ "$1 $2" = "show hostnames" ]; then echo nodeA; echo nodeB; exit 0; fi\n'
-                       f'[ "$1 $2" = "show node" ] || exit 9\nprintf "%s\\n" {shlex.quote(scontrol_node)}\nexit {rc_node}\n')
-    _fake_bin(tmp_path, "getent", f'[ "$1" = ahostsv4 ] || exit 9\nprintf "%s" {shlex.quote(getent)}\n'
-                                  '[ -n "' + getent.replace('"', '') + '" ] || exit 2\n')
+    bindir = _fake_bin(
+        tmp_path,
+        "scontrol",
+        'if [ "$1 $2" = "show hostnames" ]; then echo nodeA; echo nodeB; exit 0; fi\n'
+        f'[ "$1 $2" = "show node" ] || exit 9\nprintf "%s\\n" {shlex.quote(scontrol_node)}\nexit {rc_node}\n',
+    )
+    _fake_bin(
+        tmp_path,
+        "getent",
+        f'[ "$1" = ahostsv4 ] || exit 9\nprintf "%s" {shlex.quote(getent)}\n'
+        '[ -n "' + getent.replace('"', "") + '" ] || exit 2\n',
+    )
     script = "\n".join([*slurm._HEAD_LINES, 'echo "$rdzv_host"'])
     env = {"PATH": f"{bindir}:{os.environ['PATH']}", "SLURM_JOB_NODELIST": "node[A-B]"}
     return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=True).stdout.strip()
@@ -112,10 +122,19 @@ def _head(tmp_path, scontrol_node: str, getent: str, rc_node=0):
 
 def test_the_head_node_is_resolved_once_to_an_address_the_others_reach(tmp_path):
     # Slurm's NodeAddr, as an address
-    assert _head(tmp_path, "NodeName=nodeA Arch=x86_64 NodeAddr=10.1.2.3 NodeHostName=nodeA",
-                 "10.1.2.3        STREAM 10.1.2.3\n") == "10.1.2.3"
+    assert (
+        _head(
+            tmp_path,
+            "NodeName=nodeA Arch=x86_64 NodeAddr=10.1.2.3 NodeHostName=nodeA",
+            "10.1.2.3        STREAM 10.1.2.3\n",
+        )
+        == "10.1.2.3"
+    )
     # NodeAddr is the name, and this node's /etc/hosts maps its own name to 127.0.1.1: skipped
-    assert _head(tmp_path, "NodeName=nodeA NodeAddr=nodeA", "127.0.1.1 STREAM nodeA\n192.168.7.4 STREAM\n") == "192.168.7.4"
+    assert (
+        _head(tmp_path, "NodeName=nodeA NodeAddr=nodeA", "127.0.1.1 STREAM nodeA\n192.168.7.4 STREAM\n")
+        == "192.168.7.4"
+    )
     # nothing answers: the name, as before
     assert _head(tmp_path, "", "", rc_node=1) == "nodeA"
 
@@ -125,8 +144,11 @@ def test_the_rendezvous_port_stays_below_the_ephemeral_range(home, cli):
     line = next(ln for ln in text.splitlines() if ln.startswith("rdzv_port="))
     expr = line.split("=", 1)[1].split("#")[0].strip()
     for jid in (1, 12345, 32767, 987654321, 2**31 - 1):
-        port = int(subprocess.run(["bash", "-c", f"SLURM_JOB_ID={jid}; echo {expr}"], capture_output=True,
-                                  text=True, check=True).stdout)
+        port = int(
+            subprocess.run(
+                ["bash", "-c", f"SLURM_JOB_ID={jid}; echo {expr}"], capture_output=True, text=True, check=True
+            ).stdout
+        )
         assert 20000 <= port < EPHEMERAL_PORTS[0], (jid, port)
     _profile(home, "eph", 'extends = "gb200-8"\n[slurm]\nrdzv_port = 45000\n')
     r = cli("submit", "smoke", "-c", "eph", "--dry-run")
@@ -136,6 +158,7 @@ def test_the_rendezvous_port_stays_below_the_ephemeral_range(home, cli):
 
 
 # ---------------------------------------------------------------- srun --cpu-bind
+
 
 def _srun_words(text):
     body = re.split(r"\n(?:with_secrets )?srun ", text, maxsplit=1)[1].split("\nrc=$?", 1)[0].replace("\\\n", " ")
@@ -148,13 +171,13 @@ def test_srun_does_not_let_a_site_bind_the_one_task_to_a_core(home, cli):
     assert "--cpu-bind=verbose,cores" in _srun_words(backends.render(_job("smoke", "cores")).text)
     _profile(home, "site", 'extends = "gb200-8"\n[slurm]\ncpu_bind = ""\n')
     assert not any(w.startswith("--cpu-bind") for w in _srun_words(backends.render(_job("smoke", "site")).text))
-    _profile(home, "twice", 'extends = "gb200-8"\n[slurm]\n'
-                                            'srun_args = ["--cpu-bind=cores"]\n')
+    _profile(home, "twice", 'extends = "gb200-8"\n[slurm]\nsrun_args = ["--cpu-bind=cores"]\n')
     r = cli("submit", "smoke", "-c", "twice", "--dry-run")
     assert r.code == 2 and "cpu_bind" in r.err and "Traceback" not in r.err
 
 
 # ---------------------------------------------------------------- NCCL hang triage
+
 
 def test_the_flight_recorder_is_on_and_dumps_into_the_run_dir(home):
     job = _job("qwen35-vl-sft", "gb200-32", "dataset.path=/d", "checkpoint.pretrained_checkpoint=/c")
@@ -168,9 +191,15 @@ def test_the_flight_recorder_is_on_and_dumps_into_the_run_dir(home):
 
 
 def test_the_jobs_own_flight_recorder_settings_win(home):
-    job = _job("qwen35-vl-sft", "gb200-32", "dataset.path=/d", "checkpoint.pretrained_checkpoint=/c",
-               "dist.flight_recorder_trace_buffer_size=5000", "dist.flight_recorder_dump_on_timeout=false",
-               "dist.flight_recorder_dump_path=/lustre/fr/rank_")
+    job = _job(
+        "qwen35-vl-sft",
+        "gb200-32",
+        "dataset.path=/d",
+        "checkpoint.pretrained_checkpoint=/c",
+        "dist.flight_recorder_trace_buffer_size=5000",
+        "dist.flight_recorder_dump_on_timeout=false",
+        "dist.flight_recorder_dump_path=/lustre/fr/rank_",
+    )
     text = backends.render(job).text
     assert "export TORCH_FR_BUFFER_SIZE=5000\n" in text and "export TORCH_NCCL_DUMP_ON_TIMEOUT=0\n" in text
     assert "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" not in text  # Megatron-Bridge exports its dist.flight_recorder_dump_path
@@ -187,13 +216,20 @@ def test_cloud_scripts_get_the_same_flags(home, cluster):
 
     script = cloud.job_script(job, (lepton if cluster.startswith("lepton") else dgxcloud).RANK_PRELUDE)
     assert f'--log-dir={job.run_dir}/logs/torchrun/r-9/"node$NODE_RANK"' in script
-    assert '--rdzv-conf="join_timeout=1800,read_timeout=1800,is_host=$([ "$NODE_RANK" = 0 ] && echo 1 || echo 0)"' in script
+    assert (
+        '--rdzv-conf="join_timeout=1800,read_timeout=1800,is_host=$([ "$NODE_RANK" = 0 ] && echo 1 || echo 0)"'
+        in script
+    )
     assert "export TORCH_FR_BUFFER_SIZE=2000\nexport TORCH_NCCL_DUMP_ON_TIMEOUT=1\n" in script
-    assert f"export TORCH_NCCL_DEBUG_INFO_TEMP_FILE={job.run_dir}/nccl-trace/r-9/rank_\nmkdir -p {job.run_dir}/nccl-trace/r-9\n" in script
+    assert (
+        f"export TORCH_NCCL_DEBUG_INFO_TEMP_FILE={job.run_dir}/nccl-trace/r-9/rank_\nmkdir -p {job.run_dir}/nccl-trace/r-9\n"
+        in script
+    )
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
 
 
 # ---------------------------------------------------------------- Lepton NVL72 segments
+
 
 @pytest.mark.parametrize("nodes,per", [(2, 2), (8, 8), (18, 18), (36, 18), (20, 10), (19, None), (1, None)])
 def test_lepton_segments_follow_the_slurm_rule(home, nodes, per):
@@ -215,6 +251,7 @@ def test_lepton_segments_can_be_turned_off(home):
 
 
 # ---------------------------------------------------------------- the TopologyPlugin check
+
 
 class _Backend:
     """The backend's transport, answering `scontrol show config` with a given text (the real one
@@ -241,7 +278,11 @@ def test_segment_guarantee_warnings(home):
     w = slurm_topology.warning
     assert w(job, segment=8, plugin="topology/block", source="cached", spans=SPANS) is None
     text = w(job, segment=8, plugin="topology/tree", source="scontrol show config", spans=SPANS)
-    assert "--segment=8 may be ignored" in text and "topology/tree" in text and "EP (HybridEP) groups of 16 ranks span 4 nodes" in text
+    assert (
+        "--segment=8 may be ignored" in text
+        and "topology/tree" in text
+        and "EP (HybridEP) groups of 16 ranks span 4 nodes" in text
+    )
     text = w(job, segment=None, plugin="topology/block", source="profile", spans=SPANS)
     assert "requests no --segment" in text and "set [slurm] segment = true" in text
     assert w(job, segment=None, plugin="topology/tree", source="x", spans=[]) is None  # nothing needs a domain
@@ -253,14 +294,18 @@ def test_segment_guarantee_warnings(home):
 
 def test_the_plugin_is_read_once_per_cluster_and_cached(home):
     job = _job("smoke", "gb200-8")
-    be = _Backend("Configuration data as of ...\nTopologyParam           = (null)\nTopologyPlugin          = topology/tree\n")
+    be = _Backend(
+        "Configuration data as of ...\nTopologyParam           = (null)\nTopologyPlugin          = topology/tree\n"
+    )
     assert slurm_topology.topology_plugin(be, job) == ("topology/tree", "scontrol show config")
     assert slurm_topology.topology_plugin(be, job) == ("topology/tree", "cached")
     assert be.calls == 1
     other = _job("smoke", "gb200-32")  # another cluster: its own read
     assert slurm_topology.topology_plugin(be, other)[1] == "scontrol show config" and be.calls == 2
     _profile(home, "stated", 'extends = "gb200-8"\n[slurm]\ntopology_plugin = "block"\n')
-    assert slurm_topology.topology_plugin(be, _job("smoke", "stated")) == ("topology/block", "profile") and be.calls == 2
+    assert (
+        slurm_topology.topology_plugin(be, _job("smoke", "stated")) == ("topology/block", "profile") and be.calls == 2
+    )
     down = _Backend("", rc=1)
     plugin, source = slurm_topology.topology_plugin(down, _job("smoke", "gb200-64"))
     assert plugin is None and "scontrol: error: down" in source
@@ -278,6 +323,7 @@ def test_segment_needs_sbatch_24_05_3():
 
 
 # ---------------------------------------------------------------- the IMEX channel line
+
 
 @pytest.fixture
 def preflight_mod():
@@ -304,14 +350,27 @@ def test_preflight_lines_on_gpus_golden(preflight_mod, monkeypatch):
     pair with channels, the same pair under enroot 3.x (no channel in the container), and H100s
     without an NVLink fabric, as the smoke workload prints them."""
     monkeypatch.delenv("NCCL_MNNVL_ENABLE", raising=False)
-    reg = {"state": "Completed", "status": "Success", "clique_id": "7", "cluster_uuid": "abc", "uniform": True, "gpus": 4}
+    reg = {
+        "state": "Completed",
+        "status": "Success",
+        "clique_id": "7",
+        "cluster_uuid": "abc",
+        "uniform": True,
+        "gpus": 4,
+    }
     chan = {"visible": True, "channels": ["channel0"]}
     gone = {"visible": False, "channels": []}
     cases = {
         "nvl72, enroot 4": ({"n1": reg, "n2": reg}, {"n1": chan, "n2": chan}),
         "nvl72, enroot 3": ({"n1": reg, "n2": reg}, {"n1": gone, "n2": gone}),
-        "nvl72, one node without channels": ({"n1": reg, "n2": reg}, {"n1": chan, "n2": {"visible": True, "channels": []}}),
-        "h100": ({"n1": {"state": "N/A", "status": "N/A"}, "n2": {"state": "N/A", "status": "N/A"}}, {"n1": gone, "n2": gone}),
+        "nvl72, one node without channels": (
+            {"n1": reg, "n2": reg},
+            {"n1": chan, "n2": {"visible": True, "channels": []}},
+        ),
+        "h100": (
+            {"n1": {"state": "N/A", "status": "N/A"}, "n2": {"state": "N/A", "status": "N/A"}},
+            {"n1": gone, "n2": gone},
+        ),
     }
     lines = []
     for name, (fabric, imex) in cases.items():
@@ -330,22 +389,46 @@ def test_preflight_lines_on_gpus_golden(preflight_mod, monkeypatch):
 
 # ---------------------------------------------------------------- the VL recipes' upstream state
 
+
 def _git_checkout(path: Path, files: dict) -> Path:
     for rel, text in files.items():
         write(path / rel, text)
-    for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "x"]):
+    for cmd in (
+        ["init", "-q"],
+        ["add", "-A"],
+        ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "x"],
+    ):
         subprocess.run(["git", "-C", str(path), *cmd], check=True, capture_output=True)
     return path
 
 
 def test_recipes_show_and_dry_run_state_the_upstream_gap(cli):
     shown = cli("recipes", "show", "qwen35-vl-sft-mxfp8")
-    assert shown.code == 0 and re.search(r"^upstream_status +not in upstream Megatron-Bridge: .*067f987", shown.out, re.M)
-    r = cli("submit", "qwen35-vl-sft", "-c", "gb200-32", "--dry-run", "dataset.path=/d", "checkpoint.pretrained_checkpoint=/c")
+    assert shown.code == 0 and re.search(
+        r"^upstream_status +not in upstream Megatron-Bridge: .*067f987", shown.out, re.M
+    )
+    r = cli(
+        "submit",
+        "qwen35-vl-sft",
+        "-c",
+        "gb200-32",
+        "--dry-run",
+        "dataset.path=/d",
+        "checkpoint.pretrained_checkpoint=/c",
+    )
     assert r.code == 0 and re.search(r"^Upstream   not in upstream Megatron-Bridge", r.out, re.M)
     assert "recipe function qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config is not in upstream" in r.out
-    j = cli("submit", "qwen35-vl-sft", "-c", "gb200-32", "--dry-run", "-o", "json", "dataset.path=/d",
-            "checkpoint.pretrained_checkpoint=/c").json()
+    j = cli(
+        "submit",
+        "qwen35-vl-sft",
+        "-c",
+        "gb200-32",
+        "--dry-run",
+        "-o",
+        "json",
+        "dataset.path=/d",
+        "checkpoint.pretrained_checkpoint=/c",
+    ).json()
     assert j["upstream_status"].startswith("not in upstream") and any("--bridge-src" in w for w in j["warnings"])
     plain = cli("submit", "qwen35-9b-pretrain", "-c", "gb200-8", "--dry-run", "-o", "json").json()
     assert plain["upstream_status"] is None
@@ -353,11 +436,25 @@ def test_recipes_show_and_dry_run_state_the_upstream_gap(cli):
 
 def test_bridge_src_must_carry_the_recipe_upstream_lacks(cli, tmp_path):
     name = "qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config"
-    has = _git_checkout(tmp_path / "mb-seed", {"src/megatron/bridge/recipes/qwen_vl/gb200/qwen35_vl.py": f"def {name}():\n    pass\n"})
-    lacks = _git_checkout(tmp_path / "mb-main", {"src/megatron/bridge/recipes/qwen_vl/h100/qwen35_vl.py": "def other():\n    pass\n"})
-    args = ["submit", "qwen35-vl-sft", "-c", "gb200-32", "--dry-run", "dataset.path=/d", "checkpoint.pretrained_checkpoint=/c"]
+    has = _git_checkout(
+        tmp_path / "mb-seed", {"src/megatron/bridge/recipes/qwen_vl/gb200/qwen35_vl.py": f"def {name}():\n    pass\n"}
+    )
+    lacks = _git_checkout(
+        tmp_path / "mb-main", {"src/megatron/bridge/recipes/qwen_vl/h100/qwen35_vl.py": "def other():\n    pass\n"}
+    )
+    args = [
+        "submit",
+        "qwen35-vl-sft",
+        "-c",
+        "gb200-32",
+        "--dry-run",
+        "dataset.path=/d",
+        "checkpoint.pretrained_checkpoint=/c",
+    ]
     r = cli(*args, "--bridge-src", str(lacks))
-    assert r.code == 2 and f"no file under src/ names the recipe function {name}" in r.err and len(r.err.splitlines()) == 1
+    assert (
+        r.code == 2 and f"no file under src/ names the recipe function {name}" in r.err and len(r.err.splitlines()) == 1
+    )
     r = cli(*args, "--bridge-src", str(has))
     assert r.code == 0, r.err
     assert f"Runs from --bridge-src {has} (checked to have it)" in r.out and "is not in upstream" not in r.out
@@ -378,10 +475,24 @@ def _torchrun(tmp_path, port, conf):
     script = tmp_path / "worker.py"
     script.write_text(_WORKER)
     return subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
-         f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id=t-{port}", f"--rdzv-conf={conf}",
-         "--monitor-interval=0.5", str(script)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=2",
+            "--nproc-per-node=1",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{port}",
+            f"--rdzv-id=t-{port}",
+            f"--rdzv-conf={conf}",
+            "--monitor-interval=0.5",
+            str(script),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
 
 
 @pytest.mark.slow

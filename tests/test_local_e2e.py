@@ -24,18 +24,30 @@ def _wait_for(path: Path, pattern: str, timeout: float = 120) -> re.Match:
             if hits:
                 return hits[-1]
         time.sleep(0.2)
-    raise AssertionError(f"{pattern!r} did not appear in {path} within {timeout}s:\n"
-                         + (path.read_text(errors='replace')[-3000:] if path.exists() else "(no file)"))
+    raise AssertionError(
+        f"{pattern!r} did not appear in {path} within {timeout}s:\n"
+        + (path.read_text(errors="replace")[-3000:] if path.exists() else "(no file)")
+    )
 
 
 def _losses(log: Path) -> dict:
-    return {int(m.group(1)): float(m.group(2))
-            for m in re.finditer(r"iteration\s+(\d+)/\s*\d+ \|.*?lm loss: ([0-9.E+-]+)", log.read_text())}
+    return {
+        int(m.group(1)): float(m.group(2))
+        for m in re.finditer(r"iteration\s+(\d+)/\s*\d+ \|.*?lm loss: ([0-9.E+-]+)", log.read_text())
+    }
 
 
 def test_interrupted_run_resumes_from_its_checkpoint(home):
-    r = run_cli("submit", "smoke", "-o", "json", "train.train_iters=30", "smoke.step_sleep=0.25",
-                "train.exit_signal_handler=true", *FAST)
+    r = run_cli(
+        "submit",
+        "smoke",
+        "-o",
+        "json",
+        "train.train_iters=30",
+        "smoke.step_sleep=0.25",
+        "train.exit_signal_handler=true",
+        *FAST,
+    )
     assert r.code == 0, r.err
     first = r.json()
     assert first["state"] == "RUNNING" and first["run_id"].startswith("smoke-")
@@ -92,15 +104,22 @@ def test_failed_job_is_reported_with_exit_code_1(home):
     state = run_cli("status", "-o", "json").json()[0]
     assert state["state"] == "FAILED" and "exit code" in state["reason"]
     # the failing rank's own error line leads the reason, not torchrun's traceback after it
-    assert re.match(r"rank \d: InjectedFailure: smoke.fail_at_step=2: injected failure on rank \d \(exit code 1\)$",
-                    state["reason"]), state["reason"]
+    assert re.match(
+        r"rank \d: InjectedFailure: smoke.fail_at_step=2: injected failure on rank \d \(exit code 1\)$", state["reason"]
+    ), state["reason"]
     assert "injected failure" in run_cli("status").out
 
 
 def test_ctrl_c_while_following_detaches(home):
     env = dict(os.environ)
-    proc = subprocess.Popen([*CLI, "submit", "smoke", "--follow", "train.train_iters=200", "smoke.step_sleep=0.2",
-                             *FAST], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    proc = subprocess.Popen(
+        [*CLI, "submit", "smoke", "--follow", "train.train_iters=200", "smoke.step_sleep=0.2", *FAST],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     first = proc.stdout.readline()
     run_id = re.search(r"submitted (\S+)", first).group(1)
     time.sleep(2)

@@ -3,6 +3,7 @@
 These tests start the cluster (idempotent: a no-op when it is already up) and leave it running
 for the other end-to-end tests.
 """
+
 import os
 import shlex
 import socket
@@ -65,8 +66,20 @@ def test_status_reports_everything_up(slurm_env):
 
 def test_two_node_job_runs_on_two_distinct_hosts_and_is_accounted(slurm_env, tmp_path):
     out = tmp_path / "hostnames.txt"
-    sub = slurm(slurm_env, "sbatch", "--parsable", "--wait", "-N2", "-J", "local-slurm-hostnames",
-                "-o", str(out), "--wrap", "srun --ntasks-per-node=1 hostname", timeout=120)
+    sub = slurm(
+        slurm_env,
+        "sbatch",
+        "--parsable",
+        "--wait",
+        "-N2",
+        "-J",
+        "local-slurm-hostnames",
+        "-o",
+        str(out),
+        "--wrap",
+        "srun --ntasks-per-node=1 hostname",
+        timeout=120,
+    )
     assert sub.returncode == 0, sub.stdout + sub.stderr
     job_id = sub.stdout.strip().split(";")[0]
     names = out.read_text().split()
@@ -88,8 +101,7 @@ def test_two_node_job_runs_on_two_distinct_hosts_and_is_accounted(slurm_env, tmp
 def test_login_over_ssh_sees_the_cluster(slurm_env):
     ssh_config = slurm_env["LOCAL_SLURM_SSH_CONFIG"]
     env = {k: v for k, v in slurm_env.items() if k != "SLURM_CONF"}
-    login = slurm(env, "ssh", "-F", ssh_config, "local-slurm-login", "sbatch --version && sinfo -h -o %P",
-                  timeout=60)
+    login = slurm(env, "ssh", "-F", ssh_config, "local-slurm-login", "sbatch --version && sinfo -h -o %P", timeout=60)
     assert login.returncode == 0, login.stderr
     version, partition = login.stdout.splitlines()
     assert version.startswith("slurm"), login.stdout

@@ -18,7 +18,8 @@ MB_DOCS_MTP = (
     "iteration      100/  300000 | consumed samples:         3200 | elapsed time per iteration (ms): 3738.6 | "
     "learning rate: 6.000000E-05 | global batch size:    32 | lm loss: 7.968678E+00 | load_balancing_loss: "
     "1.329517E+00 | mtp_1 loss: 7.925096E+00 | loss scale: 1.0 | grad norm: 1.040 | number of skipped iterations:   "
-    "0 | number of nan iterations:   0 |")
+    "0 | number of nan iterations:   0 |"
+)
 
 # NVIDIA-BioNeMo/bionemo-recipes#1357 ("Evo2 Megatron Bridge Recipe Prototype"): Bridge's Step Time
 # line, an iteration line with a stamp without microseconds, and Bridge's memory report (GB).
@@ -57,7 +58,8 @@ MDS_396 = (
     " iteration     5426/  250000 | consumed samples:        43408 | consumed tokens:     88899584 | elapsed time per "
     "iteration (ms): 4247.9 | learning rate: 2.999E-04 | global batch size:     8 | loss scale: 1.0 | grad norm: nan | "
     "actual seqlen:  2048 | number of skipped iterations:   0 | number of nan iterations:   0 | samples per second: "
-    "1.886 | TFLOPs: 78.46 |")
+    "1.886 | TFLOPs: 78.46 |"
+)
 
 # epfLLM/Megatron-LLM#11: Megatron-LM's 2023 format (learning rate "{:.3E}", no stamp).
 EPFL_11 = """\
@@ -67,9 +69,11 @@ EPFL_11 = """\
 
 # NVIDIA-NeMo/Speech#14348 (a NeMo-Run launch): a launcher prefix, torchrun's "[default2]:" and torch's
 # "[rank2]: " in front of megatron-core's NaN check (rerun_state_machine.py:518-535), iteration -1.
-NEMO_14348 = ("i.pretrain/0 [default2]:[rank2]: RuntimeError: Rank 2, node dcfai-xe9680-01, device 2, iteration -1: "
-              "Unexpected result nan (message='found NaN in local grad norm for bucket #0 in backward pass before "
-              "data-parallel communication collective')")
+NEMO_14348 = (
+    "i.pretrain/0 [default2]:[rank2]: RuntimeError: Rank 2, node dcfai-xe9680-01, device 2, iteration -1: "
+    "Unexpected result nan (message='found NaN in local grad norm for bucket #0 in backward pass before "
+    "data-parallel communication collective')"
+)
 
 
 def test_every_field_of_bridges_line_with_mtp_and_moe_losses():
@@ -138,7 +142,10 @@ def test_old_megatron_format():
 
 def test_rank_prefixes_are_stripped():
     # torchrun --tee with bridge-launch's template, torchrun's default, srun --label, and NeMo-Run's chain
-    assert strip_prefix("[rank7]:  [2025-12-05 00:25:41] iteration 1/2 |") == (7, " [2025-12-05 00:25:41] iteration 1/2 |")
+    assert strip_prefix("[rank7]:  [2025-12-05 00:25:41] iteration 1/2 |") == (
+        7,
+        " [2025-12-05 00:25:41] iteration 1/2 |",
+    )
     assert strip_prefix("[default3]:hello") == (3, "hello")
     assert strip_prefix(" 3: hello") == (3, "hello")
     assert strip_prefix("11: [rank5]: x") == (5, "x")
@@ -160,17 +167,19 @@ def test_nan_check_error_from_megatron_core():
 
 
 def test_checkpoint_lines_old_and_new_forms():
-    text = "\n".join([
-        # Megatron-LM before cbb9c05c06 (May 2024): megatron/training/checkpointing.py:345
-        "  successfully saved checkpoint at iteration     500 to /ckpt",
-        # Megatron-Bridge 067f987 training/checkpointing.py:1502-1509
-        P.saved_line(1000, "/ckpt"),
-        # megatron-core 2a75ac12 training/checkpointing.py:1053-1059 (a stamp in front, gtp_remat)
-        "  [2026-01-02 03:04:05.678901] successfully saved checkpoint from iteration    1500 to /ckpt "
-        "[ t 1/2, gtp_remat 1/1, p 1/1 ]",
-        # MC training/checkpointing.py:2900-2906 and MB checkpointing.py:3263-3268
-        "  successfully loaded checkpoint from /ckpt [ t 1/2, gtp_remat 1/1, p 1/1 ] at iteration 1500",
-    ])
+    text = "\n".join(
+        [
+            # Megatron-LM before cbb9c05c06 (May 2024): megatron/training/checkpointing.py:345
+            "  successfully saved checkpoint at iteration     500 to /ckpt",
+            # Megatron-Bridge 067f987 training/checkpointing.py:1502-1509
+            P.saved_line(1000, "/ckpt"),
+            # megatron-core 2a75ac12 training/checkpointing.py:1053-1059 (a stamp in front, gtp_remat)
+            "  [2026-01-02 03:04:05.678901] successfully saved checkpoint from iteration    1500 to /ckpt "
+            "[ t 1/2, gtp_remat 1/1, p 1/1 ]",
+            # MC training/checkpointing.py:2900-2906 and MB checkpointing.py:3263-3268
+            "  successfully loaded checkpoint from /ckpt [ t 1/2, gtp_remat 1/1, p 1/1 ] at iteration 1500",
+        ]
+    )
     log = Log([text])
     assert [e.step for e in log.saves] == [500, 1000, 1500]
     assert [(e.step, e.data["path"]) for e in log.of_kind("loaded")] == [(1500, "/ckpt")]
@@ -189,7 +198,11 @@ def test_validation_test_and_exit_lines():
     ]
     log = Log(["\n".join(lines)])
     assert [(e.step, e.data["set"], e.data["losses"]["lm loss"]) for e in log.validations] == [
-        (50, "in-loop", 2.5), (50, "in-loop", 2.4), (100, "validation", 2.25), (100, "test", 2.3)]
+        (50, "in-loop", 2.5),
+        (50, "in-loop", 2.4),
+        (100, "validation", 2.25),
+        (100, "test", 2.3),
+    ]
     assert [e.data["why"] for e in log.exits] == ["signal", "interval"]
     assert log.exits[1].step == 100
 
@@ -197,9 +210,23 @@ def test_validation_test_and_exit_lines():
 def test_segments_and_restarts_are_read_in_order():
     def seg(steps, load=None):
         out = [P.loaded_line("/c", load)] if load is not None else []
-        out += [P.iteration_line(iteration=s, train_iters=10, consumed=s * 8, elapsed_ms=100.0, lr=1e-4, global_batch=8,
-                                 losses={"lm loss": 10.0 - s + (0.5 if load is None else 0.0)}, loss_scale=1.0,
-                                 grad_norm=1.0, skipped=0, nan=0, stamp="2026-01-01 00:00:00") for s in steps]
+        out += [
+            P.iteration_line(
+                iteration=s,
+                train_iters=10,
+                consumed=s * 8,
+                elapsed_ms=100.0,
+                lr=1e-4,
+                global_batch=8,
+                losses={"lm loss": 10.0 - s + (0.5 if load is None else 0.0)},
+                loss_scale=1.0,
+                grad_norm=1.0,
+                skipped=0,
+                nan=0,
+                stamp="2026-01-01 00:00:00",
+            )
+            for s in steps
+        ]
         return "\n".join(out)
 
     # segment 1 reached 7, saved at 5, was killed; segment 2 loaded 5 and ran 6..10
@@ -217,31 +244,35 @@ def test_segments_and_restarts_are_read_in_order():
 
 def test_first_error_is_the_failing_ranks_not_the_collateral():
     # rank 3 runs out of memory; rank 0 then sees its peers vanish; torchrun names rank 3
-    rank3 = "\n".join([
-        "[rank0]:  [2026-01-01 00:00:00] iteration        4/     100 | consumed samples: 32 |",
-        "[rank0]: Traceback (most recent call last):",
-        "[rank0]:   File \"train.py\", line 9, in <module>",
-        "[rank0]: torch.distributed.DistBackendError: NCCL communicator was aborted on rank 0.",
-        "[rank3]: Traceback (most recent call last):",
-        "[rank3]:   File \"train.py\", line 9, in <module>",
-        "[rank3]:     loss.backward()",
-        "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
-    ])
-    torchrun = "\n".join([
-        "Root Cause (first observed failure):",
-        "[0]:",
-        "  time      : 2026-01-01_00:00:01",
-        "  host      : node2",
-        "  rank      : 3 (local_rank: 1)",
-        "  exitcode  : 1 (pid: 4242)",
-    ])
+    rank3 = "\n".join(
+        [
+            "[rank0]:  [2026-01-01 00:00:00] iteration        4/     100 | consumed samples: 32 |",
+            "[rank0]: Traceback (most recent call last):",
+            '[rank0]:   File "train.py", line 9, in <module>',
+            "[rank0]: torch.distributed.DistBackendError: NCCL communicator was aborted on rank 0.",
+            "[rank3]: Traceback (most recent call last):",
+            '[rank3]:   File "train.py", line 9, in <module>',
+            "[rank3]:     loss.backward()",
+            "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+        ]
+    )
+    torchrun = "\n".join(
+        [
+            "Root Cause (first observed failure):",
+            "[0]:",
+            "  time      : 2026-01-01_00:00:01",
+            "  host      : node2",
+            "  rank      : 3 (local_rank: 1)",
+            "  exitcode  : 1 (pid: 4242)",
+        ]
+    )
     err = first_error_detail([rank3, torchrun])
     assert (err.rank, err.kind, err.what) == (3, "deterministic", "out of memory")
     assert str(err) == "rank 3: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
     # without torchrun's summary: the first rank whose error is not a consequence of another's
     assert first_error([rank3]) == str(err)
     # a plain exception at the end of a traceback, no prefixes (the local backend before --tee)
-    tb = "Traceback (most recent call last):\n  File \"x.py\", line 1\nInjectedFailure: smoke.fail_at_step=2\n"
+    tb = 'Traceback (most recent call last):\n  File "x.py", line 1\nInjectedFailure: smoke.fail_at_step=2\n'
     assert first_error([tb]) == "InjectedFailure: smoke.fail_at_step=2"
     # the benign exit of a signal save is no error (trainer_protocol.BENIGN_EXIT_RE)
     assert first_error([P.PRETRAIN_FAILED.format(rank=0, kind="SystemExit", error=0) + "\nSystemExit: 0\n"]) is None
@@ -251,13 +282,18 @@ def test_first_error_is_the_failing_ranks_not_the_collateral():
 # what a rank on another node raises when its peer died first: gloo on CPU (as the smoke workload
 # saw it in CI, torch 2.13), NCCL under the real trainer (logread._COLLATERAL cites the sources)
 PEER_DIED = {
-    "gloo": ["RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection "
-             "closed by peer [10.251.0.12]:48282. This is typically caused by a remote worker crashing. Check the "
-             "logs of the remote worker before reporting an error."],
-    "nccl": ["RuntimeError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:77, remote process "
-             "exited or there was a network error, NCCL version 2.27.5",
-             "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
-             "Last error:", "socketProgress: Connection closed by remote peer n2<41234>"],
+    "gloo": [
+        "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection "
+        "closed by peer [10.251.0.12]:48282. This is typically caused by a remote worker crashing. Check the "
+        "logs of the remote worker before reporting an error."
+    ],
+    "nccl": [
+        "RuntimeError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:77, remote process "
+        "exited or there was a network error, NCCL version 2.27.5",
+        "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
+        "Last error:",
+        "socketProgress: Connection closed by remote peer n2<41234>",
+    ],
 }
 
 
@@ -266,20 +302,33 @@ def test_a_peer_that_exited_because_another_node_failed_is_not_the_cause(backend
     # two nodes, one torchrun each: rank 1 (node 1) exits 1 because rank 2 (node 2) failed first;
     # both torchruns print a root cause with exit code 1
     def torchrun(rank):
-        return "\n".join(["Root Cause (first observed failure):", "[0]:", "  time      : 2026-01-01_00:00:01",
-                          "  host      : n", f"  rank      : {rank} (local_rank: 1)", "  exitcode  : 1 (pid: 42)"])
-    node1 = "\n".join([
-        "1: [rank1]: Traceback (most recent call last):",
-        "1: [rank1]:   File \"smoke.py\", line 9, in <module>",
-        *(f"1: [rank1]: {ln}" for ln in PEER_DIED[backend]),
-        torchrun(1),
-    ])
-    node2 = "\n".join([
-        "2: [rank2]: Traceback (most recent call last):",
-        "2: [rank2]:   File \"smoke.py\", line 9, in <module>",
-        "2: [rank2]: InjectedFailure: smoke.fail_at_step=3: injected failure on rank 2",
-        torchrun(2),
-    ])
+        return "\n".join(
+            [
+                "Root Cause (first observed failure):",
+                "[0]:",
+                "  time      : 2026-01-01_00:00:01",
+                "  host      : n",
+                f"  rank      : {rank} (local_rank: 1)",
+                "  exitcode  : 1 (pid: 42)",
+            ]
+        )
+
+    node1 = "\n".join(
+        [
+            "1: [rank1]: Traceback (most recent call last):",
+            '1: [rank1]:   File "smoke.py", line 9, in <module>',
+            *(f"1: [rank1]: {ln}" for ln in PEER_DIED[backend]),
+            torchrun(1),
+        ]
+    )
+    node2 = "\n".join(
+        [
+            "2: [rank2]: Traceback (most recent call last):",
+            '2: [rank2]:   File "smoke.py", line 9, in <module>',
+            "2: [rank2]: InjectedFailure: smoke.fail_at_step=3: injected failure on rank 2",
+            torchrun(2),
+        ]
+    )
     want = "rank 2: InjectedFailure: smoke.fail_at_step=3: injected failure on rank 2"
     assert first_error([node1, node2]) == want
     assert first_error([node2, node1]) == want
@@ -288,9 +337,14 @@ def test_a_peer_that_exited_because_another_node_failed_is_not_the_cause(backend
 
 
 def test_failures_classify_reads_through_the_reader():
-    assert logread.classify("[rank1]: torch.OutOfMemoryError: CUDA out of memory.") == ("deterministic", "out of memory")
-    assert logread.classify("[rank0]: Watchdog caught collective operation timeout: WorkNCCL(...)") == \
-        ("flaky", "NCCL timeout")
+    assert logread.classify("[rank1]: torch.OutOfMemoryError: CUDA out of memory.") == (
+        "deterministic",
+        "out of memory",
+    )
+    assert logread.classify("[rank0]: Watchdog caught collective operation timeout: WorkNCCL(...)") == (
+        "flaky",
+        "NCCL timeout",
+    )
     assert logread.classify("nothing wrong") is None
 
 
@@ -303,8 +357,9 @@ def test_the_gate_counts_agree_with_the_lines():
         complete = [i for i in its if P.FIELD_SKIPPED in i.fields]
         assert t["counters"] == len(complete)
         assert t["zero_counters"] == sum(1 for i in complete if i.skipped == 0 and i.nan == 0)
-        assert bool(t["nonfinite"]) == any(not logread.finite(v) for i in its
-                                          for v in [*i.losses.values(), i.grad_norm] if v is not None)
+        assert bool(t["nonfinite"]) == any(
+            not logread.finite(v) for i in its for v in [*i.losses.values(), i.grad_norm] if v is not None
+        )
         # bytes and str give the same answers
         assert Log([text.encode()]).tally() == t
 
@@ -317,21 +372,27 @@ def test_last_step_and_progress_keep_their_old_contract():
     assert progress([MLM_756, None])["step"] == 73
 
 
-@pytest.mark.parametrize("line,what", [
-    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "out of memory"),
-    ("RuntimeError: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)", "out of memory"),
-    ("slurmstepd: error: Detected 1 oom-kill event(s) in StepId=12.0", "out of memory"),
-    ("hydra.errors.ConfigCompositionException: Could not override 'x'", "invalid configuration"),
-    ("FileNotFoundError: [Errno 2] No such file or directory: '/lustre/x'", "missing data or file"),
-    ("ValueError: Dataset path /lustre/clevr2 does not exist", "missing data or file"),
-    ("ValueError: micro_batch_size must be a divisor of global_batch_size", "invalid configuration"),
-    ("ModuleNotFoundError: No module named 'megatron'", "import error"),
-    ("[E ProcessGroupNCCL.cpp:1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9)", "NCCL timeout"),
-    ("torch.distributed.DistBackendError: NCCL error in: x.cpp:1, unhandled system error, ncclSystemError", "NCCL error"),
-    ("NVRM: Xid (PCI:0000:1b:00): 79, pid=1, GPU has fallen off the bus.", "ECC error"),
-    ("srun: error: node2: task 1: Killed", "lost node"),
-    ("torch.distributed.DistNetworkError: Connection reset by peer", "network error"),
-])
+@pytest.mark.parametrize(
+    "line,what",
+    [
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "out of memory"),
+        ("RuntimeError: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate(handle)", "out of memory"),
+        ("slurmstepd: error: Detected 1 oom-kill event(s) in StepId=12.0", "out of memory"),
+        ("hydra.errors.ConfigCompositionException: Could not override 'x'", "invalid configuration"),
+        ("FileNotFoundError: [Errno 2] No such file or directory: '/lustre/x'", "missing data or file"),
+        ("ValueError: Dataset path /lustre/clevr2 does not exist", "missing data or file"),
+        ("ValueError: micro_batch_size must be a divisor of global_batch_size", "invalid configuration"),
+        ("ModuleNotFoundError: No module named 'megatron'", "import error"),
+        ("[E ProcessGroupNCCL.cpp:1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9)", "NCCL timeout"),
+        (
+            "torch.distributed.DistBackendError: NCCL error in: x.cpp:1, unhandled system error, ncclSystemError",
+            "NCCL error",
+        ),
+        ("NVRM: Xid (PCI:0000:1b:00): 79, pid=1, GPU has fallen off the bus.", "ECC error"),
+        ("srun: error: node2: task 1: Killed", "lost node"),
+        ("torch.distributed.DistNetworkError: Connection reset by peer", "network error"),
+    ],
+)
 def test_every_failure_class_is_found_behind_its_rank_prefix(line, what):
     err = first_error_detail(["[rank5]: some output\n", f"[rank5]: {line}\n"])
     assert err is not None and err.rank == 5 and err.what == what, err

@@ -23,25 +23,29 @@ VL_INPUTS = ("dataset.path=/lustre/clevr2", "checkpoint.pretrained_checkpoint=/l
 
 # --- 1. diff sees everything that reaches the job -------------------------------------------------
 
+
 def _diff(*args):
     r = run_cli("diff", *args, "-o", "json")
     assert r.code == 0, r.err
     return {(x["section"], x["key"]): x for x in r.json()["differences"]}
 
 
-@pytest.mark.parametrize("extra,section,key,b", [
-    (["-t", "02:00:00"], "scheduler", "time", "02:00:00"),
-    (["-p", "debug"], "scheduler", "partition", "debug"),
-    (["-A", "my-acct"], "scheduler", "account", "my-acct"),
-    (["--secret", "MY_TOKEN"], "secrets", "MY_TOKEN", "passed by name"),
-    (["--nodes", "4"], "job", "nodes", 4),
-    (["--container", "my/image:1"], "job", "container", "my/image:1"),
-    (["-e", "FOO=1"], "env", "FOO", "1"),
-    (["--overlay", "validation-run"], "job", "overlays", ["validation-run"]),
-    (["--until-done"], "job", "until_done", True),
-    (["--until-done", "--signal-lead", "300"], "scheduler", "signal", "B:USR1@300"),
-    (["~train.train_iters"], "config", "train.train_iters", "(unset)"),
-])
+@pytest.mark.parametrize(
+    "extra,section,key,b",
+    [
+        (["-t", "02:00:00"], "scheduler", "time", "02:00:00"),
+        (["-p", "debug"], "scheduler", "partition", "debug"),
+        (["-A", "my-acct"], "scheduler", "account", "my-acct"),
+        (["--secret", "MY_TOKEN"], "secrets", "MY_TOKEN", "passed by name"),
+        (["--nodes", "4"], "job", "nodes", 4),
+        (["--container", "my/image:1"], "job", "container", "my/image:1"),
+        (["-e", "FOO=1"], "env", "FOO", "1"),
+        (["--overlay", "validation-run"], "job", "overlays", ["validation-run"]),
+        (["--until-done"], "job", "until_done", True),
+        (["--until-done", "--signal-lead", "300"], "scheduler", "signal", "B:USR1@300"),
+        (["~train.train_iters"], "config", "train.train_iters", "(unset)"),
+    ],
+)
 def test_diff_sees_every_option_submit_takes(home, extra, section, key, b):
     base = ["qwen35-vl-sft", "-c", "gb200-32", *VL_INPUTS]
     d = _diff(*base, "--", *base, *extra)
@@ -62,8 +66,18 @@ def test_diff_help_lists_the_side_options(home):
     r = run_cli("diff", "--help")
     assert r.code == 0
     side = r.out.split("Options of each side", 1)[1]
-    for flag in ("-t, --time", "-p, --partition", "-A, --account", "--secret", "-N, --nodes", "--overlay",
-                 "--until-done", "--container", "-e, --env", "--signal-lead"):
+    for flag in (
+        "-t, --time",
+        "-p, --partition",
+        "-A, --account",
+        "--secret",
+        "-N, --nodes",
+        "--overlay",
+        "--until-done",
+        "--container",
+        "-e, --env",
+        "--signal-lead",
+    ):
         assert flag in side, flag
     assert "--dry-run" not in side and "--follow" not in side
 
@@ -83,6 +97,7 @@ def test_diff_of_two_runs_compares_what_they_run_not_their_ids(home):
 
 # --- 2. a broken user file breaks nothing else ----------------------------------------------------
 
+
 def test_broken_user_profile_is_reported_where_used_and_affects_nothing_else(cli, home):
     write(home / "clusters" / "mine.toml", 'name = "mine\nbackend = "local"\n')  # unterminated string
     r = cli("submit", "smoke", "--dry-run")
@@ -100,8 +115,11 @@ def test_bad_key_in_a_user_profile_names_file_line_and_valid_keys(cli, home):
     r = cli("clusters", "show", "mine")
     assert r.code == 2
     line = r.err.strip()
-    assert re.search(r"mine\.toml:5: cluster profile 'mine': unknown \[slurm\] key 'parition'; did you mean "
-                     r"'partition'", line), line
+    assert re.search(
+        r"mine\.toml:5: cluster profile 'mine': unknown \[slurm\] key 'parition'; did you mean "
+        r"'partition'",
+        line,
+    ), line
     assert "profile keys list" not in line and "list them with" not in line  # no command that does not exist
     assert cli("clusters", "list").code == 0
     assert cli("submit", "smoke", "--dry-run").code == 0
@@ -128,8 +146,11 @@ def test_a_broken_user_file_with_a_shipped_name_is_not_silently_replaced_by_the_
 
 # --- 3. a child recipe may change any value of its parent ----------------------------------------
 
+
 def test_child_recipe_overrides_an_upstream_value_and_provenance_names_it(cli, home):
-    write(home / "recipes" / "my-sft.toml", """
+    write(
+        home / "recipes" / "my-sft.toml",
+        """
         name = "my-sft"
         extends = "qwen35-vl-sft"
         [config]
@@ -137,7 +158,8 @@ def test_child_recipe_overrides_an_upstream_value_and_provenance_names_it(cli, h
         train.global_batch_size = 64
         [env]
         USE_MNNVL = "0"
-    """)
+    """,
+    )
     d = cli("submit", "my-sft", "-c", "gb200-32", "--dry-run", "-o", "json", *VL_INPUTS).json()
     assert d["errors"] == []
     assert d["config"]["optimizer.lr"] == 1e-5 and d["provenance"]["config"]["optimizer.lr"] == "recipe:my-sft"
@@ -146,13 +168,16 @@ def test_child_recipe_overrides_an_upstream_value_and_provenance_names_it(cli, h
     assert d["env"]["USE_MNNVL"] == "0" and d["provenance"]["env"]["USE_MNNVL"] == "recipe:my-sft"
     assert " optimizer.lr=1e-05 " in d["artifact"]["text"].replace("\\\n", " ").replace("\n", " ")
     # the same key in both sections of one file is still a mistake, named with its line
-    write(home / "recipes" / "twice.toml", 'extends = "smoke"\n[config]\noptimizer.lr = 1\n[upstream_config]\n'
-                                           'optimizer.lr = 2\n')
+    write(
+        home / "recipes" / "twice.toml",
+        'extends = "smoke"\n[config]\noptimizer.lr = 1\n[upstream_config]\noptimizer.lr = 2\n',
+    )
     r = cli("submit", "twice", "--dry-run")
     assert r.code == 2 and "twice.toml:3" in r.err and "of the same file" in r.err
 
 
 # --- 4. resume refuses what cannot help (fast: a recorded run with its tracker) -------------------
+
 
 def _finished_run(home, reached: int, iters: int = 50):
     reg = Registry()
@@ -176,8 +201,16 @@ def test_resume_of_a_finished_run_is_refused_before_submit(home):
     assert not (run_dir / "launch").exists()  # nor staged
 
 
-@pytest.mark.parametrize("override", ["model.hidden_size=66", "model.num_layers=3", "model.vocab_size=512",
-                                      "dataset.seq_length=128", "++model.num_query_groups=2"])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "model.hidden_size=66",
+        "model.num_layers=3",
+        "model.vocab_size=512",
+        "dataset.seq_length=128",
+        "++model.num_query_groups=2",
+    ],
+)
 def test_resume_refuses_a_new_model_shape(home, override):
     run_id, _ = _finished_run(home, reached=20)
     r = run_cli("resume", run_id, override)
@@ -186,6 +219,7 @@ def test_resume_refuses_a_new_model_shape(home, override):
 
 
 # --- 6. prune: a list, a dry run, a question, and a way back ------------------------------------
+
 
 def _old_runs(n=2, age_days=10):
     reg = Registry()
@@ -215,8 +249,9 @@ def test_prune_dry_run_lists_and_changes_nothing_and_weeks_are_accepted(home):
 def _on_a_terminal(args, answer: str):
     """The CLI with a terminal on stdin (the confirmation is asked only there)."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen([*CLI, *args], stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO,
-                            text=True)
+    proc = subprocess.Popen(
+        [*CLI, *args], stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, text=True
+    )
     os.close(slave)
     os.write(master, answer.encode())
     out, err = proc.communicate(timeout=60)
@@ -244,8 +279,15 @@ def test_import_refuses_a_directory_that_is_not_a_run_dir(home, tmp_path):
 
 # --- 7. completion ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("shell,marker", [("zsh", "#compdef bridge-launch"), ("fish", "complete --command bridge-launch"),
-                                          ("bash", "complete -o default -F")])
+
+@pytest.mark.parametrize(
+    "shell,marker",
+    [
+        ("zsh", "#compdef bridge-launch"),
+        ("fish", "complete --command bridge-launch"),
+        ("bash", "complete -o default -F"),
+    ],
+)
 def test_show_completion_prints_the_named_shells_script(home, shell, marker):
     r = run_cli("--show-completion", shell)
     assert r.code == 0 and marker in r.out, r.out[:300]
@@ -286,14 +328,18 @@ def test_completion_offers_nothing_rather_than_failing_on_a_broken_user_file(hom
 
 # --- 8. JSON mode: stdout carries JSON only ------------------------------------------------------
 
-@pytest.mark.parametrize("args,code,fragment", [
-    (["submit", "nope", "-o", "json"], 2, "unknown recipe 'nope'"),
-    (["submit", "smoke", "--bogus", "--output", "json"], 2, "No such option: --bogus"),
-    (["submit", "nemotron-3-nano-pretrain", "-o", "json"], 2, "needs 8 GPUs"),
-    (["status", "no-such-run", "--output=json"], 2, "no run 'no-such-run'"),
-    (["plan", "nemotron-3-nano-pretrain", "-o", "json"], 2, "needs 8 GPUs"),
-    (["diff", "smoke", "--", "nope", "-o", "json"], 2, "unknown recipe 'nope'"),
-])
+
+@pytest.mark.parametrize(
+    "args,code,fragment",
+    [
+        (["submit", "nope", "-o", "json"], 2, "unknown recipe 'nope'"),
+        (["submit", "smoke", "--bogus", "--output", "json"], 2, "No such option: --bogus"),
+        (["submit", "nemotron-3-nano-pretrain", "-o", "json"], 2, "needs 8 GPUs"),
+        (["status", "no-such-run", "--output=json"], 2, "no run 'no-such-run'"),
+        (["plan", "nemotron-3-nano-pretrain", "-o", "json"], 2, "needs 8 GPUs"),
+        (["diff", "smoke", "--", "nope", "-o", "json"], 2, "unknown recipe 'nope'"),
+    ],
+)
 def test_errors_in_json_mode_are_json_on_stdout(home, args, code, fragment):
     r = run_cli(*args)
     assert r.code == code
@@ -302,6 +348,7 @@ def test_errors_in_json_mode_are_json_on_stdout(home, args, code, fragment):
 
 
 # --- 9. size suggestions agree with the limits and with each other ------------------------------
+
 
 def test_size_hint_never_suggests_nodes_the_cluster_refuses_and_plan_agrees(home):
     r = run_cli("submit", "nemotron-3-nano-pretrain", "--dry-run")
@@ -323,6 +370,7 @@ def test_nodes_on_a_profile_named_for_its_size_says_what_size_it_gives(home):
 
 
 # --- 10. the smaller items ------------------------------------------------------------------------
+
 
 def test_unknown_recipe_counts_and_suggests_names_not_aliases(home):
     r = run_cli("submit", "qwen35-vl", "--dry-run")
@@ -346,8 +394,19 @@ def test_clusters_show_and_list(cli, home):
     assert {c["name"]: c["origin"] for c in cli("clusters", "list", "-o", "json").json()}["mine"] == "user"
 
 
-@pytest.mark.parametrize("value,ok", [("99:99:99", False), ("1:60:00", False), ("10:61", False), ("1-24", False),
-                                      ("1-23:59:59", True), ("99:00:00", True), ("90", True), ("00:30:00", True)])
+@pytest.mark.parametrize(
+    "value,ok",
+    [
+        ("99:99:99", False),
+        ("1:60:00", False),
+        ("10:61", False),
+        ("1-24", False),
+        ("1-23:59:59", True),
+        ("99:00:00", True),
+        ("90", True),
+        ("00:30:00", True),
+    ],
+)
 def test_time_limits_past_their_clock_range_are_refused(home, value, ok):
     r = run_cli("submit", "smoke", "-c", "gb200-8", "-t", value, "--dry-run")
     assert (r.code == 0) == ok, r.err
@@ -455,7 +514,17 @@ def _slurm_logs(run_dir: Path):
 @pytest.mark.slow
 @pytest.mark.parametrize("until_done", [False, True])
 def test_slurm_cancel_signals_the_trainers_not_torchrun(home, local_slurm, until_done):
-    args = ["submit", "smoke", "-c", "local-slurm", *FAST, "train.train_iters=400", "smoke.step_sleep=0.3", "-o", "json"]
+    args = [
+        "submit",
+        "smoke",
+        "-c",
+        "local-slurm",
+        *FAST,
+        "train.train_iters=400",
+        "smoke.step_sleep=0.3",
+        "-o",
+        "json",
+    ]
     r = run_cli(*args, *(["--until-done"] if until_done else []))
     assert r.code == 0, r.err
     sub = r.json()
@@ -481,8 +550,11 @@ def test_readme_main_command_in_a_fresh_local_install(tmp_path):
     readme = (REPO / "README.md").read_text()
     cmd = re.search(r"\n    (python3 -m venv \.venv && .*)\n", readme).group(1)
     venv = tmp_path / "venv"
-    cmd = cmd.replace(".venv", str(venv)).replace("'.[local]'", f"'{REPO}[local]'").replace(
-        "-c constraints.txt", f"-c {REPO / 'constraints.txt'}")
+    cmd = (
+        cmd.replace(".venv", str(venv))
+        .replace("'.[local]'", f"'{REPO}[local]'")
+        .replace("-c constraints.txt", f"-c {REPO / 'constraints.txt'}")
+    )
     cmd += " smoke.busbw_sizes=[1024] smoke.busbw_iters=1 train.train_iters=3"
     env = dict(os.environ, BRIDGE_LAUNCH_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "cfg"))
     proc = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)

@@ -24,9 +24,12 @@ def _measured(lengths_text, lengths_visual=None, images=None) -> dict:
     t = np.asarray(lengths_text, dtype=np.int64)
     v = np.asarray(lengths_visual if lengths_visual is not None else [0] * t.size, dtype=np.int64)
     i = np.asarray(images if images is not None else [1] * t.size, dtype=np.int64)
-    return {"path": "/x", "text_tokens_exact": False, "visual_token_settings": {"min_pixels": 1, "max_pixels": 2,
-                                                                                 "patch_size": 16, "spatial_merge_size": 2},
-            "splits": {"train": {"images": i, "text_tokens": t, "visual_tokens": v, "skipped": np.zeros(t.size, bool)}}}
+    return {
+        "path": "/x",
+        "text_tokens_exact": False,
+        "visual_token_settings": {"min_pixels": 1, "max_pixels": 2, "patch_size": 16, "spatial_merge_size": 2},
+        "splits": {"train": {"images": i, "text_tokens": t, "visual_tokens": v, "skipped": np.zeros(t.size, bool)}},
+    }
 
 
 def _recipe_cfg(name: str) -> dict:
@@ -42,7 +45,9 @@ def test_integer_histograms_have_integer_bins():
     wide = packing.histogram_lines(np.arange(0, 101, dtype=np.int64), bins=10)
     assert all(re.match(r"\s+\d+ - \d+\s", ln) for ln in wide) and len(wide) <= 10
     assert sum(int(ln.split()[-1]) for ln in wide) == 101
-    text = insp.text_view(insp.report(_measured([10, 20, 30], images=[1, 2, 2])), _measured([10, 20, 30], images=[1, 2, 2]))
+    text = insp.text_view(
+        insp.report(_measured([10, 20, 30], images=[1, 2, 2])), _measured([10, 20, 30], images=[1, 2, 2])
+    )
     block = text.split("images per sample", 1)[1].split("text tokens", 1)[0]
     assert "1.5" not in block and "1.1" not in block
 
@@ -62,8 +67,9 @@ def test_packing_advice_keeps_the_sequence_rule_and_sets_both_lengths():
     from bridge_launch.plan import rules as validate
 
     for r in seq_rows:
-        assert not validate.sequence_errors({**cfg, "dataset.seq_length": r["value"], "model.seq_length": r["value"]},
-                                            kind="energon")
+        assert not validate.sequence_errors(
+            {**cfg, "dataset.seq_length": r["value"], "model.seq_length": r["value"]}, kind="energon"
+        )
     assert validate.sequence_errors({**cfg, "dataset.seq_length": 1768, "model.seq_length": 1768}, kind="energon")
     text = insp.text_view(rep, _measured([592] * 600))
     assert f"dataset.seq_length={seq_rows[0]['value']} model.seq_length={seq_rows[0]['value']}" in text
@@ -71,8 +77,9 @@ def test_packing_advice_keeps_the_sequence_rule_and_sets_both_lengths():
 
 def test_inspect_says_what_a_recipe_lacks_for_the_packing_report():
     with pytest.raises(UsageError) as exc:
-        insp.report(_measured([100] * 10), recipe="nemotron-3-nano-pretrain",
-                    recipe_cfg=_recipe_cfg("nemotron-3-nano-pretrain"))
+        insp.report(
+            _measured([100] * 10), recipe="nemotron-3-nano-pretrain", recipe_cfg=_recipe_cfg("nemotron-3-nano-pretrain")
+        )
     msg = str(exc.value)
     assert "sets no dataset.packing_buffer_size" in msg and "its sequence length is 4096" in msg
     assert "no dataset.seq_length" not in msg
@@ -86,12 +93,28 @@ def test_prepare_summary_rate_is_the_progress_bars(monkeypatch, tmp_path):
     from bridge_launch.cli import datasets as dcli
     from bridge_launch.data import prepare as prep
 
-    manifest = {"output_dir": str(tmp_path / "out"), "counts": {"train": 900, "val": 100}, "shards": {"train": 9, "val": 1},
-                "timings_s": {"plan": 6.0, "write": 0.04, "index": 1.96, "total": 8.0},
-                "source_integrity_verified": True, "integrity_manifests": {"clevr_2": "user"}}
+    manifest = {
+        "output_dir": str(tmp_path / "out"),
+        "counts": {"train": 900, "val": 100},
+        "shards": {"train": 9, "val": 1},
+        "timings_s": {"plan": 6.0, "write": 0.04, "index": 1.96, "total": 8.0},
+        "source_integrity_verified": True,
+        "integrity_manifests": {"clevr_2": "user"},
+    }
     monkeypatch.setattr(prep, "prepare", lambda *a, **k: manifest)
-    r = CliRunner().invoke(dcli.app, ["prepare", "nemotron-image-v3", "--source-dir", str(tmp_path), "--output-dir",
-                                      str(tmp_path / "out"), "--subsets", "clevr_2"])
+    r = CliRunner().invoke(
+        dcli.app,
+        [
+            "prepare",
+            "nemotron-image-v3",
+            "--source-dir",
+            str(tmp_path),
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--subsets",
+            "clevr_2",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "writing 0.0 s at 25,000 samples/s" in r.output and "reading and checking the source 6.0 s" in r.output
     assert "125 samples/s" not in r.output  # not samples over the whole run, which the bar never shows

@@ -25,12 +25,24 @@ from bridge_launch.core.errors import UsageError  # noqa: E402
 
 def par(world, tp=1, pp=1, cp=1, ep=1, etp=None, sp=False, vpp=None):
     etp = tp if etp is None else etp
-    return plan.Parallel(world=world, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, dp=world // (tp * pp * cp),
-                         edp=world // (etp * ep * pp), vpp=vpp, sp=sp)
+    return plan.Parallel(
+        world=world,
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        ep=ep,
+        etp=etp,
+        dp=world // (tp * pp * cp),
+        edp=world // (etp * ep * pp),
+        vpp=vpp,
+        sp=sp,
+    )
 
 
 def job(recipe, cluster, *overrides, nodes=None, overlays=()):
-    return resolve.resolve(recipe, resolve.Options(cluster=cluster, overrides=overrides, nodes=nodes, overlays=overlays))
+    return resolve.resolve(
+        recipe, resolve.Options(cluster=cluster, overrides=overrides, nodes=nodes, overlays=overlays)
+    )
 
 
 def arch(recipe, **changes):
@@ -134,9 +146,23 @@ def test_groups_match_megatron_parallel_state_on_gloo(tmp_path):
     script.write_text(CHECK_SCRIPT)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "8",
-         str(script), str(out), json.dumps(layouts)],
-        capture_output=True, text=True, timeout=220, env=env, cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "8",
+            str(script),
+            str(out),
+            json.dumps(layouts),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=220,
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     measured = json.loads(out.read_text())
     for (tp, cp, ep, etp, pp), every in zip(layouts, measured):
@@ -151,9 +177,25 @@ def test_groups_match_megatron_parallel_state_on_gloo(tmp_path):
 
 
 def test_vl_sft_on_gb200_32_stays_inside_nodes_and_one_domain(home):
-    result = report.plan(job("qwen35-vl-sft", "gb200-32", "dataset.path=/lustre/fsw/clevr2",
-                           "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt"))
-    assert result["parallel"] == {"tp": 2, "pp": 1, "cp": 8, "ep": 16, "etp": 1, "dp": 2, "edp": 2, "vpp": None, "sp": True}
+    result = report.plan(
+        job(
+            "qwen35-vl-sft",
+            "gb200-32",
+            "dataset.path=/lustre/fsw/clevr2",
+            "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt",
+        )
+    )
+    assert result["parallel"] == {
+        "tp": 2,
+        "pp": 1,
+        "cp": 8,
+        "ep": 16,
+        "etp": 1,
+        "dp": 2,
+        "edp": 2,
+        "vpp": None,
+        "sp": True,
+    }
     assert result["world_size"] == 32 and result["nodes"] == 8
     assert result["spans"]["tp"]["max_nodes"] == 1 and not result["spans"]["tp"]["crosses_nodes"]
     assert result["spans"]["ep"]["max_nodes"] == 4  # 16 ranks on 4-GPU nodes
@@ -183,8 +225,15 @@ def test_tp_across_nodes_warns(home):
 def test_hybrid_ep_across_nvlink_domains_warns_with_a_segment_that_fits(home):
     # 36 GB200 nodes are two 18-node NVLink domains; EP16 groups cover 4 nodes, and 18 is not a
     # multiple of 4, so the group on nodes 16-19 straddles the domain boundary.
-    result = report.plan(job("qwen35-35b-a3b-pretrain", "gb200-nvl72", "model.expert_model_parallel_size=16",
-                           "train.global_batch_size=576", nodes=36))
+    result = report.plan(
+        job(
+            "qwen35-35b-a3b-pretrain",
+            "gb200-nvl72",
+            "model.expert_model_parallel_size=16",
+            "train.global_batch_size=576",
+            nodes=36,
+        )
+    )
     assert result["segment"] == 18
     assert result["spans"]["ep"]["crosses_domains"] and result["spans"]["ep"]["max_domains"] == 2
     crossing = [w for w in result["warnings"] if w.startswith("EP (HybridEP) groups cross NVLink domains")]
@@ -192,14 +241,32 @@ def test_hybrid_ep_across_nvlink_domains_warns_with_a_segment_that_fits(home):
 
 
 def test_ep_wider_than_a_domain_has_no_segment_fix(home):
-    result = report.plan(job("qwen35-35b-a3b-pretrain", "gb200-nvl72", "model.expert_model_parallel_size=144",
-                           "train.global_batch_size=576", nodes=36))
-    assert any("a group of 144 ranks needs 36 nodes, more than one 18-node NVLink domain; keep EP <= 72" in w for w in result["warnings"])
+    result = report.plan(
+        job(
+            "qwen35-35b-a3b-pretrain",
+            "gb200-nvl72",
+            "model.expert_model_parallel_size=144",
+            "train.global_batch_size=576",
+            nodes=36,
+        )
+    )
+    assert any(
+        "a group of 144 ranks needs 36 nodes, more than one 18-node NVLink domain; keep EP <= 72" in w
+        for w in result["warnings"]
+    )
 
 
 def test_ep_without_hybridep_may_cross_domains(home):
-    result = report.plan(job("qwen35-35b-a3b-pretrain", "gb200-nvl72", "model.expert_model_parallel_size=16",
-                           "train.global_batch_size=576", "model.moe_token_dispatcher_type=alltoall", nodes=36))
+    result = report.plan(
+        job(
+            "qwen35-35b-a3b-pretrain",
+            "gb200-nvl72",
+            "model.expert_model_parallel_size=16",
+            "train.global_batch_size=576",
+            "model.moe_token_dispatcher_type=alltoall",
+            nodes=36,
+        )
+    )
     assert not result["domains"]["hybrid_ep"]
     assert not any("EP" in w for w in result["warnings"])
 
@@ -217,7 +284,9 @@ def test_missing_megatron_core_is_one_usage_error(home, monkeypatch):
 
 
 def test_importing_plan_does_not_import_megatron_or_torch():
-    code = "import sys, bridge_launch.plan.estimate; print(sorted(m for m in ('megatron', 'torch') if m in sys.modules))"
+    code = (
+        "import sys, bridge_launch.plan.estimate; print(sorted(m for m in ('megatron', 'torch') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -238,9 +307,19 @@ def test_bytes_per_parameter_match_megatron_distributed_optimizer_table():
 
 def gpt(h=4096, a=32):
     """The GPT layer of Korthikanti et al.: MHA, 4h GeLU MLP, dropout, no flash attention."""
-    return plan.Arch(name="gpt", source="test", hidden=h, vocab=51200, tied=True, layers=("*+-",), ffn=4 * h,
-                     gated_mlp=False, dropout=True, flash_attention=False,
-                     attention={"num_heads": a, "num_query_groups": a, "head_dim": h // a})
+    return plan.Arch(
+        name="gpt",
+        source="test",
+        hidden=h,
+        vocab=51200,
+        tied=True,
+        layers=("*+-",),
+        ffn=4 * h,
+        gated_mlp=False,
+        dropout=True,
+        flash_attention=False,
+        attention={"num_heads": a, "num_query_groups": a, "head_dim": h // a},
+    )
 
 
 @pytest.mark.parametrize("t", [1, 2, 8])
@@ -262,8 +341,9 @@ def test_activation_memory_per_layer_matches_korthikanti_table_2(t):
     assert layer(recompute=selective) == pytest.approx(sbh * (10 + 24 / t))  # + selective recompute
     assert layer(sp=True, recompute=selective) == pytest.approx(sbh * 34 / t)  # TP + SP + selective
     # full activation recompute keeps only each layer's input: sbh * 2 (Table 2, last row)
-    kept, transient = plan.stage_activation_bytes(m, ["*+-"] * 4, plan.Recompute("full", method="uniform", num_layers=1),
-                                                  seq=s, tp=t, sp=False, etp=1)
+    kept, transient = plan.stage_activation_bytes(
+        m, ["*+-"] * 4, plan.Recompute("full", method="uniform", num_layers=1), seq=s, tp=t, sp=False, etp=1
+    )
     assert kept * s * b == pytest.approx(4 * sbh * 2)
     assert transient == pytest.approx(plan.layer_activation_bytes(m, "*+-", seq=s, tp=t))
 
@@ -299,12 +379,20 @@ def test_vl_sft_memory_breakdown(home):
     p = mem["parameters"]
     # experts over EP16, the rest (embeddings, output layer, vision) over TP2
     assert p["expert_per_gpu"] == pytest.approx(p["experts"] / 16, rel=1e-9)
-    assert mem["bytes_per_param"] == {"dense": 6 + 12 / 16, "expert": 6 + 12 / 2, "distributed_optimizer": True,
-                                      "fp32_grads": True, "dense_shard": 16, "expert_shard": 2}
+    assert mem["bytes_per_param"] == {
+        "dense": 6 + 12 / 16,
+        "expert": 6 + 12 / 2,
+        "distributed_optimizer": True,
+        "fp32_grads": True,
+        "dense_shard": 16,
+        "expert_shard": 2,
+    }
     gib = 1024**3
     assert mem["params_gib"] == pytest.approx(2 * p["per_gpu"] / gib, abs=0.01)
     assert mem["grads_gib"] == pytest.approx(4 * p["per_gpu"] / gib, abs=0.01)
-    assert mem["optimizer_gib"] == pytest.approx((12 / 16 * p["dense_per_gpu"] + 12 / 2 * p["expert_per_gpu"]) / gib, abs=0.01)
+    assert mem["optimizer_gib"] == pytest.approx(
+        (12 / 16 * p["dense_per_gpu"] + 12 / 2 * p["expert_per_gpu"]) / gib, abs=0.01
+    )
     assert mem["tokens_per_microbatch"] == 131072 / 8 and mem["microbatches_in_flight"] == 1
     assert mem["recompute"] == "selective: core_attn, gdn_norm_out, moe_act"
     assert mem["capacity_gib"] == 186 and 0.3 < mem["fraction"] < 0.9
@@ -314,10 +402,23 @@ def test_vl_sft_memory_breakdown(home):
 
 def test_recompute_lowers_activations(home):
     base = report.plan(job("qwen35-9b-pretrain", "gb200-8"))["memory"]
-    sel = report.plan(job("qwen35-9b-pretrain", "gb200-8", "model.recompute_granularity=selective",
-                        "model.recompute_modules=[layernorm,mlp]"))["memory"]
-    full = report.plan(job("qwen35-9b-pretrain", "gb200-8", "model.recompute_granularity=full",
-                         "model.recompute_method=uniform", "model.recompute_num_layers=1"))["memory"]
+    sel = report.plan(
+        job(
+            "qwen35-9b-pretrain",
+            "gb200-8",
+            "model.recompute_granularity=selective",
+            "model.recompute_modules=[layernorm,mlp]",
+        )
+    )["memory"]
+    full = report.plan(
+        job(
+            "qwen35-9b-pretrain",
+            "gb200-8",
+            "model.recompute_granularity=full",
+            "model.recompute_method=uniform",
+            "model.recompute_num_layers=1",
+        )
+    )["memory"]
     assert full["activations"]["layers"] < sel["activations"]["layers"] < base["activations"]["layers"]
     assert full["activations"]["recompute_transient"] > 0
 
@@ -374,8 +475,14 @@ def test_throughput_for_the_convergence_overlay(home):
     assert thr["precision"] == "bf16" and thr["tflops_assumption"] is None and thr["gpu_hours"] is None
     assert "no BF16 measurement on gb200" in thr["no_assumption"] and "MXFP8 on gb200: 776" in thr["no_assumption"]
     # at MXFP8 the measurement applies
-    thr = report.plan(job("nemotron-3-nano-pretrain", "gb200-64", "mixed_precision=bf16_with_mxfp8_mixed",
-                        overlays=("nemo-ci-convergence",)))["throughput"]
+    thr = report.plan(
+        job(
+            "nemotron-3-nano-pretrain",
+            "gb200-64",
+            "mixed_precision=bf16_with_mxfp8_mixed",
+            overlays=("nemo-ci-convergence",),
+        )
+    )["throughput"]
     assert thr["precision"] == "mxfp8" and thr["tflops_assumption"] == 776 and "performance-summary" in thr["source"]
     expected = thr["tokens"] * thr["flops_per_token"] / 776e12 / 3600
     assert thr["gpu_hours"] == pytest.approx(expected, rel=1e-3)
@@ -384,7 +491,7 @@ def test_throughput_for_the_convergence_overlay(home):
 
 def test_tflops_and_token_budget_from_the_caller(home):
     thr = report.plan(job("qwen35-9b-pretrain", "gb200-8"), tflops_per_gpu=500, token_budget=10**9)["throughput"]
-    assert thr["steps"] == -(-10**9 // (128 * 4096)) and thr["budget_source"] == "a budget of 1,000,000,000 tokens"
+    assert thr["steps"] == -(-(10**9) // (128 * 4096)) and thr["budget_source"] == "a budget of 1,000,000,000 tokens"
     assert thr["tflops_assumption"] == 500 and thr["source"] == "given for this plan" and thr["gpu_hours"] > 0
 
 
@@ -407,7 +514,9 @@ def test_throughput_assumption_depends_on_precision(home):
     assert (bf16["precision"], mxfp8["precision"]) == ("bf16", "mxfp8")
     assert mxfp8["tflops_assumption"] == 210.36 and mxfp8["step_seconds"] > 0
     assert bf16["tflops_assumption"] is None and bf16["step_seconds"] is None and bf16["gpu_hours"] is None
-    assert bf16["no_assumption"].startswith("no BF16 measurement on gb200 for this model (measured: MXFP8 on gb200: 210.36")
+    assert bf16["no_assumption"].startswith(
+        "no BF16 measurement on gb200 for this model (measured: MXFP8 on gb200: 210.36"
+    )
     assert "GPU-hours unknown" in report.render_text(report.plan(job("qwen35-vl-sft", "gb200-32", *inputs)))
     # a measurement is for one GPU type too: the GB300 row applies on GB300 only
     par8 = plan.Parallel(world=8, tp=1, pp=1, cp=1, ep=8, etp=1, dp=8, edp=1, vpp=None, sp=False)
@@ -431,4 +540,6 @@ def test_plan_without_a_rank_layout_says_what_submit_says(cli):
     r = cli("plan", "qwen35-vl-sft", "-c", "gb200-32", "model.tensor_model_parallel_size=3")
     s = cli("submit", "qwen35-vl-sft", "-c", "gb200-32", "model.tensor_model_parallel_size=3", "--dry-run")
     assert r.code == s.code == 2 and r.err == s.err
-    assert "Traceback" not in r.err and r.err.startswith("bridge-launch: error: world size 32 (8 nodes x 4) is not divisible")
+    assert "Traceback" not in r.err and r.err.startswith(
+        "bridge-launch: error: world size 32 (8 nodes x 4) is not divisible"
+    )

@@ -49,7 +49,9 @@ def _pairs():
     for (recipe, cluster, nodes, base), extra in itertools.product(JOBS, VARIANTS):
         if recipe == "smoke" and extra:
             continue
-        yield pytest.param(recipe, cluster, nodes, base + extra, id=f"{recipe}-{cluster}-{nodes}-{'-'.join(extra) or 'as-is'}")
+        yield pytest.param(
+            recipe, cluster, nodes, base + extra, id=f"{recipe}-{cluster}-{nodes}-{'-'.join(extra) or 'as-is'}"
+        )
 
 
 @pytest.mark.parametrize("recipe,cluster,nodes,overrides", list(_pairs()))
@@ -83,8 +85,12 @@ def test_memory_above_the_gpu_is_an_error_in_dry_run_and_submit(cli):
         assert r.code == 2, r.err
         line = r.err.strip().splitlines()
         assert line == [l for l in line if l.startswith("bridge-launch: error: ")]
-        assert any("memory: about 280 of 186 GiB per GPU (150%)" in l and "would fit: " in l and
-                   "--no-memory-check submits anyway" in l for l in line), r.err
+        assert any(
+            "memory: about 280 of 186 GiB per GPU (150%)" in l
+            and "would fit: " in l
+            and "--no-memory-check submits anyway" in l
+            for l in line
+        ), r.err
     r = cli(*args, "--dry-run", "--no-memory-check")
     assert r.code == 0, r.err
     assert "memory: about 280 of 186 GiB per GPU (150%)" in r.out and "(--no-memory-check: submitting anyway)" in r.out
@@ -96,8 +102,17 @@ def test_placement_warnings_in_dry_run(cli):
     r = cli("submit", "qwen35-9b-pretrain", "-c", "gb200-8", "model.tensor_model_parallel_size=8", "--dry-run")
     assert r.code == 0, r.err
     assert "! TP groups of 8 span 2 nodes (ranks 0-7 on nodes 0-1) but a node has 4 GPUs" in r.out
-    r = cli("submit", "qwen35-35b-a3b-pretrain", "-c", "gb200-nvl72", "--nodes", "36", "--dry-run",
-            "model.expert_model_parallel_size=16", "train.global_batch_size=576")
+    r = cli(
+        "submit",
+        "qwen35-35b-a3b-pretrain",
+        "-c",
+        "gb200-nvl72",
+        "--nodes",
+        "36",
+        "--dry-run",
+        "model.expert_model_parallel_size=16",
+        "train.global_batch_size=576",
+    )
     assert r.code == 0, r.err
     assert "! EP (HybridEP) groups cross NVLink domains: ranks 64-79 sit on nodes 16-19" in r.out
     assert "a segment of 12 nodes" in r.out
@@ -105,8 +120,10 @@ def test_placement_warnings_in_dry_run(cli):
 
 def test_memory_between_90_and_100_percent_warns(home):
     # qwen35-9b on 8 GB200 at micro batch 4 (half of the micro batch that does not fit)
-    job = resolve.resolve("qwen35-9b-pretrain", resolve.Options(cluster="gb200-8", overrides=(
-        "train.micro_batch_size=4", "train.global_batch_size=128")))
+    job = resolve.resolve(
+        "qwen35-9b-pretrain",
+        resolve.Options(cluster="gb200-8", overrides=("train.micro_batch_size=4", "train.global_batch_size=128")),
+    )
     mem = report.plan(job)["memory"]
     assert 0.9 < mem["fraction"] <= 1, f"the estimate moved ({mem['fraction']:.0%}): pick a job between 90% and 100%"
     assert job.errors == [] and any(w.startswith("memory: about") and "is above 90%" in w for w in job.warnings)
@@ -119,5 +136,9 @@ def test_resume_keeps_no_memory_check(home):
     again = resolve.amend(job, ("train.train_iters=10",))
     assert again.errors == [] and any("--no-memory-check" in w for w in again.warnings)
     strict = resolve.resolve("qwen35-vl-sft", resolve.Options(cluster="gb200-32", overrides=over))
-    assert any(e.startswith("memory:") for e in resolve.amend(strict.__class__.from_dict(
-        {**strict.to_dict(), "errors": [], "warnings": []}), ()).errors)
+    assert any(
+        e.startswith("memory:")
+        for e in resolve.amend(
+            strict.__class__.from_dict({**strict.to_dict(), "errors": [], "warnings": []}), ()
+        ).errors
+    )

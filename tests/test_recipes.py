@@ -27,39 +27,74 @@ VL_COMMON = {
 }
 SEEDS = {
     "qwen35-vl-sft": dict(
-        gpus=32, mode="sft", cluster="gb200-32",
+        gpus=32,
+        mode="sft",
+        cluster="gb200-32",
         upstream="qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config",
         aliases=["qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config"],
         config={**VL_COMMON, "mixed_precision": "bf16_mixed"},
         env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"},
-        required=["dataset.path", "checkpoint.pretrained_checkpoint"]),
+        required=["dataset.path", "checkpoint.pretrained_checkpoint"],
+    ),
     "qwen35-vl-sft-mxfp8": dict(
-        gpus=32, mode="sft", cluster="gb200-32",
+        gpus=32,
+        mode="sft",
+        cluster="gb200-32",
         upstream="qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_fp8mx_config",
         aliases=["qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_fp8mx_config"],
         config={**VL_COMMON, "mixed_precision.fp8_recipe": "mxfp8", "mixed_precision.fp8_param_gather": False},
         env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"},
-        required=["dataset.path", "checkpoint.pretrained_checkpoint"]),
+        required=["dataset.path", "checkpoint.pretrained_checkpoint"],
+    ),
     "qwen35-9b-pretrain": dict(
-        gpus=8, mode="pretrain", cluster="gb200-8", upstream=None,
-        aliases=["qwen35_9b_pretrain_config"], config={}, env={}, required=[]),
+        gpus=8,
+        mode="pretrain",
+        cluster="gb200-8",
+        upstream=None,
+        aliases=["qwen35_9b_pretrain_config"],
+        config={},
+        env={},
+        required=[],
+    ),
     "qwen35-35b-a3b-pretrain": dict(
-        gpus=8, mode="pretrain", cluster="gb200-8", upstream=None,
-        aliases=["qwen35_35b_a3b_pretrain_config"], config={}, env={}, required=[]),
+        gpus=8,
+        mode="pretrain",
+        cluster="gb200-8",
+        upstream=None,
+        aliases=["qwen35_35b_a3b_pretrain_config"],
+        config={},
+        env={},
+        required=[],
+    ),
     "nemotron-3-nano-pretrain": dict(
-        gpus=8, mode="pretrain", cluster="gb200-8", upstream=None,
-        aliases=["nemotron_3_nano_gb200", "nemotron_3_nano_gb200_pretrain_config",
-                 "nemotron_3_nano_pretrain_8gpu_gb200_bf16_config"],
+        gpus=8,
+        mode="pretrain",
+        cluster="gb200-8",
+        upstream=None,
+        aliases=[
+            "nemotron_3_nano_gb200",
+            "nemotron_3_nano_gb200_pretrain_config",
+            "nemotron_3_nano_pretrain_8gpu_gb200_bf16_config",
+        ],
         config={
-            "model.seq_length": 4096, "dataset.seq_length": 4096,
-            "model.tensor_model_parallel_size": 1, "model.pipeline_model_parallel_size": 1,
-            "model.context_parallel_size": 1, "model.expert_model_parallel_size": 8,
-            "model.expert_tensor_parallel_size": 1, "model.sequence_parallel": False,
-            "model.moe_flex_dispatcher_backend": "hybridep", "model.moe_hybridep_num_sms": 16,
-            "model.cuda_graph_impl": "none", "model.moe_router_force_load_balancing": False,
-            "train.global_batch_size": 3072, "train.micro_batch_size": 2,
+            "model.seq_length": 4096,
+            "dataset.seq_length": 4096,
+            "model.tensor_model_parallel_size": 1,
+            "model.pipeline_model_parallel_size": 1,
+            "model.context_parallel_size": 1,
+            "model.expert_model_parallel_size": 8,
+            "model.expert_tensor_parallel_size": 1,
+            "model.sequence_parallel": False,
+            "model.moe_flex_dispatcher_backend": "hybridep",
+            "model.moe_hybridep_num_sms": 16,
+            "model.cuda_graph_impl": "none",
+            "model.moe_router_force_load_balancing": False,
+            "train.global_batch_size": 3072,
+            "train.micro_batch_size": 2,
         },
-        env={}, required=[]),
+        env={},
+        required=[],
+    ),
 }
 INPUTS = ("dataset.path=/lustre/clevr2", "checkpoint.pretrained_checkpoint=/lustre/ckpt")
 
@@ -139,24 +174,34 @@ def test_submitting_without_required_inputs_is_refused(home):
 def test_overlays(home):
     d = _dry("nemotron-3-nano-pretrain", "--overlay", "nemo-ci-convergence", cluster="gb200-64")
     assert d["errors"] == [] and d["world_size"] == 64 and d["nodes"] == 16
-    for key, value in {"train.train_iters": 48000, "dataset.seq_length": 4096, "train.global_batch_size": 512,
-                       "train.micro_batch_size": 2}.items():
+    for key, value in {
+        "train.train_iters": 48000,
+        "dataset.seq_length": 4096,
+        "train.global_batch_size": 512,
+        "train.micro_batch_size": 2,
+    }.items():
         assert d["config"][key] == value
         assert d["provenance"]["config"][key] == "overlay:nemo-ci-convergence"
     assert d["provenance"]["job"]["nodes"] == "cluster:gb200-64"
-    wrong = run_cli("submit", "nemotron-3-nano-pretrain", "-c", "gb200-8", "--overlay", "nemo-ci-convergence",
-                    "--dry-run")
+    wrong = run_cli(
+        "submit", "nemotron-3-nano-pretrain", "-c", "gb200-8", "--overlay", "nemo-ci-convergence", "--dry-run"
+    )
     assert wrong.code == 2 and "needs 64 GPUs (overlay:nemo-ci-convergence)" in wrong.err
     assert "--cluster gb200-64" in wrong.err
     v = _dry("qwen35-vl-sft", "--overlay", "validation-run")
-    for key, value in {"train.train_iters": 100, "validation.eval_interval": 50, "validation.eval_iters": 8,
-                       "dist.distributed_timeout_minutes": 60}.items():
+    for key, value in {
+        "train.train_iters": 100,
+        "validation.eval_interval": 50,
+        "validation.eval_iters": 8,
+        "dist.distributed_timeout_minutes": 60,
+    }.items():
         assert v["config"][key] == value and v["provenance"]["config"][key] == "overlay:validation-run"
 
 
 def test_mxfp8_is_refused_on_hopper(home):
     (home / "clusters" / "h100-32.toml").write_text(
-        'backend = "slurm"\ngpu_type = "h100"\ngpus_per_node = 8\nnodes = 4\njob_root = "/shared"\n')
+        'backend = "slurm"\ngpu_type = "h100"\ngpus_per_node = 8\nnodes = 4\njob_root = "/shared"\n'
+    )
     r = run_cli("submit", "qwen35-vl-sft-mxfp8", "-c", "h100-32", "--dry-run", *INPUTS)
     assert r.code == 2 and "MXFP8 needs compute capability 10.x or 11.x (Blackwell datacenter GPUs)" in r.err
     assert run_cli("submit", "qwen35-vl-sft", "-c", "h100-32", "--dry-run", *INPUTS).code == 0

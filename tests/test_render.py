@@ -16,8 +16,10 @@ from bridge_launch.resolve import resolver as resolve
 from bridge_launch.spec.overrides import parse_override
 
 GOLDEN = Path(__file__).parent / "golden"
-INPUTS = ("dataset.path=/lustre/fsw/data/clevr2-energon",
-          "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt/qwen35-35b-a3b")
+INPUTS = (
+    "dataset.path=/lustre/fsw/data/clevr2-energon",
+    "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt/qwen35-35b-a3b",
+)
 
 CASES = {
     # golden name: (recipe, cluster, overlays, overrides)
@@ -28,12 +30,20 @@ CASES = {
     "qwen35-35b-a3b-pretrain.gb200-8": ("qwen35-35b-a3b-pretrain", "gb200-8", (), ()),
     "nemotron-3-nano-pretrain.gb200-8": ("nemotron-3-nano-pretrain", "gb200-8", (), ()),
     "nemotron-3-nano-pretrain.gb200-64.nemo-ci-convergence": (
-        "nemotron-3-nano-pretrain", "gb200-64", ("nemo-ci-convergence",), ()),
+        "nemotron-3-nano-pretrain",
+        "gb200-64",
+        ("nemo-ci-convergence",),
+        (),
+    ),
     "smoke.gb200-8": ("smoke", "gb200-8", (), ()),
     # --until-done: the segment logic, the per-node launcher that signals the trainer, the publication rule
     "nemotron-3-nano-pretrain.gb200-64.until-done": (
-        "nemotron-3-nano-pretrain", "gb200-64", ("nemo-ci-convergence",), ("checkpoint.save_interval=100",),
-        {"until_done": True, "max_segments": 200}),
+        "nemotron-3-nano-pretrain",
+        "gb200-64",
+        ("nemo-ci-convergence",),
+        ("checkpoint.save_interval=100",),
+        {"until_done": True, "max_segments": 200},
+    ),
     "smoke.local": ("smoke", "local", (), ()),
     "qwen35-vl-sft.lepton-gb200": ("qwen35-vl-sft", "lepton-gb200", (), INPUTS),
     "qwen35-vl-sft.dgxc-gb200": ("qwen35-vl-sft", "dgxc-gb200", (), INPUTS),
@@ -42,7 +52,9 @@ SCRIPTS = sorted(k for k, v in CASES.items() if v[1] not in ("lepton-gb200", "dg
 
 
 def _job(recipe, cluster, overlays, overrides, home, opts=None):
-    return resolve.resolve(recipe, resolve.Options(cluster=cluster, overlays=overlays, overrides=overrides, **(opts or {})))
+    return resolve.resolve(
+        recipe, resolve.Options(cluster=cluster, overlays=overlays, overrides=overrides, **(opts or {}))
+    )
 
 
 def _normalized(text: str, home) -> str:
@@ -69,7 +81,7 @@ def _script_args(text: str) -> list[str]:
     """The launch command's words, as bash would split them (with the batch shell's
     variables left in place)."""
     head = re.search(r"\n(with_secrets )?srun ", text)
-    body = text[head.end():] if head else text.split("trap ", 1)[1].split("\n", 1)[1]
+    body = text[head.end() :] if head else text.split("trap ", 1)[1].split("\n", 1)[1]
     body = body.split("\nrc=$?", 1)[0].replace("\\\n", " ")
     return shlex.split(body)
 
@@ -92,7 +104,7 @@ def test_script_structure(name, home):
     if job.backend == "slurm":
         assert "#SBATCH --ntasks-per-node=1" in text
         assert f"--nnodes={job.nodes}" in words and f"--nproc-per-node={job.gpus_per_node}" in words
-        assert "--rdzv-backend=c10d" in words and '--rdzv-endpoint=$rdzv_host:$rdzv_port' in words
+        assert "--rdzv-backend=c10d" in words and "--rdzv-endpoint=$rdzv_host:$rdzv_port" in words
         assert "SLURM_LOCALID" not in text
         if job.container:
             env_line = next(w for w in words if w.startswith("--container-env="))
@@ -133,25 +145,47 @@ def test_dry_run_artifact_equals_submitted_one_once_the_id_is_filled_in(home):
     assert shown.replace(resolve.RUN_ID_PLACEHOLDER, "smoke-1130-abcd") == real
 
 
-@pytest.mark.parametrize("env,expected", [
-    # leptonai/scripts lepton_env_to_pytorch.sh since 55412730 (2025-07-21): ${LEPTON_JOB_WORKER_PREFIX}-0.${LEPTON_SUBDOMAIN}
-    ({"LEPTON_JOB_WORKER_PREFIX": "wp", "LEPTON_SUBDOMAIN": "sub", "LEPTON_JOB_WORKER_INDEX": "2"}, "2 wp-0.sub"),
-    ({"LEPTON_JOB_WORKER_PREFIX": "wp", "LEPTON_SUBDOMAIN": "sub", "LEPTON_JOB_NAME": "j", "LEPTON_JOB_SERVICE_PREFIX": "svc",
-      "LEPTON_WORKSPACE_ID": "ws1", "LEPTON_JOB_WORKER_INDEX": "0"}, "0 wp-0.sub"),  # the current names win
-    # the names before it (f67164d2 and earlier), as the fallback
-    ({"LEPTON_JOB_NAME": "myjob", "LEPTON_JOB_WORKER_INDEX": "3"}, "3 myjob-0.myjob-job-svc"),
-    ({"LEPTON_JOB_NAME": "j", "LEPTON_JOB_SERVICE_PREFIX": "svc", "LEPTON_SUBDOMAIN": "sub",
-      "LEPTON_JOB_WORKER_INDEX": "1"}, "1 svc-0.sub"),
-    ({"LEPTON_JOB_NAME": "myjob", "LEPTON_WORKSPACE_ID": "ws1", "LEPTON_JOB_WORKER_INDEX": "1"},
-     "1 myjob-0.myjob-job-svc.ws-ws1.svc.cluster.local"),
-    ({"LEPTON_JOB_WORKER_PREFIX": "wp", "LEPTON_JOB_NAME": "j", "LEPTON_JOB_WORKER_INDEX": "1"}, "1 j-0.j-job-svc"),
-    ({}, "0 127.0.0.1"),  # a single worker outside Lepton
-])
+@pytest.mark.parametrize(
+    "env,expected",
+    [
+        # leptonai/scripts lepton_env_to_pytorch.sh since 55412730 (2025-07-21): ${LEPTON_JOB_WORKER_PREFIX}-0.${LEPTON_SUBDOMAIN}
+        ({"LEPTON_JOB_WORKER_PREFIX": "wp", "LEPTON_SUBDOMAIN": "sub", "LEPTON_JOB_WORKER_INDEX": "2"}, "2 wp-0.sub"),
+        (
+            {
+                "LEPTON_JOB_WORKER_PREFIX": "wp",
+                "LEPTON_SUBDOMAIN": "sub",
+                "LEPTON_JOB_NAME": "j",
+                "LEPTON_JOB_SERVICE_PREFIX": "svc",
+                "LEPTON_WORKSPACE_ID": "ws1",
+                "LEPTON_JOB_WORKER_INDEX": "0",
+            },
+            "0 wp-0.sub",
+        ),  # the current names win
+        # the names before it (f67164d2 and earlier), as the fallback
+        ({"LEPTON_JOB_NAME": "myjob", "LEPTON_JOB_WORKER_INDEX": "3"}, "3 myjob-0.myjob-job-svc"),
+        (
+            {
+                "LEPTON_JOB_NAME": "j",
+                "LEPTON_JOB_SERVICE_PREFIX": "svc",
+                "LEPTON_SUBDOMAIN": "sub",
+                "LEPTON_JOB_WORKER_INDEX": "1",
+            },
+            "1 svc-0.sub",
+        ),
+        (
+            {"LEPTON_JOB_NAME": "myjob", "LEPTON_WORKSPACE_ID": "ws1", "LEPTON_JOB_WORKER_INDEX": "1"},
+            "1 myjob-0.myjob-job-svc.ws-ws1.svc.cluster.local",
+        ),
+        ({"LEPTON_JOB_WORKER_PREFIX": "wp", "LEPTON_JOB_NAME": "j", "LEPTON_JOB_WORKER_INDEX": "1"}, "1 j-0.j-job-svc"),
+        ({}, "0 127.0.0.1"),  # a single worker outside Lepton
+    ],
+)
 def test_lepton_rank_variables_map_to_torchrun(env, expected):
     """Lepton's worker variables become NODE_RANK / MASTER_ADDR without downloading anything."""
     from bridge_launch.backends.lepton import RANK_PRELUDE
 
     script = "\n".join(RANK_PRELUDE) + '\necho "$NODE_RANK $MASTER_ADDR"\n'
-    out = subprocess.run(["bash", "-c", script], env={"PATH": os.environ["PATH"], **env}, capture_output=True,
-                         text=True, check=True).stdout.strip()
+    out = subprocess.run(
+        ["bash", "-c", script], env={"PATH": os.environ["PATH"], **env}, capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert out == expected

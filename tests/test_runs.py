@@ -69,20 +69,30 @@ def test_two_concurrent_resumes_exactly_one_wins(home):
     assert len(chain) == 2 and {c["chain"] for c in chain} == {run_id}
     launch_dir = Path(winner["run_dir"]) / "launch"
     assert sorted(p.name for p in launch_dir.iterdir()) == sorted(
-        [f"{run_id}.json", f"{run_id}.sh", f"{run_id}.run.json", f"{winner['run_id']}.json", f"{winner['run_id']}.sh",
-         f"{winner['run_id']}.run.json"])
+        [
+            f"{run_id}.json",
+            f"{run_id}.sh",
+            f"{run_id}.run.json",
+            f"{winner['run_id']}.json",
+            f"{winner['run_id']}.sh",
+            f"{winner['run_id']}.run.json",
+        ]
+    )
     run_cli("cancel", winner["run_id"])
 
 
 @pytest.mark.slow
 def test_resume_refuses_a_new_data_parallel_size_for_energon(home):
-    write(home / "recipes" / "smoke-energon.toml", """
+    write(
+        home / "recipes" / "smoke-energon.toml",
+        """
         extends = "smoke"
         name = "smoke-energon"
         dataset_kind = "energon"
         [config]
         model.tensor_model_parallel_size = 1
-    """)
+    """,
+    )
     sub = run_cli("submit", "smoke-energon", "--follow", "-o", "json", *FAST, timeout=300)
     assert sub.code == 0, sub.err
     run_id = json.loads(sub.out.split("\n}\n")[0] + "\n}")["run_id"]
@@ -93,12 +103,29 @@ def test_resume_refuses_a_new_data_parallel_size_for_energon(home):
 
 
 def test_diff_of_two_sets_and_of_two_runs(home):
-    r = run_cli("diff", "nemotron-3-nano-pretrain", "-c", "gb200-8", "--", "nemotron-3-nano-pretrain", "-c",
-                "gb200-64", "--overlay", "nemo-ci-convergence", "-o", "json")
+    r = run_cli(
+        "diff",
+        "nemotron-3-nano-pretrain",
+        "-c",
+        "gb200-8",
+        "--",
+        "nemotron-3-nano-pretrain",
+        "-c",
+        "gb200-64",
+        "--overlay",
+        "nemo-ci-convergence",
+        "-o",
+        "json",
+    )
     assert r.code == 0, r.err
     d = {(x["section"], x["key"]): x for x in r.json()["differences"]}
     gbs = d[("config", "train.global_batch_size")]
-    assert (gbs["a"], gbs["a_source"], gbs["b"], gbs["b_source"]) == (3072, "recipe", 512, "overlay:nemo-ci-convergence")
+    assert (gbs["a"], gbs["a_source"], gbs["b"], gbs["b_source"]) == (
+        3072,
+        "recipe",
+        512,
+        "overlay:nemo-ci-convergence",
+    )
     assert d[("job", "nodes")]["a"] == 2 and d[("job", "nodes")]["b"] == 16
     assert ("config", "dataset.seq_length") not in d  # equal on both sides
     text = run_cli("diff", "qwen35-vl-sft", "-c", "gb200-32", "--", "qwen35-vl-sft-mxfp8", "-c", "gb200-32")

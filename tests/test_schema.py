@@ -24,10 +24,30 @@ TYPES = {"int", "float", "bool", "str", "list", "dict", "any"}
 
 # Fields of ConfigContainer -- Bridge src/megatron/bridge/training/config.py, class ConfigContainer.
 CONTAINER_FIELDS = {
-    "env_vars", "rng", "rerun_state_machine", "train", "model", "optimizer",
-    "optimizer_config_override_provider", "ddp", "validation", "scheduler", "dataset", "logger",
-    "tokenizer", "checkpoint", "dist", "ft", "straggler", "nvrx_straggler", "profiling", "peft",
-    "comm_overlap", "mixed_precision", "tensor_inspect", "inprocess_restart",
+    "env_vars",
+    "rng",
+    "rerun_state_machine",
+    "train",
+    "model",
+    "optimizer",
+    "optimizer_config_override_provider",
+    "ddp",
+    "validation",
+    "scheduler",
+    "dataset",
+    "logger",
+    "tokenizer",
+    "checkpoint",
+    "dist",
+    "ft",
+    "straggler",
+    "nvrx_straggler",
+    "profiling",
+    "peft",
+    "comm_overlap",
+    "mixed_precision",
+    "tensor_inspect",
+    "inprocess_restart",
 }
 
 
@@ -96,12 +116,26 @@ def test_union_sections(doc):
     model = set(doc["sections"]["model"])
     # Bridge src/megatron/bridge/models/gpt_provider.py, hybrid/hybrid_provider.py, mamba/mamba_provider.py,
     # qwen_vl/qwen3_vl_provider.py, qwen_vl/qwen35_vl_provider.py
-    assert {"GPTModelProvider", "HybridModelProvider", "MambaModelProvider", "Qwen3VLModelProvider",
-            "Qwen3VLMoEModelProvider", "Qwen35VLModelProvider", "Qwen35VLMoEModelProvider"} <= model
+    assert {
+        "GPTModelProvider",
+        "HybridModelProvider",
+        "MambaModelProvider",
+        "Qwen3VLModelProvider",
+        "Qwen3VLMoEModelProvider",
+        "Qwen35VLModelProvider",
+        "Qwen35VLMoEModelProvider",
+    } <= model
     dataset = set(doc["sections"]["dataset"])
     # Bridge training/config.py, data/builders/{gpt_sft,direct_hf_sft,energon,mock_vlm_sft}.py
-    assert {"GPTDatasetConfig", "MockGPTDatasetConfig", "GPTSFTDatasetConfig", "FinetuningDatasetConfig",
-            "DirectHFSFTDatasetConfig", "EnergonDatasetConfig", "MockVLMSFTDatasetConfig"} <= dataset
+    assert {
+        "GPTDatasetConfig",
+        "MockGPTDatasetConfig",
+        "GPTSFTDatasetConfig",
+        "FinetuningDatasetConfig",
+        "DirectHFSFTDatasetConfig",
+        "EnergonDatasetConfig",
+        "MockVLMSFTDatasetConfig",
+    } <= dataset
     # Bridge src/megatron/bridge/peft/lora.py (LoRA, VLMLoRA), dora.py, canonical_lora.py
     assert {"LoRA", "VLMLoRA", "DoRA", "CanonicalLoRA"} <= set(doc["sections"]["peft"])
     assert doc["sections"]["mixed_precision"] == ["MixedPrecisionConfig"]
@@ -221,8 +255,13 @@ def test_mixed_precision(fields):
     assert mp["type"] == "str" and mp["nullable"] is True
     # Bridge training/mixed_precision.py: @register def bf16_mixed / bf16_with_mxfp8_mixed / ...
     # (register() also adds the hyphenated spelling)
-    assert {"bf16_mixed", "bf16-mixed", "bf16_with_mxfp8_mixed", "bf16_with_fp8_current_scaling_mixed",
-            "fp16_mixed"} <= set(mp["choices"])
+    assert {
+        "bf16_mixed",
+        "bf16-mixed",
+        "bf16_with_mxfp8_mixed",
+        "bf16_with_fp8_current_scaling_mixed",
+        "fp16_mixed",
+    } <= set(mp["choices"])
     # Bridge training/mixed_precision.py MixedPrecisionConfig: fp8_param_gather: bool = False, fp8: Optional[str]
     assert fields["mixed_precision.fp8_param_gather"] == {"type": "bool"}
     assert fields["mixed_precision.fp8"] == {"type": "str", "nullable": True}
@@ -271,8 +310,18 @@ def test_generator_is_stdlib_only():
 )
 def test_regeneration_matches(tmp_path, doc):
     out = tmp_path / "schema.json"
-    subprocess.run([sys.executable, str(GENERATOR), os.environ["MEGATRON_BRIDGE_SRC"],
-                    os.environ["MEGATRON_LM_SRC"], "-o", str(out)], check=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            str(GENERATOR),
+            os.environ["MEGATRON_BRIDGE_SRC"],
+            os.environ["MEGATRON_LM_SRC"],
+            "-o",
+            str(out),
+        ],
+        check=True,
+        timeout=600,
+    )
     fresh = json.loads(out.read_text(encoding="utf-8"))
     assert fresh["fields"] == doc["fields"]
     assert fresh["sections"] == doc["sections"]

@@ -54,8 +54,9 @@ def _summary(run_dir):
 
 
 def test_job_completes_across_two_hosts(cluster, home):
-    shown = run_cli("submit", "smoke", "-c", "local-slurm", "--dry-run", "-o", "json", *FAST,
-                    "train.train_iters=6").json()["artifact"]["text"]
+    shown = run_cli(
+        "submit", "smoke", "-c", "local-slurm", "--dry-run", "-o", "json", *FAST, "train.train_iters=6"
+    ).json()["artifact"]["text"]
     sub = _submit("train.train_iters=6")
     assert sub["state"] == "PENDING" and sub["job_ids"][0].isdigit()
     st = _wait_state(sub["run_id"], {"COMPLETED", "FAILED"})
@@ -69,8 +70,12 @@ def test_job_completes_across_two_hosts(cluster, home):
     submitted = (Path(sub["run_dir"]) / "launch" / f"{sub['run_id']}.sbatch").read_text()
     assert shown.replace("@RUN_ID@", sub["run_id"]) == submitted
     # accounting knows the job
-    acct = subprocess.run(["sacct", "-n", "-P", "-X", "-j", sub["job_ids"][0], "-o", "State"], capture_output=True,
-                          text=True, env=dict(os.environ, SLURM_CONF=cluster))
+    acct = subprocess.run(
+        ["sacct", "-n", "-P", "-X", "-j", sub["job_ids"][0], "-o", "State"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, SLURM_CONF=cluster),
+    )
     assert acct.stdout.strip() == "COMPLETED"
     # logs from both nodes, rank-prefixed, after the job ended
     logs = run_cli("logs", sub["run_id"])
@@ -81,8 +86,13 @@ def test_job_completes_across_two_hosts(cluster, home):
 
 def test_logs_follow_shows_both_nodes_while_running(cluster, home):
     sub = _submit("train.train_iters=30", "smoke.step_sleep=0.3")
-    proc = subprocess.Popen([sys.executable, "-m", "bridge_launch.cli.app", "logs", sub["run_id"], "-f"],
-                            stdout=subprocess.PIPE, text=True, cwd=REPO, env=dict(os.environ))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bridge_launch.cli.app", "logs", sub["run_id"], "-f"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=dict(os.environ),
+    )
     seen, deadline = [], time.time() + 180
     try:
         while time.time() < deadline:
@@ -115,8 +125,12 @@ def test_cancel_running_and_pending(cluster, home):
         assert run_cli("cancel", run["run_id"]).code == 0  # idempotent
     for run in (pending, running):
         assert _wait_state(run["run_id"], {"CANCELLED"}, timeout=60)["state"] == "CANCELLED"
-    q = subprocess.run(["squeue", "-h", "-j", f"{pending['job_ids'][0]},{running['job_ids'][0]}", "-t", "PD,R"],
-                       capture_output=True, text=True, env=dict(os.environ, SLURM_CONF=cluster))
+    q = subprocess.run(
+        ["squeue", "-h", "-j", f"{pending['job_ids'][0]},{running['job_ids'][0]}", "-t", "PD,R"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, SLURM_CONF=cluster),
+    )
     assert q.stdout.strip() == ""
 
 
@@ -172,8 +186,18 @@ def test_status_without_and_with_accounting(cluster, home):
 
 def test_twenty_concurrent_submits(cluster, home):
     def one(i):
-        return run_cli("submit", "smoke", "-c", "local-slurm", "-o", "json", *FAST, f"train.train_iters={i + 1}",
-                       "smoke.step_sleep=1", timeout=300)
+        return run_cli(
+            "submit",
+            "smoke",
+            "-c",
+            "local-slurm",
+            "-o",
+            "json",
+            *FAST,
+            f"train.train_iters={i + 1}",
+            "smoke.step_sleep=1",
+            timeout=300,
+        )
 
     with ThreadPoolExecutor(20) as pool:
         results = list(pool.map(one, range(20)))
@@ -188,8 +212,10 @@ def test_twenty_concurrent_submits(cluster, home):
             assert job["run_id"] == s["run_id"]
             assert records[s["run_id"]]["job_ids"] == s["job_ids"]
     finally:
-        subprocess.run(["scancel", *[r.json()["job_ids"][0] for r in results if r.code == 0]],
-                       env=dict(os.environ, SLURM_CONF=cluster))
+        subprocess.run(
+            ["scancel", *[r.json()["job_ids"][0] for r in results if r.code == 0]],
+            env=dict(os.environ, SLURM_CONF=cluster),
+        )
 
 
 def test_submit_while_the_controller_is_down(cluster, home):
@@ -202,8 +228,11 @@ def test_submit_while_the_controller_is_down(cluster, home):
     lines = r.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("bridge-launch: error:"), r.err
     assert run_cli("status", "-o", "json").json() == []
-    assert not any((Path(os.environ["BRIDGE_LAUNCH_HOME"]) / "runs").glob("*")) if (
-        Path(os.environ["BRIDGE_LAUNCH_HOME"]) / "runs").exists() else True
+    assert (
+        not any((Path(os.environ["BRIDGE_LAUNCH_HOME"]) / "runs").glob("*"))
+        if (Path(os.environ["BRIDGE_LAUNCH_HOME"]) / "runs").exists()
+        else True
+    )
 
 
 def test_slurm_rejects_before_submitting(cluster, home):
@@ -218,7 +247,7 @@ def test_quoted_values_arrive_byte_identical_and_nothing_runs(cluster, home, tmp
         f"+smoke.a='two words; $(touch {canary}) `touch {canary}` | cat * & echo'",
         "+smoke.b='it\\'s \"quoted\"'",
         "+smoke.c='line one\nline two'",
-        "+smoke.d=\"${oc.env:HOME}\"",
+        '+smoke.d="${oc.env:HOME}"',
     ]
     sub = _submit("train.train_iters=1", *nasty)
     assert _wait_state(sub["run_id"], {"COMPLETED", "FAILED"})["state"] == "COMPLETED"
@@ -249,12 +278,18 @@ def test_logs_and_status_over_ssh_read_the_login_host_not_local_files(cluster, h
 
     def hidden(*args):
         script = f'mount -t tmpfs bl-hidden {root} && test ! -e "$1" && shift && exec "$@"'
-        return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
-                               sub["run_dir"], *CLI, *args], capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", sub["run_dir"], *CLI, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     first = hidden("logs", sub["run_id"])
     assert first.returncode == 0, first.stderr
-    assert re.search(r"\[rank0\]: .*host=node1", first.stdout) and re.search(r"\[rank[23]\]: .*host=node2", first.stdout)
+    assert re.search(r"\[rank0\]: .*host=node1", first.stdout) and re.search(
+        r"\[rank[23]\]: .*host=node2", first.stdout
+    )
     local = run_cli("logs", sub["run_id"])  # this process sees the dir, but an SSH profile reads remotely anyway
     assert local.code == 0 and sorted(local.out.splitlines()) == sorted(first.stdout.splitlines())
     again = hidden("logs", sub["run_id"])  # nothing new to fetch: the same lines, once each
@@ -268,8 +303,20 @@ def test_logs_and_status_over_ssh_read_the_login_host_not_local_files(cluster, h
 def test_submit_over_ssh_with_a_secret(cluster, home):
     value = "ssh-s3cr3t-" + os.urandom(6).hex()
     env = {"MY_TOKEN": value}
-    r = run_cli("submit", "smoke", "-c", "local-slurm-ssh", "--secret", "MY_TOKEN", "-o", "json", *FAST,
-                "train.train_iters=6", "smoke.step_sleep=0.5", env=env)
+    r = run_cli(
+        "submit",
+        "smoke",
+        "-c",
+        "local-slurm-ssh",
+        "--secret",
+        "MY_TOKEN",
+        "-o",
+        "json",
+        *FAST,
+        "train.train_iters=6",
+        "smoke.step_sleep=0.5",
+        env=env,
+    )
     assert r.code == 0, r.err
     sub = r.json()
     assert sub["run_dir"].startswith("/var/lib/bridge-launch-slurm/jobs/")

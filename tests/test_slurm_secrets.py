@@ -17,25 +17,31 @@ from bridge_launch.core.errors import UsageError
 from bridge_launch.core import secret_ref
 
 
-@pytest.mark.parametrize("text,kind,path,machine", [
-    ("file:/etc/x/token", "file", "/etc/x/token", ""),
-    ("file:~/.cache/huggingface/token", "file", "~/.cache/huggingface/token", ""),
-    ("netrc:api.wandb.ai", "netrc", "~/.netrc", "api.wandb.ai"),
-    ("netrc:api.wandb.ai:/shared/me/netrc", "netrc", "/shared/me/netrc", "api.wandb.ai"),
-])
+@pytest.mark.parametrize(
+    "text,kind,path,machine",
+    [
+        ("file:/etc/x/token", "file", "/etc/x/token", ""),
+        ("file:~/.cache/huggingface/token", "file", "~/.cache/huggingface/token", ""),
+        ("netrc:api.wandb.ai", "netrc", "~/.netrc", "api.wandb.ai"),
+        ("netrc:api.wandb.ai:/shared/me/netrc", "netrc", "/shared/me/netrc", "api.wandb.ai"),
+    ],
+)
 def test_sources_parse(text, kind, path, machine):
     assert secret_ref.parse(text, "here") == secret_ref.Source(kind, path, machine)
 
 
-@pytest.mark.parametrize("text,says", [
-    ("hunter2", "a secret source is file:PATH"),
-    ("file:token", "must be absolute or start with ~/"),
-    ("file:~", "must be absolute or start with ~/"),
-    ("file:~/", "must be absolute or start with ~/"),
-    ("netrc:", "names no machine"),
-    ("netrc:two words", "names no machine"),
-    ("env:HF_TOKEN", "never a value"),
-])
+@pytest.mark.parametrize(
+    "text,says",
+    [
+        ("hunter2", "a secret source is file:PATH"),
+        ("file:token", "must be absolute or start with ~/"),
+        ("file:~", "must be absolute or start with ~/"),
+        ("file:~/", "must be absolute or start with ~/"),
+        ("netrc:", "names no machine"),
+        ("netrc:two words", "names no machine"),
+        ("env:HF_TOKEN", "never a value"),
+    ],
+)
 def test_bad_sources_are_one_clear_line(text, says):
     with pytest.raises(UsageError) as e:
         secret_ref.parse(text, "--secret T")
@@ -50,6 +56,7 @@ def test_shell_paths_expand_home_on_the_cluster_and_quote_the_rest():
 
 
 # --- the command line and profiles -------------------------------------------------------------
+
 
 def test_a_bad_secret_is_refused_with_one_line(cli, home):
     cases = [
@@ -70,16 +77,28 @@ def test_a_bad_secret_is_refused_with_one_line(cli, home):
 def test_profile_keys_are_checked(cli, home):
     write(home / "clusters" / "bad-src.toml", 'extends = "local-slurm"\n[slurm]\nsecret_sources = { T = "file:tok" }\n')
     write(home / "clusters" / "bad-policy.toml", 'extends = "local-slurm"\n[slurm]\nenv_secrets = "maybe"\n')
-    for name, says in (("bad-src", "[slurm] secret_sources T: secret source 'file:tok'"),
-                       ("bad-policy", "env_secrets must be one of warn, refuse")):
+    for name, says in (
+        ("bad-src", "[slurm] secret_sources T: secret source 'file:tok'"),
+        ("bad-policy", "env_secrets must be one of warn, refuse"),
+    ):
         r = cli("clusters", "show", name)
         assert r.code == 2 and says in r.err and len(r.err.strip().splitlines()) == 1, r.err
 
 
 def test_dry_run_shows_each_secrets_source_and_no_value(cli, home):
     value = "s3cr3t-never-shown"
-    r = cli("submit", "smoke", "-c", "local-slurm", "--dry-run", "--secret", "TOK=file:~/.tok", "--secret", "OTHER",
-            env={"TOK": value, "OTHER": value})
+    r = cli(
+        "submit",
+        "smoke",
+        "-c",
+        "local-slurm",
+        "--dry-run",
+        "--secret",
+        "TOK=file:~/.tok",
+        "--secret",
+        "OTHER",
+        env={"TOK": value, "OTHER": value},
+    )
     assert r.code == 0, r.err
     assert value not in r.out + r.err
     assert "TOK                       file:~/.tok: read on the cluster when each step starts  [cli]" in r.out
@@ -88,8 +107,18 @@ def test_dry_run_shows_each_secrets_source_and_no_value(cli, home):
     assert "# Secrets passed by name from the submitting environment: OTHER\n" in r.out  # TOK is not
     assert 'v=$(bl_secret TOK file "$HOME"/.tok); case $? in 0) export TOK="$v";; 4) ;; *) rc=1;; esac' in r.out
     assert "\nwith_secrets srun \\\n" in r.out
-    d = cli("submit", "smoke", "-c", "local-slurm", "--dry-run", "-o", "json", "--secret", "TOK=file:~/.tok",
-            env={"TOK": value}).json()
+    d = cli(
+        "submit",
+        "smoke",
+        "-c",
+        "local-slurm",
+        "--dry-run",
+        "-o",
+        "json",
+        "--secret",
+        "TOK=file:~/.tok",
+        env={"TOK": value},
+    ).json()
     assert d["secret_sources"] == {"TOK": {"source": "file:~/.tok", "optional": False, "from": "cli"}}
     assert value not in json.dumps(d)
 
@@ -105,24 +134,30 @@ def test_profile_sources_make_profile_secrets_optional_and_cli_ones_required(hom
 
 
 def test_a_required_secret_with_a_source_needs_no_value_here(home, monkeypatch):
-    write(home / "clusters" / "req.toml", '''
+    write(
+        home / "clusters" / "req.toml",
+        """
         extends = "local-slurm"
         required_secrets = ["NEEDED"]
         [slurm]
         secret_sources = { NEEDED = "file:/somewhere/needed" }
-        ''')
+        """,
+    )
     monkeypatch.delenv("NEEDED", raising=False)
     job = resolve.resolve("smoke", resolve.Options(cluster="req"), for_submit=True)
     assert job.errors == [] and job.secret_sources["NEEDED"]["optional"] is False
 
 
 def test_a_profile_can_refuse_values_from_the_environment(cli, home):
-    write(home / "clusters" / "strict.toml", '''
+    write(
+        home / "clusters" / "strict.toml",
+        """
         extends = "local-slurm"
         secrets = ["OPTIONAL_ONE"]
         [slurm]
         env_secrets = "refuse"
-        ''')
+        """,
+    )
     r = cli("submit", "smoke", "-c", "strict", "--secret", "MINE", env={"MINE": "v"})
     assert r.code == 2 and 'env_secrets = "refuse"' in r.err and "--secret MINE=file:PATH" in r.err, r.err
     d = cli("submit", "smoke", "-c", "strict", "--dry-run", "-o", "json", env={"OPTIONAL_ONE": "v"}).json()
@@ -133,6 +168,7 @@ def test_a_profile_can_refuse_values_from_the_environment(cli, home):
 
 # --- the reader, run by bash ------------------------------------------------------------------
 
+
 def _file(path: Path, text: str, mode: int) -> str:
     path.write_text(text)
     os.chmod(path, mode)
@@ -141,16 +177,23 @@ def _file(path: Path, text: str, mode: int) -> str:
 
 def _check(sources: dict, home_dir) -> dict:
     specs = {n: {"source": src, "optional": False, "from": "cli"} for n, src in sources.items()}
-    proc = subprocess.run(["bash", "-s"], input=S.check_script(specs), capture_output=True, text=True,
-                          env=dict(os.environ, HOME=str(home_dir)))
+    proc = subprocess.run(
+        ["bash", "-s"],
+        input=S.check_script(specs),
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, HOME=str(home_dir)),
+    )
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     return proc.stdout, S.parse_check(proc.stdout)
 
 
 def test_the_reader_refuses_what_others_may_read_and_says_why(tmp_path):
-    netrc = ("machine other.example login machine password not-this-one\n"
-             "default login x password nor-this\n"
-             "machine api.wandb.ai\n  login user\n  password KEY-42\n")
+    netrc = (
+        "machine other.example login machine password not-this-one\n"
+        "default login x password nor-this\n"
+        "machine api.wandb.ai\n  login user\n  password KEY-42\n"
+    )
     files = {
         "OK": _file(tmp_path / "ok", "tok-1\n\n", 0o600),
         "GROUP": _file(tmp_path / "group", "tok-2\n", 0o640),
@@ -161,15 +204,27 @@ def test_the_reader_refuses_what_others_may_read_and_says_why(tmp_path):
     }
     (tmp_path / "link").symlink_to(tmp_path / "ok")
     (tmp_path / "dir").mkdir(mode=0o700)
-    out, got = _check({
-        "OK": f"file:{files['OK']}", "GROUP": f"file:{files['GROUP']}", "OTHERS": f"file:{files['OTHERS']}",
-        "GWRITE": f"file:{files['GWRITE']}", "EMPTY": f"file:{files['EMPTY']}", "LINK": f"file:{tmp_path}/link",
-        "DIR": f"file:{tmp_path}/dir", "GONE": f"file:{tmp_path}/gone", "HOMED": "file:~/ok",
-        "WANDB": f"netrc:api.wandb.ai:{files['NETRC']}", "NOHOST": f"netrc:nowhere.example:{files['NETRC']}",
-    }, tmp_path)
+    out, got = _check(
+        {
+            "OK": f"file:{files['OK']}",
+            "GROUP": f"file:{files['GROUP']}",
+            "OTHERS": f"file:{files['OTHERS']}",
+            "GWRITE": f"file:{files['GWRITE']}",
+            "EMPTY": f"file:{files['EMPTY']}",
+            "LINK": f"file:{tmp_path}/link",
+            "DIR": f"file:{tmp_path}/dir",
+            "GONE": f"file:{tmp_path}/gone",
+            "HOMED": "file:~/ok",
+            "WANDB": f"netrc:api.wandb.ai:{files['NETRC']}",
+            "NOHOST": f"netrc:nowhere.example:{files['NETRC']}",
+        },
+        tmp_path,
+    )
     assert got["OK"] == got["LINK"] == got["HOMED"] == got["WANDB"] == (0, "")
-    assert got["GROUP"] == (1, f"secret GROUP: {files['GROUP']} is readable by group or others (mode 0640); "
-                               f"chmod 600 {files['GROUP']}")
+    assert got["GROUP"] == (
+        1,
+        f"secret GROUP: {files['GROUP']} is readable by group or others (mode 0640); chmod 600 {files['GROUP']}",
+    )
     assert "is readable by group or others (mode 0604)" in got["OTHERS"][1]
     assert "is writable by group or others (mode 0620)" in got["GWRITE"][1]
     assert got["EMPTY"] == (1, f"secret EMPTY: {files['EMPTY']} is empty")
@@ -208,9 +263,12 @@ def _batch(tmp_path, sources, body, env=None, chain=False):
 def test_each_step_gets_the_value_and_the_batch_shell_never_holds_it(tmp_path):
     value = "a b'c\"$(touch canary)`touch canary2` \\n $HOME"
     _file(tmp_path / "tok", value + "\n", 0o600)
-    proc, _ = _batch(tmp_path, {"T": {"source": "file:~/tok", "optional": False, "from": "cli"}},
-                     'with_secrets printenv T; echo "[batch:${T-unset}]"; sbatch_env=$(env); '
-                     '[[ $sbatch_env == *touch* ]] && echo LEAK; exit 0')
+    proc, _ = _batch(
+        tmp_path,
+        {"T": {"source": "file:~/tok", "optional": False, "from": "cli"}},
+        'with_secrets printenv T; echo "[batch:${T-unset}]"; sbatch_env=$(env); '
+        "[[ $sbatch_env == *touch* ]] && echo LEAK; exit 0",
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == value + "\n[batch:unset]\n"  # byte for byte, and only inside the step's subshell
     assert not (tmp_path / "canary").exists() and not (tmp_path / "canary2").exists()
@@ -218,8 +276,9 @@ def test_each_step_gets_the_value_and_the_batch_shell_never_holds_it(tmp_path):
 
 def test_a_source_that_became_unsafe_stops_the_job_in_its_first_lines(tmp_path):
     _file(tmp_path / "tok", "v\n", 0o644)
-    proc, run_dir = _batch(tmp_path, {"T": {"source": "file:~/tok", "optional": False, "from": "cli"}},
-                           "echo STARTED", chain=True)
+    proc, run_dir = _batch(
+        tmp_path, {"T": {"source": "file:~/tok", "optional": False, "from": "cli"}}, "echo STARTED", chain=True
+    )
     assert proc.returncode == 1 and "STARTED" not in proc.stdout
     assert f"bridge-launch: secret T: {tmp_path}/tok is readable by group or others (mode 0644)" in proc.stderr
     assert (run_dir / "exit" / "77").read_text() == "1\n"
@@ -228,12 +287,14 @@ def test_a_source_that_became_unsafe_stops_the_job_in_its_first_lines(tmp_path):
 
 
 def test_an_optional_source_that_is_gone_leaves_the_secret_out_or_to_sbatchs_value(tmp_path):
-    sources = {"T": {"source": "file:~/gone", "optional": True, "from": "cluster:x"},
-               "U": {"source": "netrc:api.wandb.ai:~/gone", "optional": True, "from": "cluster:x"}}
-    proc, _ = _batch(tmp_path, sources, 'with_secrets bash -c \'echo "[${T-unset}] [${U-unset}]"\'')
+    sources = {
+        "T": {"source": "file:~/gone", "optional": True, "from": "cluster:x"},
+        "U": {"source": "netrc:api.wandb.ai:~/gone", "optional": True, "from": "cluster:x"},
+    }
+    proc, _ = _batch(tmp_path, sources, "with_secrets bash -c 'echo \"[${T-unset}] [${U-unset}]\"'")
     assert proc.returncode == 0 and proc.stdout == "[unset] [unset]\n", proc.stderr
     assert "bridge-launch: note: secret T: " in proc.stderr and "the job runs without it" in proc.stderr
-    proc, _ = _batch(tmp_path, sources, 'with_secrets bash -c \'echo "[${T-unset}]"\'', env={"T": "from-sbatch"})
+    proc, _ = _batch(tmp_path, sources, "with_secrets bash -c 'echo \"[${T-unset}]\"'", env={"T": "from-sbatch"})
     assert proc.stdout == "[from-sbatch]\n" and "the value from sbatch's environment is used" in proc.stderr
 
 
@@ -256,8 +317,13 @@ SLURM_VERSION           = 22.05.8
 
 def test_scontrol_config_is_read_and_job_env_is_named():
     conf = S.parse_config(CONFIG)
-    assert conf == {"AccountingStorageType": "accounting_storage/slurmdbd", "AccountingStoreFlags": "job_comment,job_env",
-                    "MinJobAge": "300 sec", "StateSaveLocation": "/var/spool/slurmctld", "SLURM_VERSION": "22.05.8"}
+    assert conf == {
+        "AccountingStorageType": "accounting_storage/slurmdbd",
+        "AccountingStoreFlags": "job_comment,job_env",
+        "MinJobAge": "300 sec",
+        "StateSaveLocation": "/var/spool/slurmctld",
+        "SLURM_VERSION": "22.05.8",
+    }
     assert S.stores_job_env(conf)
     assert not S.stores_job_env(S.parse_config(CONFIG.replace("job_comment,job_env", "(null)")))
     text = S.env_warning(["MY_TOKEN"], conf, "1234", chain=True)
@@ -287,8 +353,10 @@ def test_the_cluster_config_is_asked_once_a_day(home, monkeypatch):
 
 
 def test_status_reads_the_first_lines_failure():
-    log = ("bridge-launch: note: secret U: /h/.netrc does not exist; the job runs without it\n"
-           "bridge-launch: secret T: /h/tok is readable by group or others (mode 0644); chmod 600 /h/tok\n")
+    log = (
+        "bridge-launch: note: secret U: /h/.netrc does not exist; the job runs without it\n"
+        "bridge-launch: secret T: /h/tok is readable by group or others (mode 0644); chmod 600 /h/tok\n"
+    )
     assert S.failure(["", log]) == "secret T: /h/tok is readable by group or others (mode 0644); chmod 600 /h/tok"
     assert S.failure(["[rank0]: training"]) is None
 

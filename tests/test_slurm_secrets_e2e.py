@@ -25,7 +25,7 @@ SPOOL = STATE / "spool" / "slurmctld"
 if os.geteuid() != 0:
     pytest.skip("the local Slurm cluster needs root", allow_module_level=True)
 
-PROBE = '''import hashlib, json, os, socket
+PROBE = """import hashlib, json, os, socket
 out = {"host": socket.gethostname(), "rank": os.environ.get("RANK"),
        "secrets": {k: hashlib.sha256(os.environ[k].encode()).hexdigest() if k in os.environ else None
                    for k in os.environ.get("BRIDGE_LAUNCH_SECRET_NAMES", "").split(",") if k}}
@@ -34,13 +34,15 @@ os.makedirs(d, exist_ok=True)
 with open(os.path.join(d, f"{out['host']}-{out['rank']}.json"), "w") as fh:
     json.dump(out, fh)
 print(f"probe: rank {out['rank']} on {out['host']} sees {sorted(k for k, v in out['secrets'].items() if v)}", flush=True)
-'''
+"""
 
 
 def _probe_recipe(home, tmp_path):
     """A recipe whose entry reports, from every process, a hash of each secret it sees."""
     probe = write(tmp_path / "probe.py", PROBE)
-    write(home / "recipes" / "secret-probe.toml", f'''
+    write(
+        home / "recipes" / "secret-probe.toml",
+        f'''
         name = "secret-probe"
         description = "reports a hash of each secret every process sees"
         upstream = "probe_config"
@@ -49,7 +51,8 @@ def _probe_recipe(home, tmp_path):
         entry = "{probe}"
         [config]
         train.train_iters = 1
-        ''')
+        ''',
+    )
 
 
 def _secret_file(path: Path, value: str, mode: int = 0o600) -> Path:
@@ -74,8 +77,13 @@ def _slurm_env_file(job_id: str) -> Path:
 
 
 def _scontrol(*args) -> str:
-    return subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=60,
-                          env=dict(os.environ, SLURM_CONF=str(STATE / "etc" / "slurm.conf"))).stdout
+    return subprocess.run(
+        ["scontrol", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, SLURM_CONF=str(STATE / "etc" / "slurm.conf")),
+    ).stdout
 
 
 def _nowhere(values, since, run_dirs=(), skip=()):
@@ -130,8 +138,11 @@ def test_a_source_others_can_read_or_that_is_missing_is_refused_at_submit(cluste
     where = " (checked on local-slurm-login)" if profile.endswith("-ssh") else ""
     cases = [
         (f"file:{src}", f"secret MY_TOKEN: {src} is readable by group or others (mode 0640); chmod 600 {src}{where}"),
-        (f"file:{tmp_path}/keys/absent", f"secret MY_TOKEN: {tmp_path}/keys/absent does not exist{where}; "
-                                          "create it there, readable by you alone (chmod 600)"),
+        (
+            f"file:{tmp_path}/keys/absent",
+            f"secret MY_TOKEN: {tmp_path}/keys/absent does not exist{where}; "
+            "create it there, readable by you alone (chmod 600)",
+        ),
     ]
     for source, says in cases:
         r = run_cli("submit", "smoke", "-c", profile, "--secret", f"MY_TOKEN={source}", *FAST)
@@ -141,11 +152,14 @@ def test_a_source_others_can_read_or_that_is_missing_is_refused_at_submit(cluste
 
 
 def test_a_source_that_changes_before_the_job_starts_stops_it_in_its_first_lines(cluster, home, tmp_path):
-    write(home / "clusters" / "later.toml", '''
+    write(
+        home / "clusters" / "later.toml",
+        """
         extends = "local-slurm"
         [slurm]
         sbatch_args = ["--begin=now+15"]
-        ''')
+        """,
+    )
     src = _secret_file(tmp_path / "keys" / "token", "v-" + os.urandom(4).hex())
     subs = []
     for extra in ([], ["--until-done", "--time", "00:05:00", "train.train_iters=4"]):
@@ -172,9 +186,25 @@ def test_every_segment_of_a_chain_reads_the_file_again(cluster, home, tmp_path):
     t0 = time.time() - 1
     value = "chain-s3cr3t-" + os.urandom(8).hex()
     src = _secret_file(tmp_path / "keys" / "token", value)
-    r = run_cli("submit", "smoke", "-c", "local-slurm", "--until-done", "-o", "json", *FAST, "--secret",
-                f"MY_TOKEN=file:{src}", "--time", "00:05:00", "--max-restarts", "2", "train.train_iters=16",
-                "smoke.step_sleep=0.3", "checkpoint.save_interval=4")
+    r = run_cli(
+        "submit",
+        "smoke",
+        "-c",
+        "local-slurm",
+        "--until-done",
+        "-o",
+        "json",
+        *FAST,
+        "--secret",
+        f"MY_TOKEN=file:{src}",
+        "--time",
+        "00:05:00",
+        "--max-restarts",
+        "2",
+        "train.train_iters=16",
+        "smoke.step_sleep=0.3",
+        "checkpoint.save_interval=4",
+    )
     assert r.code == 0, r.err
     sub = r.json()
     kill_node_when(sub, sub["job_ids"][0], r"iteration\s+([6-9]|1\d)/")
@@ -196,13 +226,16 @@ def test_values_from_the_environment_still_work_and_land_where_the_warning_says(
     t0 = time.time() - 1
     _probe_recipe(home, tmp_path)
     for name, policy in (("lenient", "warn"), ("strict", "refuse")):
-        write(home / "clusters" / f"{name}.toml", f'''
+        write(
+            home / "clusters" / f"{name}.toml",
+            f'''
             extends = "local-slurm"
             secrets = ["OPT_TOKEN"]
             [slurm]
             env_secrets = "{policy}"
             secret_sources = {{ OPT_TOKEN = "file:{tmp_path}/absent" }}
-            ''')
+            ''',
+        )
     strict_value = "refused-" + os.urandom(8).hex()
     r = run_cli("submit", "secret-probe", "-c", "strict", "-o", "json", env={"OPT_TOKEN": strict_value})
     assert r.code == 0, r.err
@@ -216,7 +249,9 @@ def test_values_from_the_environment_still_work_and_land_where_the_warning_says(
     job_id = lenient["job_ids"][0]
     env_file = _slurm_env_file(job_id)
     warning = re.search(r"bridge-launch: warning: (OPT_TOKEN went to the job through sbatch's environment: .*)", r.err)
-    assert warning and f"slurmctld keeps it in {env_file} until the job record is purged (MinJobAge, 3600 s" in warning[1]
+    assert (
+        warning and f"slurmctld keeps it in {env_file} until the job record is purged (MinJobAge, 3600 s" in warning[1]
+    )
     assert "AccountingStoreFlags=job_env" not in r.err  # not set on this cluster
     for sub in (strict, lenient):
         assert _wait(sub["run_id"], {"COMPLETED", "FAILED"})["state"] == "COMPLETED"

@@ -91,6 +91,7 @@ def smoke_mod():
         import fabric_checks
         import hydra_args
         import tiny_lm
+
         for part in (hydra_args, fabric_checks, tiny_lm):
             for name in dir(part):
                 if not name.startswith("__") and not hasattr(mod, name):
@@ -102,11 +103,24 @@ def smoke_mod():
 
 def _child_env(run_dir: Path) -> dict:
     env = dict(os.environ)
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-              "TORCHELASTIC_RUN_ID", "GROUP_RANK"):
+    for k in (
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TORCHELASTIC_RUN_ID",
+        "GROUP_RANK",
+    ):
         env.pop(k, None)
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1",
-               BRIDGE_LAUNCH_RUN_DIR=str(run_dir), CUDA_VISIBLE_DEVICES="")
+    env.update(
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+        BRIDGE_LAUNCH_RUN_DIR=str(run_dir),
+        CUDA_VISIBLE_DEVICES="",
+    )
     return env
 
 
@@ -121,15 +135,31 @@ def _prepare(run_dir: Path) -> Path:
 
 def _torchrun_cmd(script: Path, args, tee: bool = False) -> list:
     """tee: every line prefixed with its rank, as the Slurm backend runs it ([rankN]: )."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-            *(["--tee=3"] if tee else []), str(script), *args]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        *(["--tee=3"] if tee else []),
+        str(script),
+        *args,
+    ]
 
 
 def _run(run_dir: Path, args, timeout=120, tee: bool = False) -> subprocess.CompletedProcess:
     script = _prepare(run_dir)
     env = dict(_child_env(run_dir), TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[rank${rank}]: ")
-    return subprocess.run(_torchrun_cmd(script, args, tee), cwd=run_dir, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    return subprocess.run(
+        _torchrun_cmd(script, args, tee),
+        cwd=run_dir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _by_rank(out: str):
@@ -153,10 +183,17 @@ def _check_ckpt_layout(ckpt: Path, iterations, tracker: int, world: int = 2):
     for it in iterations:
         d = ckpt / f"iter_{it:07d}"
         names = {p.name for p in d.iterdir()}
-        assert names == {".metadata", "metadata.json", "train_state.pt", "run_config.yaml",
-                         *(f"__{r}_0.distcp" for r in range(world))}, names
-        assert json.loads((d / "metadata.json").read_text()) == {"sharded_backend": "torch_dist",
-                                                                 "sharded_backend_version": 1}
+        assert names == {
+            ".metadata",
+            "metadata.json",
+            "train_state.pt",
+            "run_config.yaml",
+            *(f"__{r}_0.distcp" for r in range(world)),
+        }, names
+        assert json.loads((d / "metadata.json").read_text()) == {
+            "sharded_backend": "torch_dist",
+            "sharded_backend_version": 1,
+        }
         state = torch.load(d / "train_state.pt", weights_only=True)
         assert int(state["step"]) == it and int(state["consumed_train_samples"]) == it * 8
     shard = torch.load(ckpt / f"iter_{tracker:07d}" / "__0_0.distcp", map_location="cpu", weights_only=True)
@@ -197,13 +234,33 @@ def test_only_stdlib_and_torch_imports():
 @pytest.mark.parametrize(
     "text,expected",
     [
-        ("10", 10), ("-3", -3), ("1_000", 1000), ("3e-3", 3e-3), ("0.5", 0.5), (".5", 0.5),
-        ("true", True), ("False", False), ("null", None), ("NULL", None), ("None", "None"),
-        ("'a b'", "a b"), ('"x=y"', "x=y"), ("'it\\'s'", "it's"), ('"a\\"b"', 'a"b'),
-        ("'back\\\\slash'", "back\\slash"), ("'C:\\dir'", "C:\\dir"), ("", ""), ("  7 ", 7),
-        ("[1024, 65536]", [1024, 65536]), ("[]", []), ("['a,b', \"c\", [1, 2]]", ["a,b", "c", [1, 2]]),
-        ("abc", "abc"), ("/path/to/x", "/path/to/x"), ("'unterminated", "'unterminated"),
-        ("1.2.3", "1.2.3"), ("inf", float("inf")),
+        ("10", 10),
+        ("-3", -3),
+        ("1_000", 1000),
+        ("3e-3", 3e-3),
+        ("0.5", 0.5),
+        (".5", 0.5),
+        ("true", True),
+        ("False", False),
+        ("null", None),
+        ("NULL", None),
+        ("None", "None"),
+        ("'a b'", "a b"),
+        ('"x=y"', "x=y"),
+        ("'it\\'s'", "it's"),
+        ('"a\\"b"', 'a"b'),
+        ("'back\\\\slash'", "back\\slash"),
+        ("'C:\\dir'", "C:\\dir"),
+        ("", ""),
+        ("  7 ", 7),
+        ("[1024, 65536]", [1024, 65536]),
+        ("[]", []),
+        ("['a,b', \"c\", [1, 2]]", ["a,b", "c", [1, 2]]),
+        ("abc", "abc"),
+        ("/path/to/x", "/path/to/x"),
+        ("'unterminated", "'unterminated"),
+        ("1.2.3", "1.2.3"),
+        ("inf", float("inf")),
     ],
 )
 def test_parse_value(smoke_mod, text, expected):
@@ -212,7 +269,8 @@ def test_parse_value(smoke_mod, text, expected):
 
 def test_parse_overrides(smoke_mod):
     ov, unparsed = smoke_mod.parse_overrides(
-        ["train.train_iters=5", "+a.b=1", "++c.d='x'", "--local-rank=0", "~e.f", "junk", "a.b=2"])
+        ["train.train_iters=5", "+a.b=1", "++c.d='x'", "--local-rank=0", "~e.f", "junk", "a.b=2"]
+    )
     assert ov == {"train.train_iters": 5, "a.b": 2, "c.d": "x"}
     assert unparsed == ["~e.f", "junk"]
     ov, unparsed = smoke_mod.parse_overrides(TRICKY)
@@ -228,15 +286,28 @@ def test_build_config(smoke_mod):
     assert cfg["log_interval"] == 100 and cfg["eval_interval"] is None and cfg["eval_iters"] == 100  # Bridge's defaults
     assert cfg["num_workers"] == 2 and cfg["exit_signal"] == signal.SIGTERM
     assert cfg["busbw_sizes"] == smoke_mod.DEFAULT_BUSBW_SIZES
-    cfg = smoke_mod.build_config({"train.global_batch_size": 32, "tokenizer.vocab_size": 100,
-                                  "checkpoint.load": "None", "smoke.busbw_sizes": ["1K", "2M"]}, 4)
+    cfg = smoke_mod.build_config(
+        {
+            "train.global_batch_size": 32,
+            "tokenizer.vocab_size": 100,
+            "checkpoint.load": "None",
+            "smoke.busbw_sizes": ["1K", "2M"],
+        },
+        4,
+    )
     assert cfg["grad_accum"] == 2 and cfg["vocab_size"] == 100 and cfg["load"] is None
     assert cfg["busbw_sizes"] == [1024, 2 << 20]
-    for bad in ({"train.global_batch_size": 6, "train.micro_batch_size": 4},
-                {"train.train_iters": "many"}, {"model.hidden_size": 30},
-                {"train.micro_batch_size": 0}, {"train.exit_signal_handler": "maybe"},
-                {"checkpoint.ckpt_format": "torch"}, {"checkpoint.async_save": True},
-                {"checkpoint.non_persistent_ckpt_type": "local"}, {"train.exit_signal": "SIGNOPE"}):
+    for bad in (
+        {"train.global_batch_size": 6, "train.micro_batch_size": 4},
+        {"train.train_iters": "many"},
+        {"model.hidden_size": 30},
+        {"train.micro_batch_size": 0},
+        {"train.exit_signal_handler": "maybe"},
+        {"checkpoint.ckpt_format": "torch"},
+        {"checkpoint.async_save": True},
+        {"checkpoint.non_persistent_ckpt_type": "local"},
+        {"train.exit_signal": "SIGNOPE"},
+    ):
         with pytest.raises(smoke_mod.SmokeError):
             smoke_mod.build_config(bad, 2)
 
@@ -255,12 +326,15 @@ def test_synthetic_data_deterministic(smoke_mod):
 
 def test_mnnvl_status(smoke_mod, monkeypatch):
     monkeypatch.delenv("NCCL_MNNVL_ENABLE", raising=False)
-    text = "GPU 00000000:01:00.0\n    Fabric\n        State : Completed\n        Status : Success\n" \
-           "        CliqueId : 7\n        ClusterUUID : abc\n        Health\n            Bandwidth : Full\n" \
-           "    Processes : None\n"
+    text = (
+        "GPU 00000000:01:00.0\n    Fabric\n        State : Completed\n        Status : Success\n"
+        "        CliqueId : 7\n        ClusterUUID : abc\n        Health\n            Bandwidth : Full\n"
+        "    Processes : None\n"
+    )
     sec = smoke_mod.parse_fabric(text)
-    assert sec == [{"State": "Completed", "Status": "Success", "CliqueId": "7", "ClusterUUID": "abc",
-                    "Bandwidth": "Full"}]
+    assert sec == [
+        {"State": "Completed", "Status": "Success", "CliqueId": "7", "ClusterUUID": "abc", "Bandwidth": "Full"}
+    ]
     reg = {"state": "Completed", "status": "Success", "clique_id": "7", "cluster_uuid": "abc"}
     assert smoke_mod.mnnvl_status({"a": reg, "b": reg}, 2)[0] == "likely"
     assert smoke_mod.mnnvl_status({"a": reg}, 1)[0] == "no"
@@ -273,8 +347,14 @@ def test_mnnvl_status(smoke_mod, monkeypatch):
 def test_bad_batch_sizes_single_process(tmp_path):
     """(d) without torchrun: a one-line error on stderr and exit status 2, no traceback."""
     script = _prepare(tmp_path)
-    proc = subprocess.run([sys.executable, str(script), "train.micro_batch_size=3", "train.global_batch_size=8"],
-                          cwd=tmp_path, env=_child_env(tmp_path), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(script), "train.micro_batch_size=3", "train.global_batch_size=8"],
+        cwd=tmp_path,
+        env=_child_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, proc.stderr
@@ -291,8 +371,14 @@ def reference_run(tmp_path_factory):
     """Uninterrupted run with periodic checkpoints and the tricky argv tokens."""
     run_dir = tmp_path_factory.mktemp("reference")
     ckpt = run_dir / "ckpt dir"  # space in the path, passed Hydra-quoted
-    args = [*COMMON, f"checkpoint.save='{ckpt}'", f"checkpoint.load='{ckpt}'", "checkpoint.save_interval=10",
-            "logger.log_interval=5", *TRICKY]
+    args = [
+        *COMMON,
+        f"checkpoint.save='{ckpt}'",
+        f"checkpoint.load='{ckpt}'",
+        "checkpoint.save_interval=10",
+        "logger.log_interval=5",
+        *TRICKY,
+    ]
     proc = _run(run_dir, args, tee=True)
     assert proc.returncode == 0, proc.stdout[-4000:]
     return run_dir, ckpt, args, proc.stdout
@@ -328,7 +414,8 @@ def test_full_run_completes(reference_run):
     assert int(last.group(3)) == TRAIN_ITERS * 8 and int(last.group(4)) == 8
     assert {r for r, ln in lines if ln.startswith("Step Time : ")} == {0}
     assert [ln for r, ln in lines if "successfully saved checkpoint" in ln and r == 0] == [
-        f"  successfully saved checkpoint from iteration {i:7d} to {ckpt} [ t 1/1, p 1/1 ]" for i in (10, 20, 30)]
+        f"  successfully saved checkpoint from iteration {i:7d} to {ckpt} [ t 1/1, p 1/1 ]" for i in (10, 20, 30)
+    ]
     assert {r for r, ln in lines if "validation loss at iteration 30 on test set" in ln} == {1}
     assert "all-reduce bus bandwidth" in out
     assert (0, "Starting training loop at iteration 0") in lines  # no tracker: Bridge starts silently
@@ -366,8 +453,15 @@ class Launched:
     def __init__(self, run_dir: Path, args, tee: bool = False, env: dict | None = None):
         script = _prepare(run_dir)
         env = dict(_child_env(run_dir), TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[rank${rank}]: ", **(env or {}))
-        self.proc = subprocess.Popen(_torchrun_cmd(script, args, tee), cwd=run_dir, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self.proc = subprocess.Popen(
+            _torchrun_cmd(script, args, tee),
+            cwd=run_dir,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         self.lines: queue.Queue = queue.Queue()
         self.out: list = []
         self.reader = threading.Thread(target=lambda: [self.lines.put(ln) for ln in self.proc.stdout], daemon=True)
@@ -410,8 +504,16 @@ def test_sigterm_checkpoint_and_resume(reference_run, tmp_path):
     ref = {st: loss for st, loss in _summary(reference_run[0])["losses"]}
     run1 = tmp_path / "run1"
     ckpt = tmp_path / "ckpt"
-    run = Launched(run1, [*COMMON, f"checkpoint.save={ckpt}", "logger.log_interval=1", "smoke.step_sleep=0.25",
-                          "train.exit_signal_handler=true"])
+    run = Launched(
+        run1,
+        [
+            *COMMON,
+            f"checkpoint.save={ckpt}",
+            "logger.log_interval=1",
+            "smoke.step_sleep=0.25",
+            "train.exit_signal_handler=true",
+        ],
+    )
     run.wait_for(r"iteration +[3-9]/")
     pids = trainer_pids(run.proc.pid)
     assert len(pids) == 2
@@ -454,8 +556,10 @@ def test_bad_batch_sizes_torchrun(tmp_path):
     proc = _run(tmp_path, ["train.micro_batch_size=2", "train.global_batch_size=6"], timeout=60)
     assert proc.returncode != 0
     errs = [ln for ln in proc.stdout.splitlines() if ln.startswith("smoke.py: error:")]
-    assert errs == ["smoke.py: error: train.global_batch_size=6 is not divisible by "
-                    "train.micro_batch_size * data-parallel size = 2 * 2 = 4"], proc.stdout[-3000:]
+    assert errs == [
+        "smoke.py: error: train.global_batch_size=6 is not divisible by "
+        "train.micro_batch_size * data-parallel size = 2 * 2 = 4"
+    ], proc.stdout[-3000:]
     assert not (tmp_path / "summary.json").exists()
 
 
@@ -466,17 +570,30 @@ def test_runs_and_resumes_without_numpy(tmp_path):
     blocker = tmp_path / "no-numpy" / "numpy"
     blocker.mkdir(parents=True)
     (blocker / "__init__.py").write_text(
-        "raise ModuleNotFoundError(\"No module named 'numpy' (hidden for this test)\", name='numpy')\n")
+        "raise ModuleNotFoundError(\"No module named 'numpy' (hidden for this test)\", name='numpy')\n"
+    )
     run_dir = tmp_path / "run"
     script = _prepare(run_dir)
     env = _child_env(run_dir)
     env["PYTHONPATH"] = str(blocker.parent)
     ckpt = run_dir / "ckpt"
-    base = ["smoke.busbw_sizes=[1024]", "smoke.busbw_iters=1", f"checkpoint.save={ckpt}", f"checkpoint.load={ckpt}",
-            "checkpoint.save_interval=2"]
+    base = [
+        "smoke.busbw_sizes=[1024]",
+        "smoke.busbw_iters=1",
+        f"checkpoint.save={ckpt}",
+        f"checkpoint.load={ckpt}",
+        "checkpoint.save_interval=2",
+    ]
     for iters in (2, 4):  # the second run loads the first one's checkpoint (rank 0 broadcasts it)
-        proc = subprocess.run(_torchrun_cmd(script, [*base, f"train.train_iters={iters}"]), cwd=run_dir, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
+        proc = subprocess.run(
+            _torchrun_cmd(script, [*base, f"train.train_iters={iters}"]),
+            cwd=run_dir,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=180,
+        )
         assert proc.returncode == 0, proc.stdout[-3000:]
     s = _summary(run_dir)
     assert s["resumed_from"] == 2 and s["start_step"] == 3 and s["steps_completed"] == 4

@@ -30,8 +30,18 @@ def _add(tf, name, data=b"", kind=tarfile.REGTYPE, **kw):
         tf.addfile(ti)
 
 
-NAMES = ["a.jpg", "dir/b.png", "x" * 99, "y" * 100, "z" * 101, "d/" * 60 + "deep.jpg", "ünïcødé/bild.jpg",
-         "sp ace/na me.png", "./dot/c.jpg", "e" * 250 + ".png"]
+NAMES = [
+    "a.jpg",
+    "dir/b.png",
+    "x" * 99,
+    "y" * 100,
+    "z" * 101,
+    "d/" * 60 + "deep.jpg",
+    "ünïcødé/bild.jpg",
+    "sp ace/na me.png",
+    "./dot/c.jpg",
+    "e" * 250 + ".png",
+]
 
 
 @pytest.mark.parametrize("fmt", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
@@ -85,7 +95,7 @@ def test_scan_hands_bad_archives_to_tarfile(tmp_path):
     with pytest.raises(tarfile.TarError):
         tario.scan(bad)
     trunc = tmp_path / "trunc.tar"
-    trunc.write_bytes(data[:512 + 5120 + 512 + 1000])  # second member cut short
+    trunc.write_bytes(data[: 512 + 5120 + 512 + 1000])  # second member cut short
     with pytest.raises(tarfile.TarError):
         tario.scan(trunc)
     junk = tmp_path / "junk.tar"
@@ -97,7 +107,7 @@ def test_scan_hands_bad_archives_to_tarfile(tmp_path):
     with pytest.raises(tarfile.TarError):
         tario.scan(empty)
     noend = tmp_path / "noend.tar"
-    noend.write_bytes(data[:512 + 5120])  # no end blocks: tarfile accepts it
+    noend.write_bytes(data[: 512 + 5120])  # no end blocks: tarfile accepts it
     assert tario.scan(noend) == _members(noend) == [("a.jpg", 512, 5000)]
 
 
@@ -126,17 +136,26 @@ def test_written_archive_is_byte_identical_to_tarfiles(tmp_path):
 
 # ---------------------------------------------------------------- damaged or unusual archives: scan() is tarfile
 
-def _h(name=b"a.jpg", size=5, kind=b"0", mtime=b"00000000000\0", prefix=b"", chk_delta=0, devmajor=b"\0" * 8,
-       size_field=None):
+
+def _h(
+    name=b"a.jpg",
+    size=5,
+    kind=b"0",
+    mtime=b"00000000000\0",
+    prefix=b"",
+    chk_delta=0,
+    devmajor=b"\0" * 8,
+    size_field=None,
+):
     h = bytearray(512)
-    h[0:len(name)] = name
-    h[100:124] = b"0000644\0" b"0000000\0" b"0000000\0"
+    h[0 : len(name)] = name
+    h[100:124] = b"0000644\x000000000\x000000000\x00"
     h[124:136] = size_field or b"%011o\0" % size
     h[136:148] = mtime
     h[156:157] = kind
     h[257:265] = b"ustar\x0000"
     h[329:337] = devmajor
-    h[345:345 + len(prefix)] = prefix
+    h[345 : 345 + len(prefix)] = prefix
     h[148:156] = b" " * 8
     h[148:156] = b"%06o\0 " % (sum(h) + chk_delta)
     return bytes(h)

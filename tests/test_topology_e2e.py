@@ -16,7 +16,10 @@ def _nvl_sim(home, extra=""):
     """local-slurm as if its two nodes shared one NVLink domain (a GB200 NVL72 rack in small)."""
     from bridge_launch.spec import clusters
 
-    write(home / "clusters" / "nvl-sim.toml", f'name = "nvl-sim"\nextends = "local-slurm"\nnvlink_domain_nodes = 2\n{extra}')
+    write(
+        home / "clusters" / "nvl-sim.toml",
+        f'name = "nvl-sim"\nextends = "local-slurm"\nnvlink_domain_nodes = 2\n{extra}',
+    )
     clusters.catalog.cache_clear()
 
 

@@ -46,8 +46,15 @@ def _steps_by_job(sub, job_ids):
 
 
 def test_time_limited_segments_reach_the_target(cluster, home):
-    sub = _chain("--time", "00:01:00", "--signal-lead", "30", "train.train_iters=110", "smoke.step_sleep=1.0",
-                 "checkpoint.save_interval=5")
+    sub = _chain(
+        "--time",
+        "00:01:00",
+        "--signal-lead",
+        "30",
+        "train.train_iters=110",
+        "smoke.step_sleep=1.0",
+        "checkpoint.save_interval=5",
+    )
     st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=900)
     assert st["state"] == "COMPLETED", st
     segs = _segments(sub)
@@ -72,8 +79,11 @@ def _pids_of(job_id: str, node_id: str):
             env = (proc / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if f"SLURM_JOB_ID={job_id}".encode() in env and f"SLURM_NODEID={node_id}".encode() in env \
-                and b"smoke.py" in (proc / "cmdline").read_bytes():
+        if (
+            f"SLURM_JOB_ID={job_id}".encode() in env
+            and f"SLURM_NODEID={node_id}".encode() in env
+            and b"smoke.py" in (proc / "cmdline").read_bytes()
+        ):
             yield int(proc.name)
 
 
@@ -95,8 +105,15 @@ def kill_node_when(sub: dict, job_id: str, pattern: str, node_id: str = "1", tim
 
 
 def test_killed_node_is_retried_and_resumes(cluster, home):
-    sub = _chain("--time", "00:05:00", "--max-restarts", "2", "train.train_iters=40", "smoke.step_sleep=0.3",
-                 "checkpoint.save_interval=5")
+    sub = _chain(
+        "--time",
+        "00:05:00",
+        "--max-restarts",
+        "2",
+        "train.train_iters=40",
+        "smoke.step_sleep=0.3",
+        "checkpoint.save_interval=5",
+    )
     kill_node_when(sub, sub["job_ids"][0], r"iteration\s+1[2-9]/")
     st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=600)
     assert st["state"] == "COMPLETED", st
@@ -107,8 +124,13 @@ def test_killed_node_is_retried_and_resumes(cluster, home):
 
 
 def test_deterministic_failure_stops_the_chain(cluster, home):
-    sub = _chain("--time", "00:05:00", "train.train_iters=20", "+smoke.fail_at_step=3",
-                 "+smoke.fail_message='torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB'")
+    sub = _chain(
+        "--time",
+        "00:05:00",
+        "train.train_iters=20",
+        "+smoke.fail_at_step=3",
+        "+smoke.fail_message='torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB'",
+    )
     st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=300)
     assert st["state"] == "FAILED"
     assert st["reason"].startswith("deterministic failure in segment 1: ") and "CUDA out of memory" in st["reason"]
@@ -133,8 +155,12 @@ def test_cancel_cancels_pending_segments(cluster, home):
     ids = ",".join(st["job_ids"])
     deadline = time.time() + 30
     while time.time() < deadline:
-        q = subprocess.run(["squeue", "-h", "-j", ids, "-t", "PD,R,CG", "-o", "%i"], capture_output=True, text=True,
-                           env=dict(os.environ, SLURM_CONF=cluster))
+        q = subprocess.run(
+            ["squeue", "-h", "-j", ids, "-t", "PD,R,CG", "-o", "%i"],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, SLURM_CONF=cluster),
+        )
         if not q.stdout.strip():
             break
         time.sleep(1)
@@ -144,15 +170,27 @@ def test_cancel_cancels_pending_segments(cluster, home):
 
 def _segment_text(sub, job_id):
     logs = Path(sub["run_dir"]) / "logs"
-    return "".join(p.read_text(errors="replace") for p in [logs / f"sbatch-{job_id}.out", *logs.glob(f"{job_id}-*.log")]
-                   if p.exists())
+    return "".join(
+        p.read_text(errors="replace")
+        for p in [logs / f"sbatch-{job_id}.out", *logs.glob(f"{job_id}-*.log")]
+        if p.exists()
+    )
 
 
 def test_steps_and_saves_longer_than_torchruns_timeout(cluster, home):
     """Steps and saves of 32 s each (longer than torchrun's 30 s shutdown timeout): every segment
     gets the whole lead to finish its step and save, and the next one resumes exactly there."""
-    sub = _chain("--time", "00:03:00", "--signal-lead", "110", "train.train_iters=4", "smoke.step_sleep=32",
-                 "smoke.save_sleep=32", "~checkpoint.save_interval", "validation.eval_iters=1")
+    sub = _chain(
+        "--time",
+        "00:03:00",
+        "--signal-lead",
+        "110",
+        "train.train_iters=4",
+        "smoke.step_sleep=32",
+        "smoke.save_sleep=32",
+        "~checkpoint.save_interval",
+        "validation.eval_iters=1",
+    )
     st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=1200)
     assert st["state"] == "COMPLETED", st
     ran = [s for s in _segments(sub) if "end" in s]
@@ -168,18 +206,28 @@ def test_steps_and_saves_longer_than_torchruns_timeout(cluster, home):
     for text in texts:
         assert not re.search(r"Unable to shutdown process|SignalException", text)
     outcomes = [s.get("outcome") for s in st["info"]["segments"]]
-    assert outcomes[:len(ran) - 1] == ["continued"] * (len(ran) - 1) and outcomes[len(ran) - 1] == "done", outcomes
+    assert outcomes[: len(ran) - 1] == ["continued"] * (len(ran) - 1) and outcomes[len(ran) - 1] == "done", outcomes
     assert st["info"]["checkpoint"] == 4
 
 
 def test_a_save_that_cannot_finish_in_the_lead_stops_the_chain(cluster, home):
     """Each segment is told to save 60 s before its limit, but the save takes 300 s: no segment
     publishes a checkpoint, and the chain stops after two of them, saying why."""
-    sub = _chain("--time", "00:02:00", "--signal-lead", "60", "train.train_iters=1000", "smoke.step_sleep=1",
-                 "smoke.save_sleep=300", "~checkpoint.save_interval")
+    sub = _chain(
+        "--time",
+        "00:02:00",
+        "--signal-lead",
+        "60",
+        "train.train_iters=1000",
+        "smoke.step_sleep=1",
+        "smoke.save_sleep=300",
+        "~checkpoint.save_interval",
+    )
     st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=900)
     assert st["state"] == "FAILED", st
-    assert st["reason"] == "no progress in 2 segments in a row: the save did not finish within the signal lead of 60 s", st
+    assert (
+        st["reason"] == "no progress in 2 segments in a row: the save did not finish within the signal lead of 60 s"
+    ), st
     segs = st["info"]["segments"]
     assert [s.get("outcome") for s in segs[:2]] == ["no-progress", "no-progress"], segs
     assert all(s["state"] != "COMPLETED" for s in segs), segs
@@ -206,8 +254,11 @@ def test_a_half_written_checkpoint_is_refused(cluster, home, tmp_path):
     st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=300)
     assert st["state"] == "COMPLETED", st
     text = _segment_text(sub, st["job_ids"][0])
-    assert re.search(r"iteration 6 is incomplete \(\S+/iter_0000006 is missing: \.metadata metadata\.json "
-                     r"train_state\.pt\); loading iteration 4", text), text[-3000:]
+    assert re.search(
+        r"iteration 6 is incomplete \(\S+/iter_0000006 is missing: \.metadata metadata\.json "
+        r"train_state\.pt\); loading iteration 4",
+        text,
+    ), text[-3000:]
     assert "Loading checkpoint from iteration 4 (specified via ckpt_step)" in text
     assert min(int(x) for x in re.findall(r"iteration +(\d+)/ +8 \|", text)) == 5
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == "8"
@@ -219,7 +270,9 @@ def test_a_tracker_without_its_checkpoint_is_never_loaded(cluster, home, tmp_pat
     (ckpt / "latest_checkpointed_iteration.txt").write_text("10\n")  # published, but iter_0000010 is missing
     sub = _chain("--time", "00:05:00", "train.train_iters=20", f"checkpoint.save={ckpt}", f"checkpoint.load={ckpt}")
     st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=180)
-    assert st["state"] == "FAILED" and "names iteration 10" in st["reason"] and "no earlier complete" in st["reason"], st
+    assert st["state"] == "FAILED" and "names iteration 10" in st["reason"] and "no earlier complete" in st["reason"], (
+        st
+    )
     assert not list((Path(sub["run_dir"]) / "logs").glob("*-node*.log"))  # training never started
 
 

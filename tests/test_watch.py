@@ -21,27 +21,38 @@ from bridge_launch.core.errors import UsageError
 # sweeps
 # ------------------------------------------------------------------------------------------------
 def test_sweeps_expand_like_hydras_basic_sweeper():
-    m = experiments.expand(["smoke"], ["train.train_iters=5", "optimizer.lr=1e-3,3e-3", "rng.seed=range(1,3)"],
-                           sweep=True)
+    m = experiments.expand(
+        ["smoke"], ["train.train_iters=5", "optimizer.lr=1e-3,3e-3", "rng.seed=range(1,3)"], sweep=True
+    )
     assert [x.overrides for x in m] == [
         ["train.train_iters=5", "optimizer.lr=0.001", "rng.seed=1"],
         ["train.train_iters=5", "optimizer.lr=0.001", "rng.seed=2"],
         ["train.train_iters=5", "optimizer.lr=0.003", "rng.seed=1"],
-        ["train.train_iters=5", "optimizer.lr=0.003", "rng.seed=2"]]
+        ["train.train_iters=5", "optimizer.lr=0.003", "rng.seed=2"],
+    ]
     assert m[1].label == "optimizer.lr=0.001 rng.seed=2"
     m = experiments.expand(["a", "b"], ["+x=choice(p,q)", "y=1"], sweep=True)
     assert [(x.recipe, x.overrides, x.label) for x in m] == [
-        ("a", ["+x=p", "y=1"], "a x=p"), ("a", ["+x=q", "y=1"], "a x=q"),
-        ("b", ["+x=p", "y=1"], "b x=p"), ("b", ["+x=q", "y=1"], "b x=q")]
-    assert [x.overrides for x in experiments.expand(["s"], ["z=range(0.5,1.6,0.5)"], sweep=True)] == \
-        [["z=0.5"], ["z=1.0"], ["z=1.5"]]
+        ("a", ["+x=p", "y=1"], "a x=p"),
+        ("a", ["+x=q", "y=1"], "a x=q"),
+        ("b", ["+x=p", "y=1"], "b x=p"),
+        ("b", ["+x=q", "y=1"], "b x=q"),
+    ]
+    assert [x.overrides for x in experiments.expand(["s"], ["z=range(0.5,1.6,0.5)"], sweep=True)] == [
+        ["z=0.5"],
+        ["z=1.0"],
+        ["z=1.5"],
+    ]
 
 
-@pytest.mark.parametrize("overrides,fragment", [
-    (["a=1,2"], "add --sweep"),
-    (["a=interval(0,1)"], "interval() is a continuous range"),
-    (["a=range(1,1)"], "the sweep has no values"),
-])
+@pytest.mark.parametrize(
+    "overrides,fragment",
+    [
+        (["a=1,2"], "add --sweep"),
+        (["a=interval(0,1)"], "interval() is a continuous range"),
+        (["a=range(1,1)"], "the sweep has no values"),
+    ],
+)
 def test_bad_sweeps(overrides, fragment):
     with pytest.raises(UsageError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
         experiments.expand(["smoke"], overrides, sweep="add --sweep" not in fragment)
@@ -60,8 +71,20 @@ def test_a_stray_comma_is_still_an_error_and_a_sweep_needs_the_flag(cli):
 
 
 def test_several_recipes_with_an_overlay_are_one_experiment(cli):
-    r = cli("submit", "qwen35-vl-sft", "qwen35-vl-sft-mxfp8", "-c", "gb200-32", "--overlay", "validation-run",
-            "dataset.path=/lustre/clevr2", "checkpoint.pretrained_checkpoint=/lustre/ckpt", "--dry-run", "-o", "json")
+    r = cli(
+        "submit",
+        "qwen35-vl-sft",
+        "qwen35-vl-sft-mxfp8",
+        "-c",
+        "gb200-32",
+        "--overlay",
+        "validation-run",
+        "dataset.path=/lustre/clevr2",
+        "checkpoint.pretrained_checkpoint=/lustre/ckpt",
+        "--dry-run",
+        "-o",
+        "json",
+    )
     assert r.code == 0, r.err
     d = r.json()
     assert [x["recipe"] for x in d["runs"]] == ["qwen35-vl-sft", "qwen35-vl-sft-mxfp8"]
@@ -88,15 +111,21 @@ def test_an_older_state_dir_gains_the_experiment_tables(home, cli):
     state.mkdir(parents=True)
     db = sqlite3.connect(state / "registry.sqlite")
     db.executescript(OLD_SCHEMA)
-    db.execute("INSERT INTO runs (run_id, created, updated, recipe, cluster, backend, state, run_dir, chain, info) "
-               "VALUES ('old-0101-abcd', 1, 1, 'smoke', 'local', 'local', 'COMPLETED', '/nowhere', 'old-0101-abcd', "
-               "'{\"step\": 7, \"train_iters\": 7}')")
+    db.execute(
+        "INSERT INTO runs (run_id, created, updated, recipe, cluster, backend, state, run_dir, chain, info) "
+        "VALUES ('old-0101-abcd', 1, 1, 'smoke', 'local', 'local', 'COMPLETED', '/nowhere', 'old-0101-abcd', "
+        '\'{"step": 7, "train_iters": 7}\')'
+    )
     db.commit()
     db.close()
     r = cli("status", "-o", "json")
     assert r.code == 0 and r.json()[0]["run_id"] == "old-0101-abcd", r.err
-    tables = {t for (t,) in sqlite3.connect(state / "registry.sqlite").execute(
-        "SELECT name FROM sqlite_master WHERE type='table'")}
+    tables = {
+        t
+        for (t,) in sqlite3.connect(state / "registry.sqlite").execute(
+            "SELECT name FROM sqlite_master WHERE type='table'"
+        )
+    }
     assert {"runs", "experiments", "experiment_runs"} <= tables
     r = cli("status")
     assert r.code == 0 and "7/7" in r.out
@@ -124,7 +153,7 @@ def test_status_of_a_finished_run_shows_its_metrics_from_the_log_tail(home, cli)
 
     reg = Registry()
     text = "\n".join(["[rank0]: " + x for x in ["starting"]]) + "\n" + training_log(100, save_at={50, 100})
-    text += "[rank1]: Traceback (most recent call last):\n[rank1]:   File \"x\", line 1\n[rank1]: ValueError: boom\n"
+    text += '[rank1]: Traceback (most recent call last):\n[rank1]:   File "x", line 1\n[rank1]: ValueError: boom\n'
     run = _record(reg, "smoke", log=text, overrides=("dataset.seq_length=128",))
     r = cli("status", run.run_id)
     assert r.code == 0, r.err
@@ -149,12 +178,30 @@ def test_experiments_show_and_compare_together(home, cli, tmp_path):
     reg = Registry()
     reg.add_experiment("lr-sweep", {"recipes": ["smoke"]})
     base = lambda s: 10.0 * math.exp(-s / 40) + 1.0  # noqa: E731
-    a = _record(reg, "smoke", log=training_log(100, save_at={100}), experiment="lr-sweep",
-                label="optimizer.lr=0.001", position=0)
-    b = _record(reg, "smoke", log=training_log(100, save_at={100}, loss=lambda s: base(s) * 1.005),
-                experiment="lr-sweep", label="optimizer.lr=0.002", position=1)
-    c = _record(reg, "smoke", log=training_log(100, save_at={100}, loss=lambda s: base(s) * 1.3),
-                experiment="lr-sweep", label="optimizer.lr=0.003", position=2)
+    a = _record(
+        reg,
+        "smoke",
+        log=training_log(100, save_at={100}),
+        experiment="lr-sweep",
+        label="optimizer.lr=0.001",
+        position=0,
+    )
+    b = _record(
+        reg,
+        "smoke",
+        log=training_log(100, save_at={100}, loss=lambda s: base(s) * 1.005),
+        experiment="lr-sweep",
+        label="optimizer.lr=0.002",
+        position=1,
+    )
+    c = _record(
+        reg,
+        "smoke",
+        log=training_log(100, save_at={100}, loss=lambda s: base(s) * 1.3),
+        experiment="lr-sweep",
+        label="optimizer.lr=0.003",
+        position=2,
+    )
     lone = _record(reg, "smoke", log=training_log(10, save_at={10}))
     r = cli("status")
     assert r.code == 0, r.err
@@ -209,8 +256,13 @@ def test_status_watch_json_is_one_object_per_line(home):
     reg = Registry()
     run = _record(reg, "smoke", log=training_log(20, save_at={20}))
     t0 = time.time()
-    out = subprocess.run([*CLI, "status", run.run_id, "--watch", "--interval", "0.2", "-o", "json"],
-                         capture_output=True, text=True, timeout=60, cwd=REPO)
+    out = subprocess.run(
+        [*CLI, "status", run.run_id, "--watch", "--interval", "0.2", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert len(lines) == 1 and time.time() - t0 < 30

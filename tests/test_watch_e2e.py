@@ -52,8 +52,13 @@ def _wait(ref, states, timeout=300):
 def test_live_metrics_watch_check_and_parity_on_slurm(cluster, home, tmp_path):
     sub = _submit("train.train_iters=40", "smoke.step_sleep=0.4", "dataset.seq_length=64")
     run_id = sub["run_id"]
-    watch = subprocess.Popen([*CLI, "status", run_id, "--watch", "--interval", "1", "-o", "json"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    watch = subprocess.Popen(
+        [*CLI, "status", run_id, "--watch", "--interval", "1", "-o", "json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
     try:
         # while it runs: step/total, loss, grad norm, step time, TFLOP/s/GPU, tokens/s, ETA
         deadline, live = time.time() + 240, None
@@ -129,11 +134,27 @@ def test_metrics_and_check_over_ssh(cluster, home):
 def test_an_experiment_submitted_shown_and_compared_together(cluster, home, tmp_path):
     name = f"e2e-{secrets.token_hex(2)}"
     # step_sleep changes nothing the model sees: both runs train the same, loss for loss
-    r = run_cli("submit", "smoke", "-c", "local-slurm", "--sweep", "--experiment", name, *FAST,
-                "train.train_iters=12", "smoke.step_sleep=0,0.05", "-o", "json", timeout=180)
+    r = run_cli(
+        "submit",
+        "smoke",
+        "-c",
+        "local-slurm",
+        "--sweep",
+        "--experiment",
+        name,
+        *FAST,
+        "train.train_iters=12",
+        "smoke.step_sleep=0,0.05",
+        "-o",
+        "json",
+        timeout=180,
+    )
     assert r.code == 0, r.err
     d = r.json()
-    assert d["experiment"] == name and [x["label"] for x in d["runs"]] == ["smoke.step_sleep=0", "smoke.step_sleep=0.05"]
+    assert d["experiment"] == name and [x["label"] for x in d["runs"]] == [
+        "smoke.step_sleep=0",
+        "smoke.step_sleep=0.05",
+    ]
     runs = _wait(name, {"COMPLETED", "FAILED"})
     assert [x["state"] for x in runs] == ["COMPLETED", "COMPLETED"]
     assert all(x["info"]["experiment"] == name and x["metrics"]["step"] == 12 for x in runs)

@@ -67,8 +67,10 @@ def q(value) -> str:
 
 def header(job) -> str:
     overlays = f" + overlays {', '.join(job.overlays)}" if job.overlays else ""
-    return (f"bridge-launch {__version__}: run {job.run_id}, recipe {job.recipe}{overlays} on cluster {job.cluster} "
-            f"({job.nodes} node{'s' if job.nodes != 1 else ''} x {job.gpus_per_node})")
+    return (
+        f"bridge-launch {__version__}: run {job.run_id}, recipe {job.recipe}{overlays} on cluster {job.cluster} "
+        f"({job.nodes} node{'s' if job.nodes != 1 else ''} x {job.gpus_per_node})"
+    )
 
 
 def entry_command(job) -> list[str]:
@@ -151,7 +153,9 @@ _WORKLOADS = Path(__file__).resolve().parent.parent / "workloads"  # the package
 
 def workload_files() -> dict:
     """The in-job workload (smoke.py and its sibling modules), as staged into the run dir."""
-    return {f"{WORKLOAD_DIR}/{p.name}": p.read_text() for p in sorted(_WORKLOADS.glob("*.py")) if p.name != "__init__.py"}
+    return {
+        f"{WORKLOAD_DIR}/{p.name}": p.read_text() for p in sorted(_WORKLOADS.glob("*.py")) if p.name != "__init__.py"
+    }
 
 
 def stage_locally(run_dir: str, files: dict, *, new_dir: bool) -> None:

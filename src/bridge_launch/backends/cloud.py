@@ -58,9 +58,15 @@ def job_script(job, rank_prelude: list[str]) -> str:
     # torchrun_opts: per-rank files in the run dir, a rendezvous that waits for pods pulling the
     # image minutes apart, and node 0 (the address MASTER_ADDR names) hosting the c10d store
     conf = T.rdzv_conf(job, is_host='$([ "$NODE_RANK" = 0 ] && echo 1 || echo 0)')
-    rdzv = ['--node-rank="$NODE_RANK"', f'--log-dir={q(T.log_dir(job) + "/" + job.run_id)}/"node$NODE_RANK"',
-            "--rdzv-backend=c10d", '--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"', f'--rdzv-conf="{conf}"',
-            f"--rdzv-id={q(job.run_id)}", "--tee=3"]
+    rdzv = [
+        '--node-rank="$NODE_RANK"',
+        f'--log-dir={q(T.log_dir(job) + "/" + job.run_id)}/"node$NODE_RANK"',
+        "--rdzv-backend=c10d",
+        '--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"',
+        f'--rdzv-conf="{conf}"',
+        f"--rdzv-id={q(job.run_id)}",
+        "--tee=3",
+    ]
     wrapper = numa_wrapper(job)
     tail = (["--no-python", *wrapper] if wrapper else []) + entry_command(job)
     line = " ".join([*(q(a) for a in cmd), *rdzv, *(q(a) for a in tail)])
@@ -69,16 +75,21 @@ def job_script(job, rank_prelude: list[str]) -> str:
     trace = T.trace_dir(job) + "/" + job.run_id
     if T.sets_trace_file(job):  # flight-recorder dumps: one file per global rank (torchfrtrace DIR -p rank_)
         triage += [f"export {T.TRACE_FILE_VAR}={q(trace + '/' + T.TRACE_PREFIX)}", f"mkdir -p {q(trace)}"]
-    return "\n".join([
-        "set -uo pipefail",
-        *rank_prelude,
-        *triage,
-        f"mkdir -p {q(job.run_dir)}/logs {q(job.run_dir)}/exit && cd {q(job.run_dir)} || exit 1",
-        f'{line} 2>&1 | tee -a "{log}"',
-        "rc=${PIPESTATUS[0]}",
-        f'if [ "$NODE_RANK" = 0 ]; then printf "%s\\n" "$rc" > {q("exit/" + job.run_id)}; fi',
-        'exit "$rc"',
-    ]) + "\n"
+    return (
+        "\n".join(
+            [
+                "set -uo pipefail",
+                *rank_prelude,
+                *triage,
+                f"mkdir -p {q(job.run_dir)}/logs {q(job.run_dir)}/exit && cd {q(job.run_dir)} || exit 1",
+                f'{line} 2>&1 | tee -a "{log}"',
+                "rc=${PIPESTATUS[0]}",
+                f'if [ "$NODE_RANK" = 0 ]; then printf "%s\\n" "$rc" > {q("exit/" + job.run_id)}; fi',
+                'exit "$rc"',
+            ]
+        )
+        + "\n"
+    )
 
 
 def pretty(payload: dict, secrets=()) -> str:
@@ -91,8 +102,10 @@ def mask(obj, secrets: set):
     stays the exact request); it guards against a value slipping in by mistake."""
     if isinstance(obj, dict):
         name = obj.get("name") if isinstance(obj.get("name"), str) else ""
-        return {k: (MASK if k == "value" and name in secrets and isinstance(v, str) else mask(v, secrets))
-                for k, v in obj.items()}
+        return {
+            k: (MASK if k == "value" and name in secrets and isinstance(v, str) else mask(v, secrets))
+            for k, v in obj.items()
+        }
     if isinstance(obj, list):
         return [mask(v, secrets) for v in obj]
     return obj
@@ -132,7 +145,7 @@ def stage_commands(run_dir: str, files: dict, limit: int | None = None) -> list[
         return [f"mkdir -p {d} && echo {b64} | base64 -d | tar -xzf - -C {d}"]
     part = f"{run_dir}/.bridge-launch-stage.b64"
     size = limit - 200
-    chunks = [b64[i:i + size] for i in range(0, len(b64), size)]
+    chunks = [b64[i : i + size] for i in range(0, len(b64), size)]
     cmds = [f"mkdir -p {d} && printf %s {chunks[0]} > {q(part)}"]
     cmds += [f"printf %s {c} >> {q(part)}" for c in chunks[1:]]
     cmds.append(f"base64 -d {q(part)} | tar -xzf - -C {d} && rm -f {q(part)}")
@@ -154,7 +167,7 @@ def retrying(what: str, fn, *, retries: int, wait: float, transient):
                 raise
             last = reason
             if attempt + 1 < max(1, retries):
-                time.sleep(wait * (2 ** attempt))
+                time.sleep(wait * (2**attempt))
     raise LaunchError(f"{what}: {last} (gave up after {max(1, retries)} tries)")
 
 
@@ -184,19 +197,21 @@ def cloud_script(job, rank_prelude: list, job_script) -> str:
     main = job_script(dataclasses.replace(job, canary=None), rank_prelude)
     from bridge_launch.backends.base import q
 
-    return "\n".join([
-        "set -uo pipefail",
-        *rank_prelude,
-        "# bridge-launch canary: the checks first, in these pods (workload/cluster_checks.py); the job stops here if one fails",
-        "(",
-        'export MASTER_PORT=$((${MASTER_PORT:-29400} + 1))',
-        check,
-        ")",
-        "rc=$?",
-        'if [ "$rc" -ne 0 ]; then',
-        f'    echo "bridge-launch: the canary failed (exit $rc): training not started; report {report_path(job.run_dir, job.run_id)}" >&2',
-        f'    if [ "$NODE_RANK" = 0 ]; then mkdir -p {q(job.run_dir)}/exit && printf "%s\\n" "$rc" > {q(job.run_dir + "/exit/" + job.run_id)}; fi',
-        '    exit "$rc"',
-        "fi",
-        main,
-    ])
+    return "\n".join(
+        [
+            "set -uo pipefail",
+            *rank_prelude,
+            "# bridge-launch canary: the checks first, in these pods (workload/cluster_checks.py); the job stops here if one fails",
+            "(",
+            "export MASTER_PORT=$((${MASTER_PORT:-29400} + 1))",
+            check,
+            ")",
+            "rc=$?",
+            'if [ "$rc" -ne 0 ]; then',
+            f'    echo "bridge-launch: the canary failed (exit $rc): training not started; report {report_path(job.run_dir, job.run_id)}" >&2',
+            f'    if [ "$NODE_RANK" = 0 ]; then mkdir -p {q(job.run_dir)}/exit && printf "%s\\n" "$rc" > {q(job.run_dir + "/exit/" + job.run_id)}; fi',
+            '    exit "$rc"',
+            "fi",
+            main,
+        ]
+    )

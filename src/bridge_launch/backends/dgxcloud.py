@@ -44,10 +44,20 @@ CLUSTER_ID = cloud.LOOKUP.format("cluster-id")
 MAX_ARGS_CHARS = 9500  # the API's limit on a workload's args (DGXCloudExecutor.MAX_ARGS_CHARS)
 
 _STATES = {
-    "Creating": "PENDING", "Initializing": "PENDING", "Resuming": "PENDING", "Pending": "PENDING",
-    "Unknown": "PENDING", "Running": "RUNNING", "Updating": "RUNNING", "Stopping": "RUNNING",
-    "Terminating": "RUNNING", "Deleting": "CANCELLED", "Stopped": "CANCELLED", "Degraded": "FAILED",
-    "Failed": "FAILED", "Completed": "COMPLETED",
+    "Creating": "PENDING",
+    "Initializing": "PENDING",
+    "Resuming": "PENDING",
+    "Pending": "PENDING",
+    "Unknown": "PENDING",
+    "Running": "RUNNING",
+    "Updating": "RUNNING",
+    "Stopping": "RUNNING",
+    "Terminating": "RUNNING",
+    "Deleting": "CANCELLED",
+    "Stopped": "CANCELLED",
+    "Degraded": "FAILED",
+    "Failed": "FAILED",
+    "Completed": "COMPLETED",
 }
 
 
@@ -74,7 +84,9 @@ def request(job) -> dict:
     looked up at submit."""
     s = job.scheduler
     if not job.container:
-        raise UsageError(f"cluster '{job.cluster}': DGX Cloud workloads need a container image (container_image or --container)")
+        raise UsageError(
+            f"cluster '{job.cluster}': DGX Cloud workloads need a container image (container_image or --container)"
+        )
     script = cloud.job_script(job, RANK_PRELUDE)
     spec = {
         "command": "bash -c",
@@ -84,8 +96,13 @@ def request(job) -> dict:
         "storage": {"pvc": [dict(p) for p in s.get("pvcs", [])]},
         "environmentVariables": [{"name": k, "value": v} for k, v in cloud.plain_env(job).items()] + _secret_env(job),
     }
-    body = {"name": cloud.job_name(job.run_id), "useGivenNameAsPrefix": True,
-            "projectId": PROJECT_ID, "clusterId": CLUSTER_ID, "spec": spec}
+    body = {
+        "name": cloud.job_name(job.run_id),
+        "useGivenNameAsPrefix": True,
+        "projectId": PROJECT_ID,
+        "clusterId": CLUSTER_ID,
+        "spec": spec,
+    }
     if job.nodes > 1:
         spec.update(distributed_pods(job.nodes, s.get("distributed_framework") or "PyTorch"))
         body["masterSpecSameAsWorker"] = True
@@ -116,8 +133,10 @@ def distributed_pods(nodes: int, framework: str) -> dict:
 def render(job) -> Artifact:
     body = request(job)
     where = f"{job.scheduler.get('base_url') or '<base_url>'}/workloads/{workload_kind(job.nodes)}"
-    text = (f"// {header(job)}\n// POST {where}  (project '{job.scheduler.get('project_name')}': "
-            "projectId/clusterId are looked up at submit)\n" + cloud.pretty(body, job.secrets))
+    text = (
+        f"// {header(job)}\n// POST {where}  (project '{job.scheduler.get('project_name')}': "
+        "projectId/clusterId are looked up at submit)\n" + cloud.pretty(body, job.secrets)
+    )
     return Artifact("dgxc-workload", text, f"launch/{job.run_id}.dgxc.json")
 
 
@@ -160,12 +179,17 @@ class Client:
                 return f"connection failed ({type(exc).__name__})"
             return None
 
-        return cloud.retrying(f"DGX Cloud {method} {path}", once, retries=self.retries, wait=self.wait, transient=transient)
+        return cloud.retrying(
+            f"DGX Cloud {method} {path}", once, retries=self.retries, wait=self.wait, transient=transient
+        )
 
     def token(self) -> str:
         if self._token:
             return self._token
-        id_env, secret_env = self.s.get("client_id_env") or "DGXC_CLIENT_ID", self.s.get("client_secret_env") or "DGXC_CLIENT_SECRET"
+        id_env, secret_env = (
+            self.s.get("client_id_env") or "DGXC_CLIENT_ID",
+            self.s.get("client_secret_env") or "DGXC_CLIENT_SECRET",
+        )
         cid, secret = os.environ.get(id_env), os.environ.get(secret_env)
         if not cid or not secret:
             raise UsageError(f"DGX Cloud credentials: set {id_env} and {secret_env} in your environment")
@@ -177,7 +201,9 @@ class Client:
             except ValueError:
                 tok = None
         if not tok:  # the body is not shown: an error page may echo the request
-            raise LaunchError(f"DGX Cloud rejected the client credentials from ${id_env}/${secret_env} (HTTP {r.status_code})")
+            raise LaunchError(
+                f"DGX Cloud rejected the client credentials from ${id_env}/${secret_env} (HTTP {r.status_code})"
+            )
         self._token = tok
         return tok
 
@@ -221,9 +247,18 @@ class Backend:
 
     def _mover(self, c: Client, s: dict, cmd: str, name: str) -> None:
         pid, cid = c.project()
-        body = {"name": name, "useGivenNameAsPrefix": True, "projectId": pid, "clusterId": cid,
-                "spec": {"command": "sh -c", "args": shlex.quote(cmd), "image": "busybox:1.37.0",
-                         "storage": {"pvc": [dict(p) for p in s.get("pvcs", [])]}}}
+        body = {
+            "name": name,
+            "useGivenNameAsPrefix": True,
+            "projectId": pid,
+            "clusterId": cid,
+            "spec": {
+                "command": "sh -c",
+                "args": shlex.quote(cmd),
+                "image": "busybox:1.37.0",
+                "storage": {"pvc": [dict(p) for p in s.get("pvcs", [])]},
+            },
+        }
         wid = c.call("POST", "/workloads/workspaces", body)["workloadId"]
         deadline = time.time() + float(s.get("mover_timeout") or 600)
         while True:
@@ -301,10 +336,14 @@ class Backend:
         if logs.is_dir():
             return sorted(logs.glob(f"{run.run_id}-node*.log"))
         note = cloud.log_cache(run.run_id) / "where.log"
-        paths.write_private(note, (
-            f"bridge-launch: DGX Cloud serves workload logs only inside the cluster. This run's logs are on the PVC at "
-            f"{run.run_dir}/logs/{run.run_id}-node<N>.log (workload {', '.join(run.job_ids)}), and in the Run:ai UI. "
-            f"Mount the PVC here and set local_job_root in the profile to read them with `bridge-launch logs`.\n"))
+        paths.write_private(
+            note,
+            (
+                f"bridge-launch: DGX Cloud serves workload logs only inside the cluster. This run's logs are on the PVC at "
+                f"{run.run_dir}/logs/{run.run_id}-node<N>.log (workload {', '.join(run.job_ids)}), and in the Run:ai UI. "
+                f"Mount the PVC here and set local_job_root in the profile to read them with `bridge-launch logs`.\n"
+            ),
+        )
         return [note]
 
     def cancel(self, run, job) -> None:

@@ -42,9 +42,9 @@ RANK_PRELUDE = [
     '  service_prefix="${LEPTON_JOB_SERVICE_PREFIX:-$LEPTON_JOB_NAME}"',
     '  subdomain="${LEPTON_SUBDOMAIN:-${LEPTON_JOB_NAME:-}-job-svc}"',
     '  export MASTER_ADDR="${service_prefix}-0.${subdomain}${LEPTON_WORKSPACE_ID:+.ws-${LEPTON_WORKSPACE_ID}.svc.cluster.local}"',
-    'else',
+    "else",
     '  export MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"  # a single worker outside Lepton',
-    'fi',
+    "fi",
     'export MASTER_PORT="${MASTER_PORT:-29400}"',
 ]
 
@@ -52,9 +52,18 @@ NODE_GROUP_ID = cloud.LOOKUP.format("node-group-id")
 NODE_IDS = cloud.LOOKUP.format("node-ids")
 
 _STATES = {
-    "Queueing": "PENDING", "Awaiting": "PENDING", "Starting": "PENDING", "PendingRetry": "PENDING",
-    "Restarting": "PENDING", "Running": "RUNNING", "Completed": "COMPLETED", "Failed": "FAILED",
-    "Stopping": "RUNNING", "Stopped": "CANCELLED", "Deleting": "CANCELLED", "Deleted": "CANCELLED",
+    "Queueing": "PENDING",
+    "Awaiting": "PENDING",
+    "Starting": "PENDING",
+    "PendingRetry": "PENDING",
+    "Restarting": "PENDING",
+    "Running": "RUNNING",
+    "Completed": "COMPLETED",
+    "Failed": "FAILED",
+    "Stopping": "RUNNING",
+    "Stopped": "CANCELLED",
+    "Deleting": "CANCELLED",
+    "Deleted": "CANCELLED",
 }
 
 
@@ -84,7 +93,9 @@ def request(job) -> dict:
     """The body of POST /jobs, with node-group lookups as placeholders."""
     s = job.scheduler
     if not job.container:
-        raise UsageError(f"cluster '{job.cluster}': Lepton jobs need a container image (container_image or --container)")
+        raise UsageError(
+            f"cluster '{job.cluster}': Lepton jobs need a container image (container_image or --container)"
+        )
     envs = [{"name": k, "value": v} for k, v in cloud.plain_env(job).items()]
     envs += [{"name": k, "value_from": {"secret_name_ref": ref}} for k, ref in cloud.secret_refs(job).items()]
     spec = {
@@ -112,8 +123,10 @@ def request(job) -> dict:
 
 def render(job) -> Artifact:
     body = request(job)
-    text = (f"// {header(job)}\n// POST {{workspace}}/jobs  (node group '{job.scheduler['node_group']}': its id and node ids "
-            f"are looked up at submit)\n" + cloud.pretty(body, job.secrets))
+    text = (
+        f"// {header(job)}\n// POST {{workspace}}/jobs  (node group '{job.scheduler['node_group']}': its id and node ids "
+        f"are looked up at submit)\n" + cloud.pretty(body, job.secrets)
+    )
     return Artifact("lepton-job", text, f"launch/{job.run_id}.lepton.json")
 
 
@@ -129,7 +142,9 @@ def _client(s: dict):
     try:
         client = APIClient(workspace_id=ws, auth_token=tok, url=url)
     except Exception as exc:  # noqa: BLE001 - the SDK raises several kinds for "not logged in"
-        raise LaunchError(f"Lepton credentials: {exc} (set LEPTON_WORKSPACE_ID/LEPTON_WORKSPACE_TOKEN or run `lep login`)") from None
+        raise LaunchError(
+            f"Lepton credentials: {exc} (set LEPTON_WORKSPACE_ID/LEPTON_WORKSPACE_TOKEN or run `lep login`)"
+        ) from None
     client._timeout = float(s.get("request_timeout") or 30)
     return client
 
@@ -147,8 +162,10 @@ def _transient(exc):
     if isinstance(exc, ClientError):
         code = exc.response.status_code
         if code in (401, 403):
-            raise LaunchError(f"Lepton rejected the workspace credentials (HTTP {code}); check LEPTON_WORKSPACE_TOKEN "
-                              "or run `lep login` again") from None
+            raise LaunchError(
+                f"Lepton rejected the workspace credentials (HTTP {code}); check LEPTON_WORKSPACE_TOKEN "
+                "or run `lep login` again"
+            ) from None
         raise LaunchError(f"Lepton refused the request (HTTP {code}): {exc.response.text[:300]}") from None
     return None
 
@@ -157,8 +174,13 @@ class Backend:
     name = "lepton"
 
     def _call(self, s, what, fn):
-        return cloud.retrying(f"Lepton {what}", fn, retries=int(s.get("retries") or 3),
-                              wait=float(s.get("retry_wait", 2.0)), transient=_transient)
+        return cloud.retrying(
+            f"Lepton {what}",
+            fn,
+            retries=int(s.get("retries") or 3),
+            wait=float(s.get("retry_wait", 2.0)),
+            transient=_transient,
+        )
 
     def _lookups(self, client, s) -> dict:
         groups = self._call(s, "list node groups", client.nodegroup.list_all)
@@ -174,7 +196,9 @@ class Backend:
         from leptonai.api.v1.types.job import LeptonJob
 
         LeptonJob(**body)  # the SDK's own schema check before anything is sent
-        resp = self._call(s, "create job", lambda: client.job.ensure_type(client.job._post("/jobs", json=body), LeptonJob))
+        resp = self._call(
+            s, "create job", lambda: client.job.ensure_type(client.job._post("/jobs", json=body), LeptonJob)
+        )
         return resp.metadata.id_ or body["metadata"]["id"]
 
     def _wait(self, client, s, job_id: str, timeout: float) -> str:
@@ -197,11 +221,20 @@ class Backend:
         self._lookups_cache = looked
         cmd = cloud.stage_commands(job.run_dir, files)[0]
         name = cloud.job_name(job.run_id, "bl-stage")
-        body = {"metadata": {"id": name, "name": name}, "spec": {
-            "resource_shape": s.get("mover_resource_shape") or "cpu.small",
-            "affinity": {"allowed_dedicated_node_groups": [NODE_GROUP_ID], "allowed_nodes_in_node_group": [NODE_IDS]},
-            "container": {"image": "busybox:1.37.0", "command": ["sh", "-c", cmd]},
-            "completions": 1, "parallelism": 1, "mounts": _mounts(s)}}
+        body = {
+            "metadata": {"id": name, "name": name},
+            "spec": {
+                "resource_shape": s.get("mover_resource_shape") or "cpu.small",
+                "affinity": {
+                    "allowed_dedicated_node_groups": [NODE_GROUP_ID],
+                    "allowed_nodes_in_node_group": [NODE_IDS],
+                },
+                "container": {"image": "busybox:1.37.0", "command": ["sh", "-c", cmd]},
+                "completions": 1,
+                "parallelism": 1,
+                "mounts": _mounts(s),
+            },
+        }
         jid = self._create(client, s, cloud.fill(body, looked))
         state = self._wait(client, s, jid, float(s.get("mover_timeout") or 600))
         try:
@@ -273,7 +306,13 @@ class Backend:
         for rep in sorted(replicas, key=lambda r: r.metadata.id_ or ""):
             rid = rep.metadata.id_
             try:
-                text = "".join(self._call(s, "get log", lambda: list(client.job.get_log(jid, rid, timeout=int(s.get("request_timeout") or 30)))))
+                text = "".join(
+                    self._call(
+                        s,
+                        "get log",
+                        lambda: list(client.job.get_log(jid, rid, timeout=int(s.get("request_timeout") or 30))),
+                    )
+                )
             except LaunchError:
                 continue
             path = cache / f"{rid}.log"

@@ -17,8 +17,23 @@ import time
 from pathlib import Path
 
 from bridge_launch.core.errors import LaunchError
-from bridge_launch.backends.base import (RANK_PREFIX_ENV, Artifact, children, elapsed_text, entry_command, export_lines, header, log_tail,
-                   numa_wrapper, progress, q, read_log_files, runtime_env, stage_locally)
+from bridge_launch.backends.base import (
+    RANK_PREFIX_ENV,
+    Artifact,
+    children,
+    elapsed_text,
+    entry_command,
+    export_lines,
+    header,
+    log_tail,
+    numa_wrapper,
+    progress,
+    q,
+    read_log_files,
+    runtime_env,
+    stage_locally,
+)
+
 
 def log_path(run_id: str) -> str:
     return f"logs/{run_id}.log"
@@ -80,8 +95,15 @@ class Backend:
         env.update(secrets)
         with open(run_dir / log_path(run.run_id), "ab") as log:
             try:
-                proc = subprocess.Popen(["bash", str(run_dir / artifact.filename)], cwd=run_dir, stdin=subprocess.DEVNULL,
-                                        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                proc = subprocess.Popen(
+                    ["bash", str(run_dir / artifact.filename)],
+                    cwd=run_dir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
             except OSError as exc:
                 raise LaunchError(f"could not start the local job: {exc}") from None
         return [str(proc.pid)]
@@ -107,8 +129,13 @@ class Backend:
                 end = (run_dir / exit_path(run.run_id)).stat().st_mtime if code is not None else time.time()
             except OSError:
                 end = time.time()
-            out[run.run_id] = {"state": st[0], "reason": st[1], "elapsed": elapsed_text(end - run.created),
-                               "nodes": socket.gethostname(), **progress(log_tail(p) for p in self.log_files(run, job))}
+            out[run.run_id] = {
+                "state": st[0],
+                "reason": st[1],
+                "elapsed": elapsed_text(end - run.created),
+                "nodes": socket.gethostname(),
+                **progress(log_tail(p) for p in self.log_files(run, job)),
+            }
         return out
 
     def log_texts(self, run, job, tail: int | None = None) -> list:

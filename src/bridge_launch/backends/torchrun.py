@@ -112,7 +112,8 @@ def triage_env(job) -> dict:
 def sets_trace_file(job) -> bool:
     """False when the job names the dump file itself (its environment, or Megatron-Bridge's
     dist.flight_recorder_dump_path, which Bridge exports when the variable is unset)."""
-    return (TRACE_FILE_VAR not in job.env and "TORCH_FR_DUMP_TEMP_FILE" not in job.env
-            and not job.config.get("dist.flight_recorder_dump_path"))
-
-
+    return (
+        TRACE_FILE_VAR not in job.env
+        and "TORCH_FR_DUMP_TEMP_FILE" not in job.env
+        and not job.config.get("dist.flight_recorder_dump_path")
+    )

@@ -76,11 +76,23 @@ def _install_completion(value: Optional[str]):
 def _main(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
     show_completion: Optional[str] = typer.Option(
-        None, "--show-completion", metavar="[SHELL]", callback=_show_completion, is_eager=True, expose_value=False,
-        help="Print the completion script for SHELL (bash, zsh, fish, powershell; default: this shell)."),
+        None,
+        "--show-completion",
+        metavar="[SHELL]",
+        callback=_show_completion,
+        is_eager=True,
+        expose_value=False,
+        help="Print the completion script for SHELL (bash, zsh, fish, powershell; default: this shell).",
+    ),
     install_completion: Optional[str] = typer.Option(
-        None, "--install-completion", metavar="[SHELL]", callback=_install_completion, is_eager=True,
-        expose_value=False, help="Install completion for SHELL (default: this shell)."),
+        None,
+        "--install-completion",
+        metavar="[SHELL]",
+        callback=_install_completion,
+        is_eager=True,
+        expose_value=False,
+        help="Install completion for SHELL (default: this shell).",
+    ),
 ):
     """Recipes x clusters -> validated, exactly printed, resumable jobs."""
 
@@ -130,32 +142,73 @@ def _complete_diff(incomplete: str):
 
 @app.command(context_settings={"allow_interspersed_args": True})
 def submit(
-    recipe: str = typer.Argument(..., help="Recipe name or alias (see 'recipes list').", autocompletion=_complete_recipe),
-    overrides: Optional[List[str]] = typer.Argument(None, help="Hydra overrides: key=value, +key=value, ++key=value, ~key.",
-                                                    autocompletion=_complete_override),
+    recipe: str = typer.Argument(
+        ..., help="Recipe name or alias (see 'recipes list').", autocompletion=_complete_recipe
+    ),
+    overrides: Optional[List[str]] = typer.Argument(
+        None, help="Hydra overrides: key=value, +key=value, ++key=value, ~key.", autocompletion=_complete_override
+    ),
     cluster: str = typer.Option("local", "--cluster", "-c", help="Cluster profile.", autocompletion=_complete_cluster),
-    overlay: Optional[List[str]] = typer.Option(None, "--overlay", help="Overlay to apply (repeatable, in order).",
-                                                autocompletion=_complete_overlay),
+    overlay: Optional[List[str]] = typer.Option(
+        None, "--overlay", help="Overlay to apply (repeatable, in order).", autocompletion=_complete_overlay
+    ),
     nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Node count (overrides the cluster/recipe)."),
     time: Optional[str] = typer.Option(None, "--time", "-t", help="Slurm time limit, e.g. 04:00:00."),
     partition: Optional[str] = typer.Option(None, "--partition", "-p", help="Slurm partition."),
     account: Optional[str] = typer.Option(None, "--account", "-A", help="Slurm account."),
-    container: Optional[str] = typer.Option(None, "--container", help="Container image (overrides recipe and cluster)."),
-    env: Optional[List[str]] = typer.Option(None, "--env", "-e", help="Extra environment NAME=VALUE (not for secrets)."),
-    secret: Optional[List[str]] = typer.Option(None, "--secret", help="A secret by name (repeatable); on Slurm NAME=file:PATH or NAME=netrc:MACHINE reads it from a file on the cluster, never through sbatch."),
-    bridge_src: Optional[str] = typer.Option(None, "--bridge-src", help="A local Megatron-Bridge git checkout: packed (tracked files, uncommitted edits included), staged in the run dir and mounted over the container's copy."),
-    until_done: bool = typer.Option(False, "--until-done", help="Slurm: continue across time limits and flaky failures until train_iters."),
+    container: Optional[str] = typer.Option(
+        None, "--container", help="Container image (overrides recipe and cluster)."
+    ),
+    env: Optional[List[str]] = typer.Option(
+        None, "--env", "-e", help="Extra environment NAME=VALUE (not for secrets)."
+    ),
+    secret: Optional[List[str]] = typer.Option(
+        None,
+        "--secret",
+        help="A secret by name (repeatable); on Slurm NAME=file:PATH or NAME=netrc:MACHINE reads it from a file on the cluster, never through sbatch.",
+    ),
+    bridge_src: Optional[str] = typer.Option(
+        None,
+        "--bridge-src",
+        help="A local Megatron-Bridge git checkout: packed (tracked files, uncommitted edits included), staged in the run dir and mounted over the container's copy.",
+    ),
+    until_done: bool = typer.Option(
+        False, "--until-done", help="Slurm: continue across time limits and flaky failures until train_iters."
+    ),
     max_restarts: int = typer.Option(3, "--max-restarts", help="With --until-done: flaky failures to retry."),
-    signal_lead: int = typer.Option(120, "--signal-lead", help="With --until-done: seconds before the time limit to save."),
-    max_segments: Optional[int] = typer.Option(None, "--max-segments", help="With --until-done: stop after this many segments."),
-    step_time: Optional[float] = typer.Option(None, "--step-time", help="With --until-done: seconds per step, for sizing (default: plan's estimate)."),
-    canary: Optional[bool] = typer.Option(None, "--canary/--no-canary", help="First check on the cluster, in the job's image, what no local check can (recipe and overrides, data, checkpoint, HF cache, NVLink, busbw); the job waits for it. Default: the profile's [canary] enabled."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved job and the exact launch artifact; submit nothing."),
+    signal_lead: int = typer.Option(
+        120, "--signal-lead", help="With --until-done: seconds before the time limit to save."
+    ),
+    max_segments: Optional[int] = typer.Option(
+        None, "--max-segments", help="With --until-done: stop after this many segments."
+    ),
+    step_time: Optional[float] = typer.Option(
+        None, "--step-time", help="With --until-done: seconds per step, for sizing (default: plan's estimate)."
+    ),
+    canary: Optional[bool] = typer.Option(
+        None,
+        "--canary/--no-canary",
+        help="First check on the cluster, in the job's image, what no local check can (recipe and overrides, data, checkpoint, HF cache, NVLink, busbw); the job waits for it. Default: the profile's [canary] enabled.",
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the resolved job and the exact launch artifact; submit nothing."
+    ),
     follow: bool = typer.Option(False, "--follow", "-f", help="Stream progress until the job ends (Ctrl-C detaches)."),
-    no_memory_check: bool = typer.Option(False, "--no-memory-check",
-                                         help="Submit even when plan's memory estimate exceeds the GPU (a warning, not an error)."),
-    sweep: bool = typer.Option(False, "--sweep", help="Expand Hydra sweeps (key=a,b, choice(...), range(...)): one run per combination, as one experiment."),
-    experiment: Optional[str] = typer.Option(None, "--experiment", help="Submit as a named experiment (a group of runs: a sweep, or several recipes given as RECIPE RECIPE...)."),
+    no_memory_check: bool = typer.Option(
+        False,
+        "--no-memory-check",
+        help="Submit even when plan's memory estimate exceeds the GPU (a warning, not an error).",
+    ),
+    sweep: bool = typer.Option(
+        False,
+        "--sweep",
+        help="Expand Hydra sweeps (key=a,b, choice(...), range(...)): one run per combination, as one experiment.",
+    ),
+    experiment: Optional[str] = typer.Option(
+        None,
+        "--experiment",
+        help="Submit as a named experiment (a group of runs: a sweep, or several recipes given as RECIPE RECIPE...).",
+    ),
     output: Output = OUTPUT,
 ):
     """Resolve RECIPE on a cluster, validate it, and submit it (or print it with --dry-run).
@@ -163,19 +216,61 @@ def submit(
     from bridge_launch.cli import commands
 
     if sweep or experiment or _more_recipes(overrides or []):
-        raise typer.Exit(commands.submit_group(
-            recipe, overrides or [], sweep=sweep, experiment=experiment, follow=follow, output=output.value,
-            dry_run=dry_run, cluster=cluster, overlays=overlay or [], nodes=nodes, time=time, partition=partition,
-            account=account, container=container, env=env or [], secrets=secret or [], bridge_src=bridge_src,
-            until_done=until_done, max_restarts=max_restarts, signal_lead=signal_lead, max_segments=max_segments,
-            step_time=step_time, memory_check=not no_memory_check, canary=canary))
+        raise typer.Exit(
+            commands.submit_group(
+                recipe,
+                overrides or [],
+                sweep=sweep,
+                experiment=experiment,
+                follow=follow,
+                output=output.value,
+                dry_run=dry_run,
+                cluster=cluster,
+                overlays=overlay or [],
+                nodes=nodes,
+                time=time,
+                partition=partition,
+                account=account,
+                container=container,
+                env=env or [],
+                secrets=secret or [],
+                bridge_src=bridge_src,
+                until_done=until_done,
+                max_restarts=max_restarts,
+                signal_lead=signal_lead,
+                max_segments=max_segments,
+                step_time=step_time,
+                memory_check=not no_memory_check,
+                canary=canary,
+            )
+        )
 
-    raise typer.Exit(commands.submit(
-        recipe, overrides or [], cluster=cluster, overlays=overlay or [], nodes=nodes, time=time,
-        partition=partition, account=account, container=container, env=env or [], secrets=secret or [],
-        bridge_src=bridge_src, until_done=until_done, max_restarts=max_restarts, signal_lead=signal_lead,
-        max_segments=max_segments, step_time=step_time, dry_run=dry_run, follow=follow, output=output.value,
-        memory_check=not no_memory_check, canary=canary))
+    raise typer.Exit(
+        commands.submit(
+            recipe,
+            overrides or [],
+            cluster=cluster,
+            overlays=overlay or [],
+            nodes=nodes,
+            time=time,
+            partition=partition,
+            account=account,
+            container=container,
+            env=env or [],
+            secrets=secret or [],
+            bridge_src=bridge_src,
+            until_done=until_done,
+            max_restarts=max_restarts,
+            signal_lead=signal_lead,
+            max_segments=max_segments,
+            step_time=step_time,
+            dry_run=dry_run,
+            follow=follow,
+            output=output.value,
+            memory_check=not no_memory_check,
+            canary=canary,
+        )
+    )
 
 
 def _more_recipes(words: list[str]) -> bool:
@@ -190,12 +285,18 @@ def _more_recipes(words: list[str]) -> bool:
 
 @app.command()
 def status(
-    run: Optional[str] = typer.Argument(None, help="A run id (or a unique prefix), or an experiment's name.",
-                                        autocompletion=_complete_run),
+    run: Optional[str] = typer.Argument(
+        None, help="A run id (or a unique prefix), or an experiment's name.", autocompletion=_complete_run
+    ),
     all_: bool = typer.Option(False, "--all", "-a", help="All runs, not only the 50 most recent."),
     state: Optional[str] = typer.Option(None, "--state", help="Only runs in this state (e.g. RUNNING)."),
     recipe: Optional[str] = typer.Option(None, "--recipe", help="Only runs of this recipe."),
-    watch: bool = typer.Option(False, "--watch", "-w", help="Refresh until every run shown has ended (with -o json: one object per line per refresh)."),
+    watch: bool = typer.Option(
+        False,
+        "--watch",
+        "-w",
+        help="Refresh until every run shown has ended (with -o json: one object per line per refresh).",
+    ),
     interval: float = typer.Option(5.0, "--interval", help="With --watch: seconds between refreshes."),
     output: Output = OUTPUT,
 ):
@@ -203,16 +304,21 @@ def status(
     ETA, the last checkpoint, the first error line)."""
     from bridge_launch.cli import commands
 
-    raise typer.Exit(commands.status(run, all_runs=all_, state=state, recipe=recipe, output=output.value,
-                                     watch=watch, interval=interval))
+    raise typer.Exit(
+        commands.status(
+            run, all_runs=all_, state=state, recipe=recipe, output=output.value, watch=watch, interval=interval
+        )
+    )
 
 
 @app.command()
-def logs(run: str = typer.Argument(..., help="A run id (or a unique prefix).", autocompletion=_complete_run),
-         follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
-         rank: Optional[int] = typer.Option(None, "--rank", "-r", help="Only this rank's lines (by their [rankN]: prefix)."),
-         grep: Optional[str] = typer.Option(None, "--grep", "-g", help="Only lines matching this regular expression."),
-         tail: Optional[int] = typer.Option(None, "--tail", "-n", help="Only the last N (matching) lines.")):
+def logs(
+    run: str = typer.Argument(..., help="A run id (or a unique prefix).", autocompletion=_complete_run),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
+    rank: Optional[int] = typer.Option(None, "--rank", "-r", help="Only this rank's lines (by their [rankN]: prefix)."),
+    grep: Optional[str] = typer.Option(None, "--grep", "-g", help="Only lines matching this regular expression."),
+    tail: Optional[int] = typer.Option(None, "--tail", "-n", help="Only the last N (matching) lines."),
+):
     """Print a run's output."""
     from bridge_launch.cli import commands
 
@@ -222,11 +328,19 @@ def logs(run: str = typer.Argument(..., help="A run id (or a unique prefix).", a
 @app.command()
 def check(
     sources: List[str] = typer.Argument(..., help="Runs (id or prefix), experiments, or log files."),
-    steps: Optional[int] = typer.Option(None, "--steps", help="The expected number of iterations (default: the total the iteration lines print)."),
-    only: Optional[List[str]] = typer.Option(None, "--only", help="Only these criteria (repeatable or comma-separated): steps, finite, skipped, nan, checkpoint, validation, test, no-signal."),
+    steps: Optional[int] = typer.Option(
+        None, "--steps", help="The expected number of iterations (default: the total the iteration lines print)."
+    ),
+    only: Optional[List[str]] = typer.Option(
+        None,
+        "--only",
+        help="Only these criteria (repeatable or comma-separated): steps, finite, skipped, nan, checkpoint, validation, test, no-signal.",
+    ),
     skip: Optional[List[str]] = typer.Option(None, "--skip", help="Leave these criteria out (as --only)."),
     metric: str = typer.Option("lm loss", "--metric", help="The loss that must be on every iteration line."),
-    export_golden: Optional[str] = typer.Option(None, "--export-golden", help="Also write the run's values as Megatron-LM golden values (JSON)."),
+    export_golden: Optional[str] = typer.Option(
+        None, "--export-golden", help="Also write the run's values as Megatron-LM golden values (JSON)."
+    ),
     output: Output = OUTPUT,
 ):
     """The hardware gate: last iteration equals its total, every loss and grad norm finite, no
@@ -234,27 +348,49 @@ def check(
     SIGTERM exit. Each criterion with its evidence; exit 0 passes, 1 fails."""
     from bridge_launch.cli import judging as judge
 
-    raise typer.Exit(judge.check(sources, steps=steps, only=only, skip=skip, metric=metric,
-                                 export_golden=export_golden, output=output.value))
+    raise typer.Exit(
+        judge.check(
+            sources, steps=steps, only=only, skip=skip, metric=metric, export_golden=export_golden, output=output.value
+        )
+    )
 
 
 @app.command()
 def compare(
-    sources: List[str] = typer.Argument(..., help="A B (runs, log files or Megatron-LM golden-values JSON; A is judged against B), or an experiment's name."),
+    sources: List[str] = typer.Argument(
+        ...,
+        help="A B (runs, log files or Megatron-LM golden-values JSON; A is judged against B), or an experiment's name.",
+    ),
     metric: str = typer.Option("lm loss", "--metric", help="The iteration-line field to compare."),
     rtol: float = typer.Option(0.02, "--rtol", help="Relative tolerance of each aligned step."),
     atol: float = typer.Option(0.0, "--atol", help="Absolute tolerance added to it (as numpy.isclose)."),
-    allowed: Optional[int] = typer.Option(None, "--allowed", help="Steps allowed outside the tolerance (default: min(max(N//100, 1), 50), Megatron-LM's)."),
+    allowed: Optional[int] = typer.Option(
+        None, "--allowed", help="Steps allowed outside the tolerance (default: min(max(N//100, 1), 50), Megatron-LM's)."
+    ),
     final_rtol: float = typer.Option(0.03, "--final-rtol", help="Relative tolerance of the final value."),
-    plot: Optional[str] = typer.Option(None, "--plot", help="Draw the curves and their relative difference: FILE.png, .svg or .html (the 'plot' extra), or - for a terminal chart."),
+    plot: Optional[str] = typer.Option(
+        None,
+        "--plot",
+        help="Draw the curves and their relative difference: FILE.png, .svg or .html (the 'plot' extra), or - for a terminal chart.",
+    ),
     output: Output = OUTPUT,
 ):
     """Loss parity: aligned per-step comparison, correlation, final difference, first step out of
     tolerance. Exit 0 in parity, 1 not."""
     from bridge_launch.cli import judging as judge
 
-    raise typer.Exit(judge.compare(sources, metric=metric, rtol=rtol, atol=atol, allowed=allowed,
-                                   final_rtol=final_rtol, plot=plot, output=output.value))
+    raise typer.Exit(
+        judge.compare(
+            sources,
+            metric=metric,
+            rtol=rtol,
+            atol=atol,
+            allowed=allowed,
+            final_rtol=final_rtol,
+            plot=plot,
+            output=output.value,
+        )
+    )
 
 
 @app.command()
@@ -268,8 +404,9 @@ def cancel(run: str = typer.Argument(..., help="A run id (or a unique prefix).",
 @app.command(context_settings={"allow_interspersed_args": True})
 def resume(
     run: str = typer.Argument(..., help="The run to resume (id or unique prefix).", autocompletion=_complete_run),
-    overrides: Optional[List[str]] = typer.Argument(None, help="Extra overrides, e.g. train.train_iters=2000.",
-                                                    autocompletion=_complete_resume_override),
+    overrides: Optional[List[str]] = typer.Argument(
+        None, help="Extra overrides, e.g. train.train_iters=2000.", autocompletion=_complete_resume_override
+    ),
     follow: bool = typer.Option(False, "--follow", "-f", help="Stream progress until the job ends."),
     output: Output = OUTPUT,
 ):
@@ -291,8 +428,11 @@ class _DiffCommand(_TyperCommand):
         from bridge_launch.cli import commands
 
         submit_cmd = _submit_command(ctx)
-        records = [p.get_help_record(ctx) for p in submit_cmd.params
-                   if p.name not in commands.NOT_SIDE and getattr(p, "param_type_name", "") == "option"]
+        records = [
+            p.get_help_record(ctx)
+            for p in submit_cmd.params
+            if p.name not in commands.NOT_SIDE and getattr(p, "param_type_name", "") == "option"
+        ]
         with formatter.section("Options of each side (as for submit)"):
             formatter.write_dl([r for r in records if r])
         super().format_epilog(ctx, formatter)
@@ -315,8 +455,11 @@ def _side_parser(ctx):
 @app.command(cls=_DiffCommand, context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 def diff(
     ctx: typer.Context,
-    args: List[str] = typer.Argument(..., help="RUN_A RUN_B, or RECIPE [OPTIONS] [KEY=VALUE...] -- RECIPE [OPTIONS] [KEY=VALUE...]",
-                                     autocompletion=_complete_diff),
+    args: List[str] = typer.Argument(
+        ...,
+        help="RUN_A RUN_B, or RECIPE [OPTIONS] [KEY=VALUE...] -- RECIPE [OPTIONS] [KEY=VALUE...]",
+        autocompletion=_complete_diff,
+    ),
     all_keys: bool = typer.Option(False, "--all", help="Show equal values too."),
     output: Output = OUTPUT,
 ):
@@ -324,28 +467,43 @@ def diff(
     everything that reaches the job (scheduler options, environment, secrets by name, container, config)."""
     from bridge_launch.cli import commands
 
-    raise typer.Exit(commands.diff(_raw_after("diff"), all_keys=all_keys, output=output.value,
-                                   parse_side=_side_parser(ctx)))
+    raise typer.Exit(
+        commands.diff(_raw_after("diff"), all_keys=all_keys, output=output.value, parse_side=_side_parser(ctx))
+    )
 
 
 @app.command(context_settings={"allow_interspersed_args": True})
 def plan(
     recipe: str = typer.Argument(..., help="Recipe name or alias.", autocompletion=_complete_recipe),
-    overrides: Optional[List[str]] = typer.Argument(None, help="Hydra overrides, as for submit.",
-                                                    autocompletion=_complete_override),
+    overrides: Optional[List[str]] = typer.Argument(
+        None, help="Hydra overrides, as for submit.", autocompletion=_complete_override
+    ),
     cluster: str = typer.Option("local", "--cluster", "-c", help="Cluster profile.", autocompletion=_complete_cluster),
-    overlay: Optional[List[str]] = typer.Option(None, "--overlay", help="Overlay to apply (repeatable, in order).",
-                                                autocompletion=_complete_overlay),
+    overlay: Optional[List[str]] = typer.Option(
+        None, "--overlay", help="Overlay to apply (repeatable, in order).", autocompletion=_complete_overlay
+    ),
     nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Node count."),
-    tflops: Optional[float] = typer.Option(None, "--tflops", help="Achieved TFLOP/s per GPU (overrides the recipe's assumption)."),
+    tflops: Optional[float] = typer.Option(
+        None, "--tflops", help="Achieved TFLOP/s per GPU (overrides the recipe's assumption)."
+    ),
     tokens: Optional[float] = typer.Option(None, "--tokens", help="Token budget: steps = tokens / tokens per step."),
     output: Output = OUTPUT,
 ):
     """Rank groups, NVLink domains, memory per GPU and GPU-hours, before submitting (needs the 'plan' extra)."""
     from bridge_launch.cli import commands
 
-    raise typer.Exit(commands.plan(recipe, overrides or [], cluster=cluster, overlays=overlay or [], nodes=nodes,
-                                   tflops=tflops, tokens=tokens, output=output.value))
+    raise typer.Exit(
+        commands.plan(
+            recipe,
+            overrides or [],
+            cluster=cluster,
+            overlays=overlay or [],
+            nodes=nodes,
+            tflops=tflops,
+            tokens=tokens,
+            output=output.value,
+        )
+    )
 
 
 @app.command()
@@ -374,9 +532,12 @@ def import_(
 
 @image_app.command("import")
 def image_import(
-    image: str = typer.Argument(..., help="REGISTRY/IMAGE[:TAG] (or REGISTRY#IMAGE[:TAG]), or a squashfs path on the cluster."),
-    cluster: str = typer.Option(..., "--cluster", "-c", help="Slurm cluster profile with [slurm] image_cache.",
-                                autocompletion=_complete_cluster),
+    image: str = typer.Argument(
+        ..., help="REGISTRY/IMAGE[:TAG] (or REGISTRY#IMAGE[:TAG]), or a squashfs path on the cluster."
+    ),
+    cluster: str = typer.Option(
+        ..., "--cluster", "-c", help="Slurm cluster profile with [slurm] image_cache.", autocompletion=_complete_cluster
+    ),
     output: Output = OUTPUT,
 ):
     """Run `enroot import` once, as a job on one compute node, into the profile's image cache (keyed by
@@ -389,7 +550,7 @@ def image_import(
 def _raw_after(command: str) -> list[str]:
     """The command's own words as typed (click drops the first '--', which diff needs)."""
     argv = sys.argv[1:]
-    return argv[argv.index(command) + 1:] if command in argv else argv
+    return argv[argv.index(command) + 1 :] if command in argv else argv
 
 
 @recipes_app.command("list")
@@ -460,8 +621,10 @@ def _exit_now(code) -> None:
 
 def _json_mode(argv: list[str]) -> bool:
     """-o json / --output json anywhere on the line: then stdout carries JSON only, errors too."""
-    return any(a in ("--output=json", "-ojson") or a in ("-o", "--output") and nxt == "json"
-               for a, nxt in zip(argv, [*argv[1:], ""]))
+    return any(
+        a in ("--output=json", "-ojson") or a in ("-o", "--output") and nxt == "json"
+        for a, nxt in zip(argv, [*argv[1:], ""])
+    )
 
 
 def _with_shells(argv: list[str]) -> list[str]:

@@ -15,17 +15,54 @@ def _err(msg: str) -> None:
     sys.stderr.write(f"bridge-launch: error: {msg}\n")
 
 
-def submit(recipe, overrides, *, cluster, overlays, nodes, time, partition, account, container, env, secrets,
-           bridge_src, until_done=False, max_restarts=3, signal_lead=120, max_segments=None, step_time=None, dry_run,
-           follow, output, memory_check=True, canary=None) -> int:
+def submit(
+    recipe,
+    overrides,
+    *,
+    cluster,
+    overlays,
+    nodes,
+    time,
+    partition,
+    account,
+    container,
+    env,
+    secrets,
+    bridge_src,
+    until_done=False,
+    max_restarts=3,
+    signal_lead=120,
+    max_segments=None,
+    step_time=None,
+    dry_run,
+    follow,
+    output,
+    memory_check=True,
+    canary=None,
+) -> int:
     from bridge_launch import backends
     from bridge_launch.resolve import resolver as resolve
 
-    opts = resolve.Options(cluster=cluster, overlays=tuple(overlays), overrides=tuple(overrides), nodes=nodes,
-                           time=time, partition=partition, account=account, container=container,
-                           env=tuple(env), secrets=tuple(secrets), bridge_src=bridge_src, until_done=until_done,
-                           max_restarts=max_restarts, signal_lead=signal_lead, max_segments=max_segments,
-                           step_time=step_time, memory_check=memory_check, canary=canary)
+    opts = resolve.Options(
+        cluster=cluster,
+        overlays=tuple(overlays),
+        overrides=tuple(overrides),
+        nodes=nodes,
+        time=time,
+        partition=partition,
+        account=account,
+        container=container,
+        env=tuple(env),
+        secrets=tuple(secrets),
+        bridge_src=bridge_src,
+        until_done=until_done,
+        max_restarts=max_restarts,
+        signal_lead=signal_lead,
+        max_segments=max_segments,
+        step_time=step_time,
+        memory_check=memory_check,
+        canary=canary,
+    )
     job = resolve.resolve(recipe, opts, for_submit=not dry_run)
     if job.bridge_src:
         from bridge_launch.runs import codepack
@@ -73,8 +110,17 @@ def resume(run_ref, overrides, *, follow, output) -> int:
 
 
 def _run_json(run, **extra) -> dict:
-    return {"run_id": run.run_id, "job_ids": run.job_ids, "state": run.state, "run_dir": run.run_dir,
-            "cluster": run.cluster, "recipe": run.recipe, "resumed_from": run.resumed_from, "chain": run.chain, **extra}
+    return {
+        "run_id": run.run_id,
+        "job_ids": run.job_ids,
+        "state": run.state,
+        "run_dir": run.run_dir,
+        "cluster": run.cluster,
+        "recipe": run.recipe,
+        "resumed_from": run.resumed_from,
+        "chain": run.chain,
+        **extra,
+    }
 
 
 def _submitted(run, job, follow, output) -> int:
@@ -122,16 +168,25 @@ def _follow(run, job, output="text") -> int:
         if views.is_tty() and not as_json:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-            with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          TextColumn("{task.fields[loss]}"), TimeElapsedColumn()) as bar:
+            with Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[loss]}"),
+                TimeElapsedColumn(),
+            ) as bar:
                 task = bar.add_task(run.run_id, total=total, loss="")
 
                 def on_line(line):
                     bar.console.print(line, markup=False, highlight=False)
                     hit = last_step(line)
                     if hit:
-                        bar.update(task, completed=hit[0], total=hit[1],
-                                   loss=f"loss {hit[2]:.4f}" if hit[2] is not None else "")
+                        bar.update(
+                            task,
+                            completed=hit[0],
+                            total=hit[1],
+                            loss=f"loss {hit[2]:.4f}" if hit[2] is not None else "",
+                        )
 
                 final = launch.wait_until_done(reg, run, on_line)
         else:
@@ -143,9 +198,11 @@ def _follow(run, job, output="text") -> int:
 
             final = launch.wait_until_done(reg, run, on_line)
     except KeyboardInterrupt:
-        sys.stderr.write(f"\ndetached from {run.run_id}; it keeps running.\n"
-                         f"  follow again: bridge-launch logs {run.run_id} -f\n"
-                         f"  cancel it:    bridge-launch cancel {run.run_id}\n")
+        sys.stderr.write(
+            f"\ndetached from {run.run_id}; it keeps running.\n"
+            f"  follow again: bridge-launch logs {run.run_id} -f\n"
+            f"  cancel it:    bridge-launch cancel {run.run_id}\n"
+        )
         if as_json:
             views.dump_json(_run_json(reg.get(run.run_id) or run, reason="", detached=True))
         return 0
@@ -164,12 +221,20 @@ def status(run_ref, *, all_runs, state, recipe, output, watch=False, interval=5.
     if state and state.upper() not in STATES:
         raise UsageError(f"--state {state!r} is not a state; valid: {', '.join(STATES)}")
     if watch:  # each refresh is this function's output (monitor.watch_status)
-        return monitor.watch_status(lambda out, seen: status(run_ref, all_runs=all_runs, state=state, recipe=recipe,
-                                                             output=out, shown=seen), output=output, interval=interval)
+        return monitor.watch_status(
+            lambda out, seen: status(run_ref, all_runs=all_runs, state=state, recipe=recipe, output=out, shown=seen),
+            output=output,
+            interval=interval,
+        )
     reg = Registry()
     group = reg.experiment(run_ref) if run_ref else None  # an experiment's name: its runs
-    runs = [r for r, _ in group["runs"]] if group else [launch.find_run(reg, run_ref)] if run_ref else reg.recent(
-        None if all_runs else 50, state=state and state.upper(), recipe=recipe)
+    runs = (
+        [r for r, _ in group["runs"]]
+        if group
+        else [launch.find_run(reg, run_ref)]
+        if run_ref
+        else reg.recent(None if all_runs else 50, state=state and state.upper(), recipe=recipe)
+    )
     runs = launch.refresh(reg, runs)
     if shown is not None:  # status --watch: which runs this view showed
         shown.extend(runs)
@@ -182,11 +247,41 @@ def status(run_ref, *, all_runs, state, recipe, output, watch=False, interval=5.
         return f"{i['step']}/{i['train_iters']}" if i.get("step") is not None and i.get("train_iters") else ""
 
     runs, extra = monitor.group_column(runs, group)  # experiments: a column, their runs next to each other
-    rows = [[r.run_id, *extra(r), r.state, r.recipe, r.cluster, ",".join(r.job_ids), r.info.get("elapsed", ""),
-             r.info.get("nodes", ""), step(r), monitor.loss_text(r), r.reason or "",
-             time.strftime("%m-%d %H:%M", time.localtime(r.created))] for r in runs]
-    views.table("runs", ["run", *extra(None), "state", "recipe", "cluster", "job ids", "elapsed", "nodes", "step",
-                         "loss", "reason", "submitted"], rows)
+    rows = [
+        [
+            r.run_id,
+            *extra(r),
+            r.state,
+            r.recipe,
+            r.cluster,
+            ",".join(r.job_ids),
+            r.info.get("elapsed", ""),
+            r.info.get("nodes", ""),
+            step(r),
+            monitor.loss_text(r),
+            r.reason or "",
+            time.strftime("%m-%d %H:%M", time.localtime(r.created)),
+        ]
+        for r in runs
+    ]
+    views.table(
+        "runs",
+        [
+            "run",
+            *extra(None),
+            "state",
+            "recipe",
+            "cluster",
+            "job ids",
+            "elapsed",
+            "nodes",
+            "step",
+            "loss",
+            "reason",
+            "submitted",
+        ],
+        rows,
+    )
     if group:
         monitor.print_group(reg, group, runs)
     elif run_ref and runs:
@@ -242,8 +337,9 @@ def logs(run_ref, *, follow, rank=None, grep=None, tail=None) -> int:
     if follow:
         sys.stdout.flush()
         try:
-            final = launch.wait_until_done(reg, run, lambda line: (keep is None or keep(line)) and print(line, flush=True),
-                                           tail=lines)
+            final = launch.wait_until_done(
+                reg, run, lambda line: (keep is None or keep(line)) and print(line, flush=True), tail=lines
+            )
         except KeyboardInterrupt:
             return 0
         return 0 if final.state == "COMPLETED" else 1
@@ -278,12 +374,40 @@ def recipes_list(output) -> int:
     items = recipes.list_recipes(problems)
     _warn_broken(problems)
     if output == "json":
-        views.dump_json([{k: r.get(k) for k in ("name", "description", "upstream", "mode", "gpus", "container",
-                                                 "aliases", "workload", "origin")} for r in items])
+        views.dump_json(
+            [
+                {
+                    k: r.get(k)
+                    for k in (
+                        "name",
+                        "description",
+                        "upstream",
+                        "mode",
+                        "gpus",
+                        "container",
+                        "aliases",
+                        "workload",
+                        "origin",
+                    )
+                }
+                for r in items
+            ]
+        )
         return 0
-    views.table("recipes", ["name", "gpus", "mode", "upstream", "description"],
-                [[r["name"], r.get("gpus") or "-", r.get("mode") or r["workload"], r.get("upstream") or "-",
-                  r.get("description", "")] for r in items])
+    views.table(
+        "recipes",
+        ["name", "gpus", "mode", "upstream", "description"],
+        [
+            [
+                r["name"],
+                r.get("gpus") or "-",
+                r.get("mode") or r["workload"],
+                r.get("upstream") or "-",
+                r.get("description", ""),
+            ]
+            for r in items
+        ],
+    )
     return 0
 
 
@@ -294,8 +418,21 @@ def recipes_show(name, output) -> int:
     if output == "json":
         views.dump_json(r)
         return 0
-    keys = ("name", "description", "upstream", "upstream_ref", "upstream_status", "mode", "workload", "gpus",
-            "container", "hf_model", "required", "aliases", "path")
+    keys = (
+        "name",
+        "description",
+        "upstream",
+        "upstream_ref",
+        "upstream_status",
+        "mode",
+        "workload",
+        "gpus",
+        "container",
+        "hf_model",
+        "required",
+        "aliases",
+        "path",
+    )
     for k in keys:
         if r.get(k) not in (None, "", []):
             print(f"{k:<15} {', '.join(r[k]) if isinstance(r[k], list) else r[k]}")
@@ -322,8 +459,11 @@ def overlays_list(output) -> int:
     if output == "json":
         views.dump_json([{k: o.get(k) for k in ("name", "description", "gpus", "config", "env")} for o in items])
         return 0
-    views.table("overlays", ["name", "gpus", "keys", "description"],
-                [[o["name"], o.get("gpus") or "-", len(o["config"]), o.get("description", "")] for o in items])
+    views.table(
+        "overlays",
+        ["name", "gpus", "keys", "description"],
+        [[o["name"], o.get("gpus") or "-", len(o["config"]), o.get("description", "")] for o in items],
+    )
     return 0
 
 
@@ -351,13 +491,41 @@ def clusters_list(output) -> int:
     items = clusters.list_profiles(problems=problems)
     _warn_broken(problems)
     if output == "json":
-        views.dump_json([{k: p.get(k) for k in ("name", "description", "backend", "gpu_type", "gpus_per_node", "nodes",
-                                                 "max_nodes", "origin", "path")} for p in items])
+        views.dump_json(
+            [
+                {
+                    k: p.get(k)
+                    for k in (
+                        "name",
+                        "description",
+                        "backend",
+                        "gpu_type",
+                        "gpus_per_node",
+                        "nodes",
+                        "max_nodes",
+                        "origin",
+                        "path",
+                    )
+                }
+                for p in items
+            ]
+        )
         return 0
-    views.table("clusters", ["name", "backend", "gpu", "nodes", "from", "description"],
-                [[p["name"], p["backend"], f"{p['gpus_per_node']}x {p['gpu_type']}",
-                  p["nodes"] if p["nodes"] else f"<= {p['max_nodes']}" if p["max_nodes"] else "any",
-                  p["origin"], p.get("description", "")] for p in items])
+    views.table(
+        "clusters",
+        ["name", "backend", "gpu", "nodes", "from", "description"],
+        [
+            [
+                p["name"],
+                p["backend"],
+                f"{p['gpus_per_node']}x {p['gpu_type']}",
+                p["nodes"] if p["nodes"] else f"<= {p['max_nodes']}" if p["max_nodes"] else "any",
+                p["origin"],
+                p.get("description", ""),
+            ]
+            for p in items
+        ],
+    )
     return 0
 
 
@@ -385,11 +553,24 @@ def clusters_show(name, output) -> int:
 # submit's parameters that shape the job (all of them but --dry-run, --follow and --output), by
 # the name click gives them -> resolve.Options field. diff parses each side with submit's own
 # parser (cli.py), so a side accepts exactly what submit accepts.
-SIDE_FIELDS = {"cluster": "cluster", "overlay": "overlays", "overrides": "overrides", "nodes": "nodes", "time": "time",
-               "partition": "partition", "account": "account", "container": "container", "env": "env",
-               "secret": "secrets", "bridge_src": "bridge_src", "until_done": "until_done",
-               "max_restarts": "max_restarts", "signal_lead": "signal_lead", "max_segments": "max_segments",
-               "step_time": "step_time"}
+SIDE_FIELDS = {
+    "cluster": "cluster",
+    "overlay": "overlays",
+    "overrides": "overrides",
+    "nodes": "nodes",
+    "time": "time",
+    "partition": "partition",
+    "account": "account",
+    "container": "container",
+    "env": "env",
+    "secret": "secrets",
+    "bridge_src": "bridge_src",
+    "until_done": "until_done",
+    "max_restarts": "max_restarts",
+    "signal_lead": "signal_lead",
+    "max_segments": "max_segments",
+    "step_time": "step_time",
+}
 NOT_SIDE = ("dry_run", "follow", "output", "help")
 
 
@@ -418,8 +599,26 @@ def _without_run_id(job):
 
 
 _PROFILE_KEYS = ("numa_bind", "nvlink_domain_nodes", "containers")
-_JOB_KEYS = ("recipe", "upstream", "mode", "workload", "entry", "cluster", "backend", "nodes", "gpus_per_node",
-             "world_size", "gpu_type", "container", "image", "overlays", "mounts", "job_root", "python", "bridge_src")
+_JOB_KEYS = (
+    "recipe",
+    "upstream",
+    "mode",
+    "workload",
+    "entry",
+    "cluster",
+    "backend",
+    "nodes",
+    "gpus_per_node",
+    "world_size",
+    "gpu_type",
+    "container",
+    "image",
+    "overlays",
+    "mounts",
+    "job_root",
+    "python",
+    "bridge_src",
+)
 
 
 def diff_rows(a, b) -> list[tuple]:
@@ -434,8 +633,16 @@ def diff_rows(a, b) -> list[tuple]:
 
     def add(section, da, db, srca=None, srcb=None, missing="(unset)"):
         for key in list(dict.fromkeys([*da, *db])):
-            rows.append((section, key, da.get(key, missing), (srca or {}).get(key, ""),
-                         db.get(key, missing), (srcb or {}).get(key, "")))
+            rows.append(
+                (
+                    section,
+                    key,
+                    da.get(key, missing),
+                    (srca or {}).get(key, ""),
+                    db.get(key, missing),
+                    (srcb or {}).get(key, ""),
+                )
+            )
 
     pa, pb = a.provenance, b.provenance
     job = lambda j: {**{k: getattr(j, k) for k in _JOB_KEYS}, "until_done": j.chain is not None}  # noqa: E731
@@ -446,11 +653,18 @@ def diff_rows(a, b) -> list[tuple]:
         add("chain", chain(a), chain(b))
     add("config", a.config, b.config, pa["config"], pb["config"])
     removed = lambda j: {k: "removed" for k, s in j.provenance["config"].items() if s == "cli (removed)"}  # noqa: E731
-    add("config", {k: v for k, v in removed(a).items() if k not in b.config or k in removed(b)},
-        {k: v for k, v in removed(b).items() if k not in a.config or k in removed(a)})
+    add(
+        "config",
+        {k: v for k, v in removed(a).items() if k not in b.config or k in removed(b)},
+        {k: v for k, v in removed(b).items() if k not in a.config or k in removed(a)},
+    )
     add("env", a.env, b.env, pa["env"], pb["env"])
-    add("secrets", {n: "passed by name" for n in a.secrets}, {n: "passed by name" for n in b.secrets},
-        missing="(not passed)")
+    add(
+        "secrets",
+        {n: "passed by name" for n in a.secrets},
+        {n: "passed by name" for n in b.secrets},
+        missing="(not passed)",
+    )
     # what of the profile reaches the job and is not in a section above
     prof = lambda p: {k: p.get(k) for k in _PROFILE_KEYS}  # noqa: E731
     add("profile", prof(a.profile), prof(b.profile))
@@ -495,26 +709,36 @@ def diff(argv, *, all_keys, output, parse_side) -> int:
 
     if "--" in words:
         cut = words.index("--")
-        (label_a, a), (label_b, b) = side(words[:cut], "A"), side(words[cut + 1:], "B")
+        (label_a, a), (label_b, b) = side(words[:cut], "A"), side(words[cut + 1 :], "B")
     elif len(words) == 2 and not any("=" in w or w.startswith("-") for w in words):
         reg = Registry()
         runs = [launch.find_run(reg, w) for w in words]
         (label_a, a), (label_b, b) = [(r.run_id, launch.load_job(reg, r)) for r in runs]
     else:
-        raise UsageError("diff takes two runs (diff RUN_A RUN_B) or two sets separated by '--' "
-                         "(diff RECIPE -c CLUSTER [OPTIONS] [KEY=VALUE...] -- RECIPE -c CLUSTER [OPTIONS] [KEY=VALUE...])")
+        raise UsageError(
+            "diff takes two runs (diff RUN_A RUN_B) or two sets separated by '--' "
+            "(diff RECIPE -c CLUSTER [OPTIONS] [KEY=VALUE...] -- RECIPE -c CLUSTER [OPTIONS] [KEY=VALUE...])"
+        )
     rows = diff_rows(a, b)
     shown = [r for r in rows if all_keys or r[2] != r[4]]
     if output == "json":
-        views.dump_json({"a": label_a, "b": label_b, "differences": [
-            dict(zip(("section", "key", "a", "a_source", "b", "b_source"), r)) for r in shown]})
+        views.dump_json(
+            {
+                "a": label_a,
+                "b": label_b,
+                "differences": [dict(zip(("section", "key", "a", "a_source", "b", "b_source"), r)) for r in shown],
+            }
+        )
         return 0
     print(f"A: {label_a}\nB: {label_b}")
     if not shown:
         print("no differences")
         return 0
-    views.table("differences", ["section", "key", "A", "A from", "B", "B from"],
-                [[r[0], r[1], views.fmt(r[2]), r[3], views.fmt(r[4]), r[5]] for r in shown])
+    views.table(
+        "differences",
+        ["section", "key", "A", "A from", "B", "B from"],
+        [[r[0], r[1], views.fmt(r[2]), r[3], views.fmt(r[4]), r[5]] for r in shown],
+    )
     return 0
 
 
@@ -528,8 +752,10 @@ def image_import(image, cluster, *, output) -> int:
         views.dump_json(entry)
     else:
         what = "already in the cache" if entry["how"] == "cached" else "imported"
-        print(f"{entry['source']} {what}: {entry['squashfs']} ({entry['digest']}, job {entry['job_id']}, "
-              f"{entry['seconds']} s); submits to '{cluster}' now start from it")
+        print(
+            f"{entry['source']} {what}: {entry['squashfs']} ({entry['digest']}, job {entry['job_id']}, "
+            f"{entry['seconds']} s); submits to '{cluster}' now start from it"
+        )
     return 0
 
 
@@ -551,9 +777,21 @@ def prune(older_than: str, *, dry_run: bool = False, yes: bool = False) -> int:
     if not runs:
         print(f"no finished run older than {older_than}; nothing to forget")
         return 0
-    views.table("finished runs older than " + older_than, ["run", "state", "recipe", "cluster", "last update", "run dir"],
-                [[r.run_id, r.state, r.recipe, r.cluster, time.strftime("%Y-%m-%d %H:%M", time.localtime(r.updated)),
-                  r.run_dir] for r in runs])
+    views.table(
+        "finished runs older than " + older_than,
+        ["run", "state", "recipe", "cluster", "last update", "run dir"],
+        [
+            [
+                r.run_id,
+                r.state,
+                r.recipe,
+                r.cluster,
+                time.strftime("%Y-%m-%d %H:%M", time.localtime(r.updated)),
+                r.run_dir,
+            ]
+            for r in runs
+        ],
+    )
     n = len(runs)
     what = f"{n} finished run{'s' if n != 1 else ''}"
     if dry_run:
@@ -571,8 +809,10 @@ def prune(older_than: str, *, dry_run: bool = False, yes: bool = False) -> int:
         for kind in paths.LOG_COPIES:
             shutil.rmtree(paths.state_dir() / kind / run_id, ignore_errors=True)
     n = len(gone)
-    print(f"forgot {n} finished run{'s' if n != 1 else ''} older than {older_than} (run dirs are kept; "
-          "'bridge-launch import RUN_DIR' registers one again)")
+    print(
+        f"forgot {n} finished run{'s' if n != 1 else ''} older than {older_than} (run dirs are kept; "
+        "'bridge-launch import RUN_DIR' registers one again)"
+    )
     return 0
 
 
@@ -598,10 +838,13 @@ def plan(recipe, overrides, *, cluster, overlays, nodes, tflops, tokens, output)
 
     for flag, value in (("--tflops", tflops), ("--tokens", tokens)):
         if value is not None and not (math.isfinite(value) and value > 0):
-            raise UsageError(f"{flag} {value:g}: expected a positive number (e.g. {'250' if flag == '--tflops' else '1e11'})")
+            raise UsageError(
+                f"{flag} {value:g}: expected a positive number (e.g. {'250' if flag == '--tflops' else '1e11'})"
+            )
 
-    job = resolve.resolve(recipe, resolve.Options(cluster=cluster, overlays=tuple(overlays),
-                                                  overrides=tuple(overrides), nodes=nodes))
+    job = resolve.resolve(
+        recipe, resolve.Options(cluster=cluster, overlays=tuple(overlays), overrides=tuple(overrides), nodes=nodes)
+    )
     try:
         result = planner.plan(job, tflops_per_gpu=tflops, token_budget=int(tokens) if tokens else None)
     except UsageError:
@@ -632,8 +875,13 @@ def submit_group(recipe, overrides, *, sweep, experiment, follow, output, dry_ru
     members = experiments.expand(recipes_, rest, sweep=sweep)
     name = experiments.check_name(experiment) if experiment else experiments.new_name(recipes_[0])
     opts = dict(options)
-    base = dict(cluster=opts.pop("cluster"), overlays=tuple(opts.pop("overlays")), env=tuple(opts.pop("env")),
-                secrets=tuple(opts.pop("secrets")), **opts)
+    base = dict(
+        cluster=opts.pop("cluster"),
+        overlays=tuple(opts.pop("overlays")),
+        env=tuple(opts.pop("env")),
+        secrets=tuple(opts.pop("secrets")),
+        **opts,
+    )
     jobs = []
     for m in members:
         job = resolve.resolve(m.recipe, resolve.Options(overrides=tuple(m.overrides), **base), for_submit=not dry_run)
@@ -644,8 +892,12 @@ def submit_group(recipe, overrides, *, sweep, experiment, follow, output, dry_ru
         jobs.append((m, job))
     if dry_run:
         if output == "json":
-            views.dump_json({"experiment": name, "runs": [dict(views.job_view(j, backends.render(j)), label=m.label)
-                                                           for m, j in jobs]})
+            views.dump_json(
+                {
+                    "experiment": name,
+                    "runs": [dict(views.job_view(j, backends.render(j)), label=m.label) for m, j in jobs],
+                }
+            )
             return 0
         print(f"experiment {name}: {len(jobs)} runs")
         for i, (m, j) in enumerate(jobs, 1):
@@ -653,8 +905,9 @@ def submit_group(recipe, overrides, *, sweep, experiment, follow, output, dry_ru
             views.print_job(j, backends.render(j), resolve.RUN_ID_PLACEHOLDER)
         return 0
     reg = Registry()
-    reg.add_experiment(name, {"recipes": recipes_, "overrides": list(overrides), "sweep": sweep,
-                              "labels": [m.label for m, _ in jobs]})
+    reg.add_experiment(
+        name, {"recipes": recipes_, "overrides": list(overrides), "sweep": sweep, "labels": [m.label for m, _ in jobs]}
+    )
     submitted = []
     try:
         for i, (m, job) in enumerate(jobs):
@@ -666,9 +919,22 @@ def submit_group(recipe, overrides, *, sweep, experiment, follow, output, dry_ru
         if not submitted:
             reg.drop_experiment(name)
     if output == "json":
-        views.dump_json({"experiment": name, "runs": [{"run_id": r.run_id, "label": m.label, "job_ids": r.job_ids,
-                                                       "state": r.state, "run_dir": r.run_dir, "recipe": r.recipe}
-                                                      for m, r in submitted]})
+        views.dump_json(
+            {
+                "experiment": name,
+                "runs": [
+                    {
+                        "run_id": r.run_id,
+                        "label": m.label,
+                        "job_ids": r.job_ids,
+                        "state": r.state,
+                        "run_dir": r.run_dir,
+                        "recipe": r.recipe,
+                    }
+                    for m, r in submitted
+                ],
+            }
+        )
     else:
         print(f"experiment {name}: {len(submitted)} runs submitted")
         for m, r in submitted:

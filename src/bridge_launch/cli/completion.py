@@ -68,7 +68,7 @@ def override_keys(incomplete: str, recipe: str | None = None) -> list[str]:
     prefix = ""
     for p in ("++", "+", "~"):
         if incomplete.startswith(p):
-            prefix, incomplete = p, incomplete[len(p):]
+            prefix, incomplete = p, incomplete[len(p) :]
             break
     if "=" in incomplete:
         key, _, value = incomplete.partition("=")
@@ -87,7 +87,7 @@ def override_keys(incomplete: str, recipe: str | None = None) -> list[str]:
         if not key.startswith(incomplete):
             continue
         dot = key.find(".", len(incomplete))
-        out.append(key[:dot + 1] if dot >= 0 else key + ("" if prefix == "~" else "="))
+        out.append(key[: dot + 1] if dot >= 0 else key + ("" if prefix == "~" else "="))
     return [prefix + k for k in dict.fromkeys(out)]
 
 

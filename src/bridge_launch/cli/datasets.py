@@ -37,19 +37,31 @@ def _subsets(values: List[str]) -> list[str]:
 @app.command("prepare")
 def prepare_cmd(
     dataset: str = typer.Argument(..., help="Source dataset (valid: nemotron-image-v3)."),
-    source_dir: Path = typer.Option(..., "--source-dir", help="Root of the downloaded dataset (holds <subset>/<subset>.jsonl)."),
+    source_dir: Path = typer.Option(
+        ..., "--source-dir", help="Root of the downloaded dataset (holds <subset>/<subset>.jsonl)."
+    ),
     output_dir: Path = typer.Option(..., "--output-dir", help="Where the shards go; must be empty or absent."),
     subsets: List[str] = typer.Option(..., "--subsets", help="Subset names (repeat or comma-separate), e.g. clevr_2."),
     validation_fraction: float = typer.Option(0.05, "--validation-fraction"),
     max_samples_per_tar: int = typer.Option(1000, "--max-samples-per-tar"),
     num_workers: int = typer.Option(2, "--num-workers", help="Processes parsing the JSONL and writing shards."),
     max_samples: Optional[int] = typer.Option(None, "--max-samples", help="Global cap on records read."),
-    skip_integrity: bool = typer.Option(False, "--skip-source-integrity-check",
-                                        help="Convert a subset without a checksum manifest (verify its provenance first)."),
-    write_manifest: bool = typer.Option(False, "--write-manifest",
-                                        help="Pin the source files of unpinned subsets (sizes + sha256) so later runs verify them."),
-    cluster: Optional[str] = typer.Option(None, "--cluster", help="Write shards as a Slurm job array on this cluster profile.",
-                                          autocompletion=lambda incomplete: _completion().clusters(incomplete)),
+    skip_integrity: bool = typer.Option(
+        False,
+        "--skip-source-integrity-check",
+        help="Convert a subset without a checksum manifest (verify its provenance first).",
+    ),
+    write_manifest: bool = typer.Option(
+        False,
+        "--write-manifest",
+        help="Pin the source files of unpinned subsets (sizes + sha256) so later runs verify them.",
+    ),
+    cluster: Optional[str] = typer.Option(
+        None,
+        "--cluster",
+        help="Write shards as a Slurm job array on this cluster profile.",
+        autocompletion=lambda incomplete: _completion().clusters(incomplete),
+    ),
     output: Output = typer.Option(Output.text, "--output", "-o", help="text or json."),
 ):
     """Convert dataset subsets to Energon-ready WebDataset shards, index them, write manifest.json."""
@@ -64,10 +76,21 @@ def prepare_cmd(
     progress = _Progress(enabled=not quiet and sys.stderr.isatty())
     try:
         manifest = prep.prepare(
-            dataset, source_dir, output_dir, subsets=_subsets(subsets), validation_fraction=validation_fraction,
-            max_samples_per_tar=max_samples_per_tar, num_workers=num_workers, max_samples=max_samples,
-            skip_integrity=skip_integrity, write_manifest=write_manifest, cluster=cluster,
-            on_plan=progress.start, on_progress=progress.advance, log=log)
+            dataset,
+            source_dir,
+            output_dir,
+            subsets=_subsets(subsets),
+            validation_fraction=validation_fraction,
+            max_samples_per_tar=max_samples_per_tar,
+            num_workers=num_workers,
+            max_samples=max_samples,
+            skip_integrity=skip_integrity,
+            write_manifest=write_manifest,
+            cluster=cluster,
+            on_plan=progress.start,
+            on_progress=progress.advance,
+            log=log,
+        )
     finally:
         progress.stop()
     if quiet:
@@ -77,12 +100,16 @@ def prepare_cmd(
         return
     c, t = manifest["counts"], manifest["timings_s"]
     # the same rate as the progress bar's (samples written per second of writing), and where the rest went
-    typer.echo(f"Prepared {manifest['output_dir']}: {c['train']} train + {c['val']} val samples in "
-               f"{manifest['shards']['train']} + {manifest['shards']['val']} shards in {t['total']:.1f} s "
-               f"(reading and checking the source {t['plan']:.1f} s; writing {t['write']:.1f} s at "
-               f"{sum(c.values()) / max(t['write'], 1e-9):,.0f} samples/s; indexing {t['index']:.1f} s)")
-    typer.echo(f"Source integrity: {'verified' if manifest['source_integrity_verified'] else 'NOT verified'} "
-               f"({', '.join(f'{k}: {v}' for k, v in manifest['integrity_manifests'].items())})")
+    typer.echo(
+        f"Prepared {manifest['output_dir']}: {c['train']} train + {c['val']} val samples in "
+        f"{manifest['shards']['train']} + {manifest['shards']['val']} shards in {t['total']:.1f} s "
+        f"(reading and checking the source {t['plan']:.1f} s; writing {t['write']:.1f} s at "
+        f"{sum(c.values()) / max(t['write'], 1e-9):,.0f} samples/s; indexing {t['index']:.1f} s)"
+    )
+    typer.echo(
+        f"Source integrity: {'verified' if manifest['source_integrity_verified'] else 'NOT verified'} "
+        f"({', '.join(f'{k}: {v}' for k, v in manifest['integrity_manifests'].items())})"
+    )
     typer.echo(f"Train with: dataset.path={manifest['output_dir']}")
 
 
@@ -98,9 +125,14 @@ class _Progress:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        self._p = Progress(TextColumn("writing {task.fields[shards]} shards"), BarColumn(), MofNCompleteColumn(),
-                           TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
-                           console=Console(stderr=True))
+        self._p = Progress(
+            TextColumn("writing {task.fields[shards]} shards"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+        )
         self._p.start()
         self._task = self._p.add_task("write", total=total, shards=shards, rate="")
         import time
@@ -113,7 +145,9 @@ class _Progress:
 
             self._p.advance(self._task, n)
             done = self._p.tasks[0].completed
-            self._p.update(self._task, rate=f"writing {done / max(time.perf_counter() - self._t0, 1e-9):,.0f} samples/s")
+            self._p.update(
+                self._task, rate=f"writing {done / max(time.perf_counter() - self._t0, 1e-9):,.0f} samples/s"
+            )
 
     def stop(self):
         if self._p is not None:
@@ -124,9 +158,15 @@ class _Progress:
 @app.command("inspect")
 def inspect_cmd(
     path: Path = typer.Argument(..., help="A prepared Energon dataset directory."),
-    recipe: Optional[str] = typer.Option(None, "--recipe", help="Simulate this recipe's native packing (e.g. qwen35-vl-sft).",
-                                         autocompletion=lambda incomplete: _completion().recipes(incomplete)),
-    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Local tokenizer directory for exact text token counts."),
+    recipe: Optional[str] = typer.Option(
+        None,
+        "--recipe",
+        help="Simulate this recipe's native packing (e.g. qwen35-vl-sft).",
+        autocompletion=lambda incomplete: _completion().recipes(incomplete),
+    ),
+    tokenizer: Optional[str] = typer.Option(
+        None, "--tokenizer", help="Local tokenizer directory for exact text token counts."
+    ),
     limit: Optional[int] = typer.Option(None, "--limit", help="Read at most this many samples per split."),
     output: Output = typer.Option(Output.text, "--output", "-o", help="text or json."),
 ):

@@ -113,8 +113,9 @@ def check(words, *, steps, only, skip, metric, export_golden, output) -> int:
             finished = src.run.finished
         log = _log_of(reg, src)
         label = src.label + (f" ({src.member})" if src.member else "")
-        verdicts.append(gate.check(log, label, steps=steps, only=only_set or None, skip=skip_set, metric=metric,
-                                   finished=finished))
+        verdicts.append(
+            gate.check(log, label, steps=steps, only=only_set or None, skip=skip_set, metric=metric, finished=finished)
+        )
         if export_golden:
             data = gate.write_golden(log, export_golden)
             if not data:
@@ -166,26 +167,42 @@ def compare(words, *, metric, rtol, atol, allowed, final_rtol, plot, output) -> 
     # A against B; in an experiment every run against its first
     ref = 1 if group is None else 0
     pairs = [(i, ref) for i in range(len(series)) if i != ref]
-    results = [parity.compare(series[i], series[j], metric=metric, rtol=rtol, atol=atol, allowed=allowed,
-                              final_rtol=final_rtol) for i, j in pairs]
+    results = [
+        parity.compare(
+            series[i], series[j], metric=metric, rtol=rtol, atol=atol, allowed=allowed, final_rtol=final_rtol
+        )
+        for i, j in pairs
+    ]
     ok = all(c.parity for c in results)
     chart = None
     if plot:
-        title = (f"{metric}: experiment {group}" if group else f"{metric}: {series[0].label} vs {series[1].label}")
+        title = f"{metric}: experiment {group}" if group else f"{metric}: {series[0].label} vs {series[1].label}"
         title += "  -  " + ("parity" if ok else "NO parity")
         drawn = [(s.label, s.values) for s in series]
-        summary = [f"{c.a} vs {c.b}: {'parity' if c.parity else 'no parity'}, {c.outside}/{c.steps} steps outside "
-                   f"{c.rtol:g} (allowed {c.allowed})" for c in results]
+        summary = [
+            f"{c.a} vs {c.b}: {'parity' if c.parity else 'no parity'}, {c.outside}/{c.steps} steps outside "
+            f"{c.rtol:g} (allowed {c.allowed})"
+            for c in results
+        ]
         if plot != "-" and plotting.have_matplotlib():
             plotting.draw(plot, drawn, ref, metric, rtol, title, summary)
         else:
             if plot != "-":
-                sys.stderr.write(f"bridge-launch: matplotlib is not installed (pip install 'bridge-launch[plot]'); "
-                                 f"{plot} not written, a terminal chart instead\n")
+                sys.stderr.write(
+                    f"bridge-launch: matplotlib is not installed (pip install 'bridge-launch[plot]'); "
+                    f"{plot} not written, a terminal chart instead\n"
+                )
             chart = plotting.terminal(drawn, ref, metric)
     if output == "json":
-        views.dump_json({"parity": ok, "metric": metric, "experiment": group, "plot": plot if plot and not chart else None,
-                         "comparisons": [c.to_dict() for c in results]})
+        views.dump_json(
+            {
+                "parity": ok,
+                "metric": metric,
+                "experiment": group,
+                "plot": plot if plot and not chart else None,
+                "comparisons": [c.to_dict() for c in results],
+            }
+        )
         if chart:
             sys.stderr.write(chart)
     else:

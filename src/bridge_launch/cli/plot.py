@@ -54,8 +54,12 @@ def draw(path: str, series: list, reference: int, metric: str, rtol: float, titl
         if i == reference:
             continue
         common = sorted(s for s in set(values) & set(ref) if finite(values[s]) and finite(ref[s]) and ref[s] != 0)
-        bottom.plot(common, [100 * (values[s] - ref[s]) / abs(ref[s]) for s in common], label=f"{label} vs {ref_label}",
-                    linewidth=1.0)
+        bottom.plot(
+            common,
+            [100 * (values[s] - ref[s]) / abs(ref[s]) for s in common],
+            label=f"{label} vs {ref_label}",
+            linewidth=1.0,
+        )
     bottom.axhspan(-100 * rtol, 100 * rtol, color="green", alpha=0.12, label=f"±{100 * rtol:g}% tolerance")
     bottom.axhline(0, color="black", linewidth=0.6)
     bottom.set_ylabel("relative difference (%)")
@@ -67,10 +71,12 @@ def draw(path: str, series: list, reference: int, metric: str, rtol: float, titl
         buf = io.StringIO()
         fig.savefig(buf, format="svg")
         svg = buf.getvalue()
-        svg = svg[svg.index("<svg"):]
+        svg = svg[svg.index("<svg") :]
         body = "\n".join(f"<li>{html.escape(s)}</li>" for s in summary)
-        page = (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title></head>\n"
-                f"<body>\n<h1>{html.escape(title)}</h1>\n{svg}\n<ul>\n{body}\n</ul>\n</body></html>\n")
+        page = (
+            f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title></head>\n'
+            f"<body>\n<h1>{html.escape(title)}</h1>\n{svg}\n<ul>\n{body}\n</ul>\n</body></html>\n"
+        )
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(page)
     else:
@@ -100,7 +106,9 @@ def terminal(series: list, reference: int, metric: str, width: int = 72, height:
             grid[r][c] = marks[i % len(marks)]
     out = [f"{metric} ({', '.join(f'{marks[i % len(marks)]} {lab}' for i, (lab, _) in enumerate(series))})"]
     for r, row in enumerate(grid):
-        label = f"{y1 - (y1 - y0) * r / (height - 1):>10.4g} |" if r in (0, height // 2, height - 1) else " " * 10 + " |"
+        label = (
+            f"{y1 - (y1 - y0) * r / (height - 1):>10.4g} |" if r in (0, height // 2, height - 1) else " " * 10 + " |"
+        )
         out.append(label + "".join(row))
     out.append(" " * 11 + "+" + "-" * width)
     out.append(" " * 12 + f"{x0:<{width // 2}}{x1:>{width - width // 2}}")
@@ -117,7 +125,9 @@ def terminal(series: list, reference: int, metric: str, width: int = 72, height:
             buckets[min(width - 1, int((s - x0) / (x1 - x0) * (width - 1)))].append(abs(r))
         levels = " .:-=+*#%@"
         top = max(max(rels, key=abs), 1e-12, key=abs)
-        line = "".join(levels[min(len(levels) - 1, int(math.ceil(max(b) / abs(top) * (len(levels) - 1))))] if b else " "
-                       for b in buckets)
+        line = "".join(
+            levels[min(len(levels) - 1, int(math.ceil(max(b) / abs(top) * (len(levels) - 1))))] if b else " "
+            for b in buckets
+        )
         out.append(f"{'|rel diff|':>10} |{line}  ({label} vs {ref_label}, max {100 * abs(top):.2f}%)")
     return "\n".join(out) + "\n"

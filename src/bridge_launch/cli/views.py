@@ -33,15 +33,31 @@ def job_view(job, artifact: Artifact) -> dict:
     """The --dry-run --output json object (and the basis of the text view)."""
     model = _model(job)
     return {
-        "recipe": job.recipe, "upstream": job.upstream, "mode": job.mode, "workload": job.workload,
-        "cluster": job.cluster, "backend": job.backend, "overlays": job.overlays,
-        "nodes": job.nodes, "gpus_per_node": job.gpus_per_node, "world_size": job.world_size,
-        "gpu_type": job.gpu_type, "container": job.container, "mounts": job.mounts, "run_dir": job.run_dir,
-        "config": job.config, "env": job.env, "secrets": job.secrets,
-        "secret_sources": job.secret_sources, "scheduler": job.scheduler,
-        "provenance": job.provenance, "missing_inputs": job.missing_inputs,
+        "recipe": job.recipe,
+        "upstream": job.upstream,
+        "mode": job.mode,
+        "workload": job.workload,
+        "cluster": job.cluster,
+        "backend": job.backend,
+        "overlays": job.overlays,
+        "nodes": job.nodes,
+        "gpus_per_node": job.gpus_per_node,
+        "world_size": job.world_size,
+        "gpu_type": job.gpu_type,
+        "container": job.container,
+        "mounts": job.mounts,
+        "run_dir": job.run_dir,
+        "config": job.config,
+        "env": job.env,
+        "secrets": job.secrets,
+        "secret_sources": job.secret_sources,
+        "scheduler": job.scheduler,
+        "provenance": job.provenance,
+        "missing_inputs": job.missing_inputs,
         "model": model.as_dict() if model else None,
-        "artifact": artifact.to_dict(), "warnings": job.warnings, "errors": job.errors,
+        "artifact": artifact.to_dict(),
+        "warnings": job.warnings,
+        "errors": job.errors,
         "upstream_status": job.upstream_status,
     }
 
@@ -90,10 +106,20 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
     prov = job.provenance
     jsrc = prov["job"]
     lines = [
-        f"Recipe     {job.recipe}" + (f"  (Megatron-Bridge --recipe {job.upstream} --mode {job.mode})" if job.upstream else f"  (workload {job.workload})"),
-        *([f"Upstream   {job.upstream_status}"
-           + (f" Runs from --bridge-src {job.bridge_src} (checked to have it)." if job.bridge_src else "")]
-          if job.upstream_status else []),
+        f"Recipe     {job.recipe}"
+        + (
+            f"  (Megatron-Bridge --recipe {job.upstream} --mode {job.mode})"
+            if job.upstream
+            else f"  (workload {job.workload})"
+        ),
+        *(
+            [
+                f"Upstream   {job.upstream_status}"
+                + (f" Runs from --bridge-src {job.bridge_src} (checked to have it)." if job.bridge_src else "")
+            ]
+            if job.upstream_status
+            else []
+        ),
         f"Cluster    {job.cluster} ({job.backend})",
         f"Size       {job.nodes} node{'s' if job.nodes != 1 else ''} x {job.gpus_per_node} {'GPUs' if job.gpu_type != 'cpu' else 'processes'} = {job.world_size}  [{jsrc.get('nodes')}]",
         f"Container  {job.container or '(none: bare processes)'}  [{jsrc.get('container')}]",
@@ -103,7 +129,9 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
     model = _model(job)
     if model:
         lines.append(f"Model      {model.summary()}")
-    sched = {k: job.scheduler[k] for k in ("partition", "account", "qos", "time", "reservation") if job.scheduler.get(k)}
+    sched = {
+        k: job.scheduler[k] for k in ("partition", "account", "qos", "time", "reservation") if job.scheduler.get(k)
+    }
     if sched:
         lines.append("Scheduler  " + "  ".join(f"{k}={v} [{jsrc.get(k, 'cluster')}]" for k, v in sched.items()))
     lines.append(f"Run dir    {job.run_dir}")
@@ -122,8 +150,10 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
         for n in job.secrets:
             if n in sources:
                 spec = sources[n]
-                lines.append(f"  {n:<24}  {spec['source']}: read on the cluster when each step starts"
-                             f"{' (optional)' if spec['optional'] else ''}  [{spec['from']}]")
+                lines.append(
+                    f"  {n:<24}  {spec['source']}: read on the cluster when each step starts"
+                    f"{' (optional)' if spec['optional'] else ''}  [{spec['from']}]"
+                )
             else:
                 lines.append(f"  {n:<24}  from your environment at submit: {'set' if os.environ.get(n) else 'not set'}")
     if job.warnings:
@@ -144,8 +174,13 @@ def print_job(job, artifact: Artifact, placeholder: str) -> None:
 
         console = Console()
         console.print(head, markup=False, highlight=False, end="")
-        console.print(Syntax(artifact.text, "bash" if artifact.kind != "lepton-job" and artifact.kind != "dgxc-workload" else "json",
-                             word_wrap=True))
+        console.print(
+            Syntax(
+                artifact.text,
+                "bash" if artifact.kind != "lepton-job" and artifact.kind != "dgxc-workload" else "json",
+                word_wrap=True,
+            )
+        )
     else:
         sys.stdout.write(head + artifact.text)
 

@@ -22,8 +22,11 @@ class LaunchError(BridgeLaunchError):
 
 
 # What lists each kind of name, for the hint in an "unknown X" line.
-LISTED_BY = {"recipe": "bridge-launch recipes list", "cluster": "bridge-launch clusters list",
-             "overlay": "bridge-launch overlays list"}
+LISTED_BY = {
+    "recipe": "bridge-launch recipes list",
+    "cluster": "bridge-launch clusters list",
+    "overlay": "bridge-launch overlays list",
+}
 
 
 def suggest(name: str, choices, what: str, canonical: dict | None = None) -> str:

@@ -5,10 +5,19 @@ from __future__ import annotations
 
 # GPU type -> architecture generation, for precision checks.
 GPU_ARCH = {
-    "gb300": "blackwell", "b300": "blackwell", "gb200": "blackwell", "b200": "blackwell",
-    "rtx-pro-6000": "blackwell", "vr200": "rubin",
-    "h100": "hopper", "h200": "hopper", "gh200": "hopper", "h20": "hopper",
-    "a100": "ampere", "a10g": "ampere", "l40s": "ada",
+    "gb300": "blackwell",
+    "b300": "blackwell",
+    "gb200": "blackwell",
+    "b200": "blackwell",
+    "rtx-pro-6000": "blackwell",
+    "vr200": "rubin",
+    "h100": "hopper",
+    "h200": "hopper",
+    "gh200": "hopper",
+    "h20": "hopper",
+    "a100": "ampere",
+    "a10g": "ampere",
+    "l40s": "ada",
     "cpu": "cpu",
 }
 
@@ -16,9 +25,19 @@ GPU_ARCH = {
 # GPU type -> CUDA compute capability (NVIDIA's CUDA GPUs table, developer.nvidia.com/cuda-gpus), for
 # the checks Transformer Engine and Megatron-Bridge make against it. None: not known here.
 GPU_CC = {
-    "gb300": (10, 3), "b300": (10, 3), "gb200": (10, 0), "b200": (10, 0), "rtx-pro-6000": (12, 0), "vr200": None,
-    "h100": (9, 0), "h200": (9, 0), "gh200": (9, 0), "h20": (9, 0),
-    "a100": (8, 0), "a10g": (8, 6), "l40s": (8, 9),
+    "gb300": (10, 3),
+    "b300": (10, 3),
+    "gb200": (10, 0),
+    "b200": (10, 0),
+    "rtx-pro-6000": (12, 0),
+    "vr200": None,
+    "h100": (9, 0),
+    "h200": (9, 0),
+    "gh200": (9, 0),
+    "h20": (9, 0),
+    "a100": (8, 0),
+    "a10g": (8, 6),
+    "l40s": (8, 9),
     "cpu": None,
 }
 

@@ -25,8 +25,9 @@ def load_record() -> dict:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        raise UsageError(f"the image cache record {_record_path()} cannot be read ({exc}); delete it and "
-                         "import again") from None
+        raise UsageError(
+            f"the image cache record {_record_path()} cannot be read ({exc}); delete it and import again"
+        ) from None
     return data if isinstance(data, dict) else {}
 
 

@@ -36,8 +36,10 @@ def pyxis_ref(ref: str) -> str:
     if is_path(ref) or "#" in ref or "://" in ref:
         return ref
     if ref.endswith((".sqsh", ".squashfs")):
-        raise UsageError(f"container image {ref!r} looks like a squashfs file; give its absolute path "
-                         "(pyxis reads a name without a leading '/' or '.' as a registry image)")
+        raise UsageError(
+            f"container image {ref!r} looks like a squashfs file; give its absolute path "
+            "(pyxis reads a name without a leading '/' or '.' as a registry image)"
+        )
     registry, rest = _split_registry(ref)
     return f"{registry}#{rest}" if registry else ref
 

@@ -45,15 +45,21 @@ def parse(text: str, where: str) -> Source:
     elif kind == "netrc" and sep:
         machine, _, path = rest.partition(":")
         if not _MACHINE.match(machine):
-            raise UsageError(f"{where}: secret source {text!r} names no machine; valid: netrc:MACHINE[:PATH], "
-                             "e.g. netrc:api.wandb.ai")
+            raise UsageError(
+                f"{where}: secret source {text!r} names no machine; valid: netrc:MACHINE[:PATH], "
+                "e.g. netrc:api.wandb.ai"
+            )
         src = Source("netrc", path or DEFAULT_NETRC, machine)
     else:  # not echoed: it may be a value typed where a source belongs
-        raise UsageError(f"{where}: a secret source is {FILE_HINT}, e.g. file:~/.cache/huggingface/token or "
-                         "netrc:api.wandb.ai; never a value (values are not given on command lines or in profiles)")
+        raise UsageError(
+            f"{where}: a secret source is {FILE_HINT}, e.g. file:~/.cache/huggingface/token or "
+            "netrc:api.wandb.ai; never a value (values are not given on command lines or in profiles)"
+        )
     if not (src.path.startswith("/") or src.path.startswith("~/")) or src.path in ("/", "~/"):
-        raise UsageError(f"{where}: secret source {text!r}: the path must be absolute or start with ~/ "
-                         "(the home directory on the cluster)")
+        raise UsageError(
+            f"{where}: secret source {text!r}: the path must be absolute or start with ~/ "
+            "(the home directory on the cluster)"
+        )
     if any(c in src.path for c in "\0\n"):
         raise UsageError(f"{where}: secret source {text!r}: the path contains a newline or NUL")
     return src

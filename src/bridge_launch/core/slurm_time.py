@@ -39,8 +39,9 @@ def seconds(text: str) -> int | None:
     if over:
         d, rest = divmod(total, 86400)
         meant = (f"{d}-" if d else "") + f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
-        raise ValueError(f"hours must be below 24 after a day count, minutes and seconds below 60 (Slurm would read "
-                         f"it as {meant})")
+        raise ValueError(
+            f"hours must be below 24 after a day count, minutes and seconds below 60 (Slurm would read it as {meant})"
+        )
     return total
 
 

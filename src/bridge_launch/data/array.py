@@ -24,10 +24,14 @@ def check_cluster(cluster: str) -> dict:
 
     prof = clusters.load(cluster)
     if prof.get("backend") != "slurm":
-        raise UsageError(f"--cluster {cluster}: backend {prof.get('backend')!r} cannot run job arrays (valid: a slurm profile)")
+        raise UsageError(
+            f"--cluster {cluster}: backend {prof.get('backend')!r} cannot run job arrays (valid: a slurm profile)"
+        )
     if prof.get("containers"):
-        raise UsageError(f"--cluster {cluster}: runs jobs in containers; data prepare --cluster needs bare processes "
-                         "that see this Python (use a profile with containers = false)")
+        raise UsageError(
+            f"--cluster {cluster}: runs jobs in containers; data prepare --cluster needs bare processes "
+            "that see this Python (use a profile with containers = false)"
+        )
     slurm = prof.get("slurm", {})
     if slurm.get("time"):
         slurm_time.checked(slurm["time"], f"cluster:{cluster} [slurm] time")
@@ -52,8 +56,13 @@ def run_array(cluster: str, tasks: list, tmp: Path, workers: int, *, on_progress
     n = min(len(tasks), max(1, workers) * 4)
     chunks = [tasks[i::n] for i in range(n)]
     ex = submitit.SlurmExecutor(folder=str(folder), python=None)
-    params = {"array_parallelism": max(1, workers), "cpus_per_task": 1, "ntasks_per_node": 1, "nodes": 1,
-              "job_name": "bridge-launch-data-prepare"}
+    params = {
+        "array_parallelism": max(1, workers),
+        "cpus_per_task": 1,
+        "ntasks_per_node": 1,
+        "nodes": 1,
+        "job_name": "bridge-launch-data-prepare",
+    }
     if slurm.get("partition"):
         params["partition"] = slurm["partition"]
     if slurm.get("account"):
@@ -64,7 +73,9 @@ def run_array(cluster: str, tasks: list, tmp: Path, workers: int, *, on_progress
     try:
         jobs = ex.map_array(write_shards, chunks)
     except Exception as e:
-        raise LaunchError(f"submitting the job array to {cluster} failed: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}")
+        raise LaunchError(
+            f"submitting the job array to {cluster} failed: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}"
+        )
     if log:
         log(f"submitted job array {jobs[0].job_id.split('_')[0]} ({len(jobs)} elements) to {cluster}")
     pending = dict(enumerate(jobs))
@@ -77,7 +88,9 @@ def run_array(cluster: str, tasks: list, tmp: Path, workers: int, *, on_progress
                         res = job.result()
                     except Exception as e:
                         msg = str(e).strip().splitlines()
-                        last = next((ln for ln in reversed(msg) if ln.strip() and not ln.startswith(" ")), type(e).__name__)
+                        last = next(
+                            (ln for ln in reversed(msg) if ln.strip() and not ln.startswith(" ")), type(e).__name__
+                        )
                         raise LaunchError(f"array element {job.job_id} failed: {last} (logs in {folder})")
                     del pending[i]
                     written += res
@@ -97,7 +110,9 @@ def run_array(cluster: str, tasks: list, tmp: Path, workers: int, *, on_progress
         deadline = time.monotonic() + 60
         while pending and time.monotonic() < deadline:
             try:
-                q = subprocess.run(["squeue", "-h", "-j", array_id, "-o", "%i"], capture_output=True, text=True, timeout=30)
+                q = subprocess.run(
+                    ["squeue", "-h", "-j", array_id, "-o", "%i"], capture_output=True, text=True, timeout=30
+                )
             except (OSError, subprocess.TimeoutExpired):
                 break
             if q.returncode or not q.stdout.strip():  # gone (squeue says "Invalid job id" once it is purged)
@@ -106,5 +121,3 @@ def run_array(cluster: str, tasks: list, tmp: Path, workers: int, *, on_progress
         raise
     shutil.rmtree(folder, ignore_errors=True)
     return written
-
-

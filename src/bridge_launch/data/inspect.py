@@ -20,12 +20,16 @@ _CRUDE_YAML = Path(__file__).resolve().parent / "inspect_dataset.yaml"
 def _splits(path: Path) -> list[str]:
     meta = path / ".nv-meta"
     if not (meta / "split.yaml").is_file() or not ((meta / ".info.json").is_file() or (meta / ".info.yaml").is_file()):
-        raise UsageError(f"{path} is not a prepared Energon dataset (no .nv-meta/split.yaml and .info.json); "
-                         "create one with 'bridge-launch data prepare'")
+        raise UsageError(
+            f"{path} is not a prepared Energon dataset (no .nv-meta/split.yaml and .info.json); "
+            "create one with 'bridge-launch data prepare'"
+        )
     import yaml
 
     parts = (yaml.safe_load((meta / "split.yaml").read_text()) or {}).get("split_parts") or {}
-    return [s for s in ("train", "val", "test") if parts.get(s)] + sorted(s for s in parts if s not in ("train", "val", "test") and parts[s])
+    return [s for s in ("train", "val", "test") if parts.get(s)] + sorted(
+        s for s in parts if s not in ("train", "val", "test") and parts[s]
+    )
 
 
 def _make_encoder():
@@ -58,8 +62,14 @@ def iter_samples(path: Path, split: str, limit: int | None = None):
 
     logging.getLogger("megatron.energon").setLevel(logging.ERROR)
     wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
-    ds = get_val_dataset(str(path), split_part=split, worker_config=wc, batch_size=None,
-                         dataset_config=str(_CRUDE_YAML), task_encoder=_make_encoder())
+    ds = get_val_dataset(
+        str(path),
+        split_part=split,
+        worker_config=wc,
+        batch_size=None,
+        dataset_config=str(_CRUDE_YAML),
+        task_encoder=_make_encoder(),
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for i, s in enumerate(get_loader(ds)):
@@ -76,7 +86,9 @@ def iter_samples(path: Path, split: str, limit: int | None = None):
             yield s.__key__, imgs, conv
 
 
-def measure(path: Path, *, tokenizer: str | None = None, limit: int | None = None, recipe_cfg: dict | None = None) -> dict:
+def measure(
+    path: Path, *, tokenizer: str | None = None, limit: int | None = None, recipe_cfg: dict | None = None
+) -> dict:
     """Per split: arrays of images, text tokens, visual tokens per sample (numpy), plus skip counts."""
     import numpy as np
     from PIL import Image
@@ -88,11 +100,20 @@ def measure(path: Path, *, tokenizer: str | None = None, limit: int | None = Non
     max_vis = cfg.get("dataset.task_encoder.max_visual_tokens", 2048)
     counter = tokens.TextCounter(tokenizer)
     path = Path(path)
-    out = {"path": str(path), "splits": {}, "text_tokens_exact": counter.exact,
-           "visual_token_settings": {"min_pixels": min_px, "max_pixels": max_px, "patch_size": tokens.QWEN35_VL["patch_size"],
-                                     "spatial_merge_size": tokens.QWEN35_VL["spatial_merge_size"],
-                                     "max_num_images": max_imgs, "max_visual_tokens": max_vis,
-                                     "source": tokens.QWEN35_VL["source"]}}
+    out = {
+        "path": str(path),
+        "splits": {},
+        "text_tokens_exact": counter.exact,
+        "visual_token_settings": {
+            "min_pixels": min_px,
+            "max_pixels": max_px,
+            "patch_size": tokens.QWEN35_VL["patch_size"],
+            "spatial_merge_size": tokens.QWEN35_VL["spatial_merge_size"],
+            "max_num_images": max_imgs,
+            "max_visual_tokens": max_vis,
+            "source": tokens.QWEN35_VL["source"],
+        },
+    }
     for split in _splits(path):
         n_img, n_txt, n_vis = [], [], []
         try:
@@ -103,16 +124,23 @@ def measure(path: Path, *, tokenizer: str | None = None, limit: int | None = Non
                         w, h = Image.open(io.BytesIO(b)).size
                     except Exception as e:
                         raise LaunchError(f"{path} split {split} sample {key}: undecodable image ({e})")
-                    vis += tokens.image_tokens(w, h, min_pixels=min_px, max_pixels=max_px,
-                                               patch_size=tokens.QWEN35_VL["patch_size"],
-                                               merge_size=tokens.QWEN35_VL["spatial_merge_size"])
+                    vis += tokens.image_tokens(
+                        w,
+                        h,
+                        min_pixels=min_px,
+                        max_pixels=max_px,
+                        patch_size=tokens.QWEN35_VL["patch_size"],
+                        merge_size=tokens.QWEN35_VL["spatial_merge_size"],
+                    )
                 n_img.append(len(imgs))
                 n_vis.append(vis)
                 n_txt.append(counter.count(conv, len(imgs)))
         except (UsageError, LaunchError):
             raise
         except Exception as e:  # energon reports a broken shard as its own error types
-            raise LaunchError(f"reading split {split} of {path} with Energon failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            raise LaunchError(
+                f"reading split {split} of {path} with Energon failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            )
         n_img, n_txt, n_vis = (np.asarray(a, dtype=np.int64) for a in (n_img, n_txt, n_vis))
         skip = np.zeros(n_img.size, dtype=bool)
         if max_imgs is not None:
@@ -129,16 +157,28 @@ def _stats(a) -> dict:
     if a.size == 0:
         return {"count": 0}
     q = np.quantile(a, [0.5, 0.9, 0.99])
-    return {"count": int(a.size), "min": int(a.min()), "mean": round(float(a.mean()), 2), "median": float(q[0]),
-            "p90": float(q[1]), "p99": float(q[2]), "max": int(a.max()), "sum": int(a.sum())}
+    return {
+        "count": int(a.size),
+        "min": int(a.min()),
+        "mean": round(float(a.mean()), 2),
+        "median": float(q[0]),
+        "p90": float(q[1]),
+        "p99": float(q[2]),
+        "max": int(a.max()),
+        "sum": int(a.sum()),
+    }
 
 
 def report(measured: dict, *, recipe: str | None = None, recipe_cfg: dict | None = None) -> dict:
     """The JSON view: per split stats; with a recipe, the packing simulation and suggestions."""
     import numpy as np
 
-    rep = {"path": measured["path"], "text_tokens": "exact" if measured["text_tokens_exact"] else "estimate",
-           "visual_token_settings": measured["visual_token_settings"], "splits": {}}
+    rep = {
+        "path": measured["path"],
+        "text_tokens": "exact" if measured["text_tokens_exact"] else "estimate",
+        "visual_token_settings": measured["visual_token_settings"],
+        "splits": {},
+    }
     for split, d in measured["splits"].items():
         rep["splits"][split] = {
             "samples": int(d["images"].size),
@@ -152,13 +192,17 @@ def report(measured: dict, *, recipe: str | None = None, recipe_cfg: dict | None
         cfg = recipe_cfg or {}
         seq = int(cfg.get("dataset.seq_length") or cfg.get("model.seq_length") or 0)
         buf = cfg.get("dataset.packing_buffer_size")
-        missing = [k for k, v in (("dataset.seq_length or model.seq_length", seq), ("dataset.packing_buffer_size", buf))
-                   if not v]
+        missing = [
+            k
+            for k, v in (("dataset.seq_length or model.seq_length", seq), ("dataset.packing_buffer_size", buf))
+            if not v
+        ]
         if missing:
-            raise UsageError(f"recipe {recipe!r} sets no {' and no '.join(missing)}"
-                             + (f" (its sequence length is {seq}; without a packing buffer native packing is off)"
-                                if seq else "")
-                             + "; the packing report needs a recipe with native packing (e.g. qwen35-vl-sft)")
+            raise UsageError(
+                f"recipe {recipe!r} sets no {' and no '.join(missing)}"
+                + (f" (its sequence length is {seq}; without a packing buffer native packing is off)" if seq else "")
+                + "; the packing report needs a recipe with native packing (e.g. qwen35-vl-sft)"
+            )
         mult = packing.pad_multiple(cfg)
         from bridge_launch.spec import recipes
         from bridge_launch.plan import rules as validate
@@ -171,46 +215,71 @@ def report(measured: dict, *, recipe: str | None = None, recipe_cfg: dict | None
 
         def seq_ok(sl: int) -> bool:
             return not validate.sequence_errors({**cfg, **{k: sl for k in seq_keys}}, kind=kind)
+
         split = "train" if "train" in measured["splits"] else next(iter(measured["splits"]))
         d = measured["splits"][split]
         lengths = (d["text_tokens"] + d["visual_tokens"])[~d["skipped"]]
         sim = packing.simulate(lengths, seq, int(buf), mult)
-        rep["packing"] = {"recipe": recipe, "split": split, "seq_length": seq, "packing_buffer_size": int(buf),
-                          "pad_multiple": mult, **packing.summary(sim),
-                          "suggestions": packing.suggestions(lengths, seq, int(buf), mult, base=sim["padding_fraction"],
-                                                             seq_ok=seq_ok, seq_keys=seq_keys)}
+        rep["packing"] = {
+            "recipe": recipe,
+            "split": split,
+            "seq_length": seq,
+            "packing_buffer_size": int(buf),
+            "pad_multiple": mult,
+            **packing.summary(sim),
+            "suggestions": packing.suggestions(
+                lengths, seq, int(buf), mult, base=sim["padding_fraction"], seq_ok=seq_ok, seq_keys=seq_keys
+            ),
+        }
         rep["_pack_padding"] = (1.0 - sim["pack_fill"]) if sim["packs"] else np.zeros(0)
     return rep
 
 
 def text_view(rep: dict, measured: dict) -> str:
-    lines = [f"Dataset    {rep['path']}",
-             f"Tokens     text {rep['text_tokens']}" + ("" if rep["text_tokens"] == "exact" else
-                                                         " (no --tokenizer: ~4 bytes per token + ChatML markers)")
-             + f"; visual: pixels in [{rep['visual_token_settings']['min_pixels']}, {rep['visual_token_settings']['max_pixels']}], "
-             f"patch {rep['visual_token_settings']['patch_size']} x merge {rep['visual_token_settings']['spatial_merge_size']}"]
+    lines = [
+        f"Dataset    {rep['path']}",
+        f"Tokens     text {rep['text_tokens']}"
+        + ("" if rep["text_tokens"] == "exact" else " (no --tokenizer: ~4 bytes per token + ChatML markers)")
+        + f"; visual: pixels in [{rep['visual_token_settings']['min_pixels']}, {rep['visual_token_settings']['max_pixels']}], "
+        f"patch {rep['visual_token_settings']['patch_size']} x merge {rep['visual_token_settings']['spatial_merge_size']}",
+    ]
     for split, s in rep["splits"].items():
         d = measured["splits"][split]
-        lines.append(f"\n{split}: {s['samples']} samples"
-                     + (f", {s['skipped_by_task_encoder']} over max_num_images/max_visual_tokens (the task encoder skips them)"
-                        if s["skipped_by_task_encoder"] else ""))
-        for title, key, arr in (("images per sample", "images_per_sample", d["images"]),
-                                ("text tokens per sample", "text_tokens_per_sample", d["text_tokens"]),
-                                ("visual tokens per sample", "visual_tokens_per_sample", d["visual_tokens"])):
+        lines.append(
+            f"\n{split}: {s['samples']} samples"
+            + (
+                f", {s['skipped_by_task_encoder']} over max_num_images/max_visual_tokens (the task encoder skips them)"
+                if s["skipped_by_task_encoder"]
+                else ""
+            )
+        )
+        for title, key, arr in (
+            ("images per sample", "images_per_sample", d["images"]),
+            ("text tokens per sample", "text_tokens_per_sample", d["text_tokens"]),
+            ("visual tokens per sample", "visual_tokens_per_sample", d["visual_tokens"]),
+        ):
             st = s[key]
             if st["count"]:
-                lines.append(f"  {title}: mean {st['mean']}, median {st['median']:g}, p90 {st['p90']:g}, max {st['max']}")
+                lines.append(
+                    f"  {title}: mean {st['mean']}, median {st['median']:g}, p90 {st['p90']:g}, max {st['max']}"
+                )
                 lines += ["  " + ln for ln in packing.histogram_lines(arr, bins=10)]
     p = rep.get("packing")
     if p:
-        lines.append(f"\nPacking ({p['recipe']}: seq_length {p['seq_length']}, packing_buffer_size {p['packing_buffer_size']}, "
-                     f"lengths rounded to {p['pad_multiple']}) over {p['samples']} {p['split']} samples")
+        lines.append(
+            f"\nPacking ({p['recipe']}: seq_length {p['seq_length']}, packing_buffer_size {p['packing_buffer_size']}, "
+            f"lengths rounded to {p['pad_multiple']}) over {p['samples']} {p['split']} samples"
+        )
         if p["too_long"]:
             lines.append(f"  ! {p['too_long']} samples exceed seq_length and would fail the task encoder")
         if p["packs"]:
-            lines.append(f"  {p['packs']} packs, {p['samples_per_pack']:.1f} samples per pack (max {p['max_samples_in_a_pack']})")
-            lines.append(f"  padding: {100 * p['padding_fraction']:.1f}% of all packed tokens; per pack median "
-                         f"{100 * p['pack_padding_fraction']['median']:.1f}%, max {100 * p['pack_padding_fraction']['max']:.1f}%")
+            lines.append(
+                f"  {p['packs']} packs, {p['samples_per_pack']:.1f} samples per pack (max {p['max_samples_in_a_pack']})"
+            )
+            lines.append(
+                f"  padding: {100 * p['padding_fraction']:.1f}% of all packed tokens; per pack median "
+                f"{100 * p['pack_padding_fraction']['median']:.1f}%, max {100 * p['pack_padding_fraction']['max']:.1f}%"
+            )
             lines.append("  padding fraction per packed sequence:")
             lines += ["  " + ln for ln in packing.histogram_lines(rep["_pack_padding"], bins=10)]
         sg = p["suggestions"]
@@ -219,8 +288,10 @@ def text_view(rep: dict, measured: dict) -> str:
             lines.append("  settings that reduce padding:")
             width = max(len(" ".join(r["overrides"])) for r in sg["settings"][:8])
             for r in sg["settings"][:8]:
-                lines.append(f"    {' '.join(r['overrides']):<{width}}  padding {100 * r['padding_fraction']:5.1f}%  "
-                             f"({r['samples_per_pack']:.1f} samples per pack)")
+                lines.append(
+                    f"    {' '.join(r['overrides']):<{width}}  padding {100 * r['padding_fraction']:5.1f}%  "
+                    f"({r['samples_per_pack']:.1f} samples per pack)"
+                )
         else:
             lines.append("  no larger buffer or shorter sequence reduces padding")
     return "\n".join(lines)

@@ -47,8 +47,18 @@ def simulate(lengths, seq_length: int, buffer_size: int, multiple: int = 1) -> d
         A = A[fits]
     n = int(A.size)
     if n == 0:
-        return {"samples": 0, "too_long": too_long, "packs": 0, "tokens": 0, "aligned_tokens": 0, "padding": 0,
-                "padding_fraction": 0.0, "samples_per_pack": 0.0, "pack_fill": np.zeros(0), "pack_samples": np.zeros(0, np.int64)}
+        return {
+            "samples": 0,
+            "too_long": too_long,
+            "packs": 0,
+            "tokens": 0,
+            "aligned_tokens": 0,
+            "padding": 0,
+            "padding_fraction": 0.0,
+            "samples_per_pack": 0.0,
+            "pack_fill": np.zeros(0),
+            "pack_samples": np.zeros(0, np.int64),
+        }
     B = buffer_size
     G = -(-n // B)
     M = np.zeros(G * B, dtype=np.int32 if seq_length < 2**31 else np.int64)
@@ -91,9 +101,16 @@ def simulate(lengths, seq_length: int, buffer_size: int, multiple: int = 1) -> d
     real = int(L[fits].sum()) if too_long else int(L.sum())
     capacity = packs * seq_length
     return {
-        "samples": n, "too_long": too_long, "packs": packs, "tokens": real, "aligned_tokens": aligned,
-        "padding": capacity - real, "padding_fraction": (capacity - real) / capacity,
-        "samples_per_pack": n / packs, "pack_fill": fill, "pack_samples": pack_samples,
+        "samples": n,
+        "too_long": too_long,
+        "packs": packs,
+        "tokens": real,
+        "aligned_tokens": aligned,
+        "padding": capacity - real,
+        "padding_fraction": (capacity - real) / capacity,
+        "samples_per_pack": n / packs,
+        "pack_fill": fill,
+        "pack_samples": pack_samples,
     }
 
 
@@ -105,16 +122,30 @@ def summary(sim: dict) -> dict:
     out = {k: v for k, v in sim.items() if k not in ("pack_fill", "pack_samples")}
     if sim["packs"]:
         q = np.quantile(pad, [0.0, 0.5, 0.9, 1.0])
-        out["pack_padding_fraction"] = {"min": float(q[0]), "median": float(q[1]), "p90": float(q[2]), "max": float(q[3]),
-                                        "mean": float(pad.mean())}
+        out["pack_padding_fraction"] = {
+            "min": float(q[0]),
+            "median": float(q[1]),
+            "p90": float(q[2]),
+            "max": float(q[3]),
+            "mean": float(pad.mean()),
+        }
         hist, edges = np.histogram(pad, bins=10, range=(0.0, 1.0))
         out["pack_padding_histogram"] = {"edges": [round(float(e), 2) for e in edges], "counts": hist.tolist()}
         out["max_samples_in_a_pack"] = int(sim["pack_samples"].max())
     return out
 
 
-def suggestions(lengths, seq_length: int, buffer_size: int, multiple: int = 1, *, base: float | None = None,
-                max_samples: int = 200_000, seq_ok=None, seq_keys=("dataset.seq_length",)) -> dict:
+def suggestions(
+    lengths,
+    seq_length: int,
+    buffer_size: int,
+    multiple: int = 1,
+    *,
+    base: float | None = None,
+    max_samples: int = 200_000,
+    seq_ok=None,
+    seq_keys=("dataset.seq_length",),
+) -> dict:
     """Settings that reduce padding: larger buffers, shorter sequences, and the samples a pack needs.
     A shorter sequence is offered only if `seq_ok(length)` (e.g. the job's sequence-length rule
     under CP/SP) and is set on every key of `seq_keys` (dataset.seq_length and model.seq_length
@@ -130,32 +161,52 @@ def suggestions(lengths, seq_length: int, buffer_size: int, multiple: int = 1, *
     mean = float(A.mean()) if A.size else 0.0
     need = math.ceil(seq_length / mean) if mean else 0
     rows = []
-    for b in sorted({buffer_size * 2 ** k for k in range(1, 9)} | {_pow2_at_least(need), _pow2_at_least(2 * need)}):
+    for b in sorted({buffer_size * 2**k for k in range(1, 9)} | {_pow2_at_least(need), _pow2_at_least(2 * need)}):
         if b <= buffer_size or b > 65536:
             continue
         s = simulate(L, seq_length, b, multiple)
         if s["padding_fraction"] < base - 1e-9:
-            rows.append({"setting": "dataset.packing_buffer_size", "value": b, "seq_length": seq_length,
-                         "buffer_size": b, "padding_fraction": s["padding_fraction"], "samples_per_pack": s["samples_per_pack"],
-                         "overrides": [f"dataset.packing_buffer_size={b}"]})
+            rows.append(
+                {
+                    "setting": "dataset.packing_buffer_size",
+                    "value": b,
+                    "seq_length": seq_length,
+                    "buffer_size": b,
+                    "padding_fraction": s["padding_fraction"],
+                    "samples_per_pack": s["samples_per_pack"],
+                    "overrides": [f"dataset.packing_buffer_size={b}"],
+                }
+            )
     longest = int(A.max()) if A.size else 0
-    cand = {seq_length // 2 ** k for k in range(1, 8)}
+    cand = {seq_length // 2**k for k in range(1, 8)}
     cand.add(max(multiple, -(-int(buffer_size * mean) // multiple) * multiple))
     for sl in sorted(cand, reverse=True):
         if sl >= seq_length or sl < longest or sl % multiple or (seq_ok is not None and not seq_ok(sl)):
             continue
         s = simulate(L, sl, buffer_size, multiple)
         if s["padding_fraction"] < base - 1e-9:
-            rows.append({"setting": "dataset.seq_length", "value": sl, "seq_length": sl, "buffer_size": buffer_size,
-                         "padding_fraction": s["padding_fraction"], "samples_per_pack": s["samples_per_pack"],
-                         "overrides": [f"{k}={sl}" for k in seq_keys]})
+            rows.append(
+                {
+                    "setting": "dataset.seq_length",
+                    "value": sl,
+                    "seq_length": sl,
+                    "buffer_size": buffer_size,
+                    "padding_fraction": s["padding_fraction"],
+                    "samples_per_pack": s["samples_per_pack"],
+                    "overrides": [f"{k}={sl}" for k in seq_keys],
+                }
+            )
     rows.sort(key=lambda r: r["padding_fraction"])
     return {
-        "mean_aligned_length": mean, "longest_aligned_length": longest,
+        "mean_aligned_length": mean,
+        "longest_aligned_length": longest,
         "samples_to_fill_a_pack": need,
-        "note": (f"a {seq_length}-token pack needs ~{need} samples of mean length {mean:.0f}; a buffer of "
-                 f"{buffer_size} caps a pack at {buffer_size} samples") if need > buffer_size else
-                (f"a {seq_length}-token pack needs ~{need} samples; the buffer ({buffer_size}) can supply them"),
+        "note": (
+            f"a {seq_length}-token pack needs ~{need} samples of mean length {mean:.0f}; a buffer of "
+            f"{buffer_size} caps a pack at {buffer_size} samples"
+        )
+        if need > buffer_size
+        else (f"a {seq_length}-token pack needs ~{need} samples; the buffer ({buffer_size}) can supply them"),
         "settings": rows,
         "simulated_samples": int(L.size),
     }
@@ -180,12 +231,16 @@ def histogram_lines(values, bins: int = 10, width: int = 40, unit: str = "") -> 
         counts = [int(np.count_nonzero((v >= a) & (v < a + step))) for a in starts]
         top = max(max(counts), 1)
         label = (lambda a: f"{a:>10d}") if step == 1 else (lambda a: f"{a:>10d} - {a + step - 1:<10d}")
-        return [f"  {label(a)}{unit} {'#' * max(0, round(width * c / top)):<{width}} {c}" for a, c in zip(starts, counts)]
+        return [
+            f"  {label(a)}{unit} {'#' * max(0, round(width * c / top)):<{width}} {c}" for a, c in zip(starts, counts)
+        ]
     v = v.astype(np.float64)
     lo, hi = float(v.min()), float(v.max())
     if lo == hi:
         return [f"  {lo:>10.6g}{unit}  {'#' * width} {v.size}"]
     counts, edges = np.histogram(v, bins=bins, range=(lo, hi))
     top = max(int(counts.max()), 1)
-    return [f"  {edges[i]:>10.6g} - {edges[i + 1]:<10.6g}{unit} {'#' * max(0, round(width * c / top)):<{width}} {int(c)}"
-            for i, c in enumerate(counts)]
+    return [
+        f"  {edges[i]:>10.6g} - {edges[i + 1]:<10.6g}{unit} {'#' * max(0, round(width * c / top)):<{width}} {int(c)}"
+        for i, c in enumerate(counts)
+    ]

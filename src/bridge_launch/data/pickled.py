@@ -71,7 +71,7 @@ def list_of_bytes(items, read) -> list:
     elif items:
         for i in range(0, len(items), _BATCH):
             write(b"(")  # MARK
-            for size, ref in items[i:i + _BATCH]:
+            for size, ref in items[i : i + _BATCH]:
                 save(size, ref)
             write(b"e")  # APPENDS
     write(b".")  # STOP

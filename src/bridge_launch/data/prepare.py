@@ -47,8 +47,8 @@ subflavors: {}
 # ---------------------------------------------------------------- shard writing (runs in workers)
 
 
-
 # ---------------------------------------------------------------- planning
+
 
 def _check_output(out: Path) -> None:
     if out.exists():
@@ -93,7 +93,7 @@ def _parse_lines(subset: str, jl: str, lines, fraction: float, budget: int | Non
             key = src.sample_key(subset, sid, where)
         except UsageError as e:
             msg = str(e)
-            return out, (n, msg[len(where) + 2:] if msg.startswith(where + ": ") else msg)
+            return out, (n, msg[len(where) + 2 :] if msg.startswith(where + ": ") else msg)
         except Exception as e:  # noqa: BLE001 - whatever a record does, it is one line naming the record
             return out, (n, f"cannot read this record ({type(e).__name__}: {e})")
         out.append((n, key, src.sample_split(key, fraction), msg_json, refs))
@@ -193,10 +193,23 @@ def _import_energon():
         pass  # index() reports it as one line
 
 
-def prepare(dataset: str, source_dir: Path, output_dir: Path, *, subsets: list[str],
-            validation_fraction: float = 0.05, max_samples_per_tar: int = 1000, num_workers: int = 2,
-            max_samples: int | None = None, skip_integrity: bool = False, write_manifest: bool = False,
-            cluster: str | None = None, on_plan=None, on_progress=None, log=None) -> dict:
+def prepare(
+    dataset: str,
+    source_dir: Path,
+    output_dir: Path,
+    *,
+    subsets: list[str],
+    validation_fraction: float = 0.05,
+    max_samples_per_tar: int = 1000,
+    num_workers: int = 2,
+    max_samples: int | None = None,
+    skip_integrity: bool = False,
+    write_manifest: bool = False,
+    cluster: str | None = None,
+    on_plan=None,
+    on_progress=None,
+    log=None,
+) -> dict:
     """Convert, index and describe; returns the manifest. Raises UsageError / LaunchError.
 
     The source is read once for the shards (each worker preads its images out of the media tars), once
@@ -205,17 +218,44 @@ def prepare(dataset: str, source_dir: Path, output_dir: Path, *, subsets: list[s
     gc_was_on = gc.isenabled()
     gc.disable()  # millions of small tuples stay alive until the end; collecting them repeatedly only costs
     try:
-        return _prepare(dataset, source_dir, output_dir, subsets=subsets, validation_fraction=validation_fraction,
-                        max_samples_per_tar=max_samples_per_tar, num_workers=num_workers, max_samples=max_samples,
-                        skip_integrity=skip_integrity, write_manifest=write_manifest, cluster=cluster,
-                        on_plan=on_plan, on_progress=on_progress, log=log)
+        return _prepare(
+            dataset,
+            source_dir,
+            output_dir,
+            subsets=subsets,
+            validation_fraction=validation_fraction,
+            max_samples_per_tar=max_samples_per_tar,
+            num_workers=num_workers,
+            max_samples=max_samples,
+            skip_integrity=skip_integrity,
+            write_manifest=write_manifest,
+            cluster=cluster,
+            on_plan=on_plan,
+            on_progress=on_progress,
+            log=log,
+        )
     finally:
         if gc_was_on:
             gc.enable()
 
 
-def _prepare(dataset, source_dir, output_dir, *, subsets, validation_fraction, max_samples_per_tar, num_workers,
-             max_samples, skip_integrity, write_manifest, cluster, on_plan, on_progress, log) -> dict:
+def _prepare(
+    dataset,
+    source_dir,
+    output_dir,
+    *,
+    subsets,
+    validation_fraction,
+    max_samples_per_tar,
+    num_workers,
+    max_samples,
+    skip_integrity,
+    write_manifest,
+    cluster,
+    on_plan,
+    on_progress,
+    log,
+) -> dict:
     info = src.dataset_info(dataset)
     _validate_args(subsets, validation_fraction, max_samples_per_tar, num_workers, max_samples)
     source_dir, output_dir = Path(source_dir).resolve(), Path(output_dir).absolute()
@@ -234,8 +274,10 @@ def _prepare(dataset, source_dir, output_dir, *, subsets, validation_fraction, m
     for subset in subsets:
         sdir = source_dir / subset
         if not sdir.resolve().is_relative_to(source_dir) or not sdir.is_dir():
-            raise UsageError(f"subset directory {sdir} does not exist (download subset {subset!r} of {info['id']} "
-                             f"at revision {info['revision'][:12]} into --source-dir)")
+            raise UsageError(
+                f"subset directory {sdir} does not exist (download subset {subset!r} of {info['id']} "
+                f"at revision {info['revision'][:12]} into --source-dir)"
+            )
         pins, origin = src.find_pins(dataset, subset)
         if pins:
             log(f"verifying {len(pins)} pinned files of {subset} ({origin})")
@@ -253,8 +295,10 @@ def _prepare(dataset, source_dir, output_dir, *, subsets, validation_fraction, m
                 to_pin[subset] = [src.jsonl_path(sdir, subset), *archives]
             origins[subset] = "none (--write-manifest)" if write_manifest else "none (--skip-source-integrity-check)"
         else:
-            raise UsageError(f"subset {subset!r} has no integrity manifest (published: turing); after verifying its "
-                             f"provenance pass --write-manifest to pin it, or --skip-source-integrity-check")
+            raise UsageError(
+                f"subset {subset!r} has no integrity manifest (published: turing); after verifying its "
+                f"provenance pass --write-manifest to pin it, or --skip-source-integrity-check"
+            )
         media[subset] = (sdir, archives, allow_loose)
 
     shards._COPY = shards._BEST_COPY  # a fallback found by an earlier call (another filesystem) need not hold now
@@ -267,8 +311,12 @@ def _prepare(dataset, source_dir, output_dir, *, subsets, validation_fraction, m
         # with the first task, before any thread below exists (verify_pins' threads have been joined),
         # so no lock is copied into them held. Ctrl-C is for this process alone: it stops the pool,
         # whose workers finish the shard in hand, and only then deletes the partial directory.
-        pool = ProcessPoolExecutor(max_workers=num_workers, mp_context=mp.get_context("fork"),
-                                   initializer=signal.signal, initargs=(signal.SIGINT, signal.SIG_IGN))
+        pool = ProcessPoolExecutor(
+            max_workers=num_workers,
+            mp_context=mp.get_context("fork"),
+            initializer=signal.signal,
+            initargs=(signal.SIGINT, signal.SIG_IGN),
+        )
         pool.submit(int).result()
     tmp = output_dir.parent / f".{output_dir.name}.partial-{os.getpid()}"
     stop = threading.Event()  # set on failure: the hashing thread stops reading the source
@@ -283,10 +331,14 @@ def _prepare(dataset, source_dir, output_dir, *, subsets, validation_fraction, m
         plan, total = _plan(jobs, indexes, validation_fraction, max_samples)
         counts = {s: len(plan[s]) for s in SPLITS}
         if counts["train"] == 0:
-            raise UsageError(f"no training samples in {', '.join(subsets)} (read {total} records); check the source or lower --validation-fraction")
+            raise UsageError(
+                f"no training samples in {', '.join(subsets)} (read {total} records); check the source or lower --validation-fraction"
+            )
         if validation_fraction > 0 and counts["val"] == 0:
-            raise UsageError(f"no validation samples among {total} records at --validation-fraction {validation_fraction}; "
-                             "raise it or --max-samples, or pass --validation-fraction 0")
+            raise UsageError(
+                f"no validation samples among {total} records at --validation-fraction {validation_fraction}; "
+                "raise it or --max-samples, or pass --validation-fraction 0"
+            )
         loose = sorted({loc[1] for part in plan.values() for _, _, locs in part for loc in locs if loc[0] == "file"})
 
         output_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -297,7 +349,7 @@ def _prepare(dataset, source_dir, output_dir, *, subsets, validation_fraction, m
         for split in SPLITS:
             items = plan[split]
             for n, i in enumerate(range(0, len(items), max_samples_per_tar)):
-                tasks.append((str(tmp / SHARD_NAME.format(split=split, n=n)), items[i:i + max_samples_per_tar]))
+                tasks.append((str(tmp / SHARD_NAME.format(split=split, n=n)), items[i : i + max_samples_per_tar]))
         del plan
         if on_plan:
             on_plan(total, len(tasks))
@@ -314,15 +366,27 @@ def _prepare(dataset, source_dir, output_dir, *, subsets, validation_fraction, m
         log(f"indexing {len(tasks)} shards for Energon")
         energon_version = index(tmp, written, [s for s in SPLITS if counts[s]])
         (tmp / ".nv-meta" / "dataset.yaml").write_text(TRAINING_DATASET_YAML)
-        hashed = [{"path": str(p.relative_to(source_dir)), "size": p.stat().st_size, "sha256": h}
-                  for p, h in hashing.result()]
-        hashed += [{"path": str(Path(p).relative_to(source_dir)), "size": os.path.getsize(p),
-                    "sha256": src.sha256_file(Path(p))} for p in loose]
+        hashed = [
+            {"path": str(p.relative_to(source_dir)), "size": p.stat().st_size, "sha256": h} for p, h in hashing.result()
+        ]
+        hashed += [
+            {
+                "path": str(Path(p).relative_to(source_dir)),
+                "size": os.path.getsize(p),
+                "sha256": src.sha256_file(Path(p)),
+            }
+            for p in loose
+        ]
         manifest = {
-            "dataset": info["id"], "dataset_name": dataset, "revision": info["revision"],
-            "subsets": list(subsets), "validation_fraction": validation_fraction,
-            "max_samples_per_tar": max_samples_per_tar, "max_samples": max_samples,
-            "counts": counts, "shards": {s: sum(1 for t in tasks if Path(t[0]).name.startswith(s + "-")) for s in SPLITS},
+            "dataset": info["id"],
+            "dataset_name": dataset,
+            "revision": info["revision"],
+            "subsets": list(subsets),
+            "validation_fraction": validation_fraction,
+            "max_samples_per_tar": max_samples_per_tar,
+            "max_samples": max_samples,
+            "counts": counts,
+            "shards": {s: sum(1 for t in tasks if Path(t[0]).name.startswith(s + "-")) for s in SPLITS},
             "source_integrity_verified": all(not origins[s].startswith("none") for s in subsets),
             "integrity_manifests": origins,
             "source_files": sorted(verified + hashed, key=lambda f: f["path"]),
@@ -343,8 +407,9 @@ def _prepare(dataset, source_dir, output_dir, *, subsets, validation_fraction, m
             pool = None
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(e, (OSError, BrokenExecutor)):  # a full disk, a killed worker: one line, not a traceback
-            raise LaunchError(f"data prepare stopped, nothing was written to {output_dir}: "
-                              f"{type(e).__name__}: {e}") from e
+            raise LaunchError(
+                f"data prepare stopped, nothing was written to {output_dir}: {type(e).__name__}: {e}"
+            ) from e
         raise
     finally:
         threads.shutdown(wait=False)
@@ -356,8 +421,12 @@ def _prepare(dataset, source_dir, output_dir, *, subsets, validation_fraction, m
         pinned += [f for f in hashed if f["path"].startswith(subset + "/") and f not in pinned]
         path = src.write_user_manifest(dataset, subset, pinned)
         log(f"pinned {len(pinned)} files of {subset} in {path}")
-    manifest["timings_s"] = {"plan": round(t1 - t0, 3), "write": round(t2 - t1, 3), "index": round(t3 - t2, 3),
-                             "total": round(time.perf_counter() - t0, 3)}
+    manifest["timings_s"] = {
+        "plan": round(t1 - t0, 3),
+        "write": round(t2 - t1, 3),
+        "index": round(t3 - t2, 3),
+        "total": round(time.perf_counter() - t0, 3),
+    }
     manifest["output_dir"] = str(output_dir)
     return manifest
 
@@ -398,7 +467,9 @@ def index(root: Path, written: list[tuple], splits: list[str]) -> str:
         from megatron.energon.flavors.webdataset.structs import WebdatasetInfo, WebdatasetSplits
         from megatron.energon.typed_converter import to_json_object
     except ImportError as e:
-        raise LaunchError(f"megatron-energon is not installed ({e}); install the data extra: pip install 'bridge-launch[data]'")
+        raise LaunchError(
+            f"megatron-energon is not installed ({e}); install the data extra: pip install 'bridge-launch[data]'"
+        )
     import uuid
 
     import yaml
@@ -413,13 +484,21 @@ def index(root: Path, written: list[tuple], splits: list[str]) -> str:
         db.execute("PRAGMA synchronous = OFF")  # a fresh file in the partial directory: nothing to protect yet
         for tid, (_, n, keys, offs, pp) in enumerate(shards):
             # the rows Energon's IndexSample / IndexSamplePart carry, in its column order
-            db.executemany("INSERT INTO samples (tar_file_id, sample_key, sample_index, byte_offset, byte_size) "
-                           "VALUES (?, ?, ?, ?, ?)",
-                           zip(repeat(tid), keys, range(n), offs, map(operator.sub, offs[1:], offs)))
-            db.executemany("INSERT INTO sample_parts (tar_file_id, sample_index, part_name, content_byte_offset, "
-                           "content_byte_size) VALUES (?, ?, ?, ?, ?)",
-                           chain.from_iterable(zip(zip(repeat(tid), range(n), repeat("jpgs"), pp[0::4], pp[1::4]),
-                                                   zip(repeat(tid), range(n), repeat("json"), pp[2::4], pp[3::4]))))
+            db.executemany(
+                "INSERT INTO samples (tar_file_id, sample_key, sample_index, byte_offset, byte_size) "
+                "VALUES (?, ?, ?, ?, ?)",
+                zip(repeat(tid), keys, range(n), offs, map(operator.sub, offs[1:], offs)),
+            )
+            db.executemany(
+                "INSERT INTO sample_parts (tar_file_id, sample_index, part_name, content_byte_offset, "
+                "content_byte_size) VALUES (?, ?, ?, ?, ?)",
+                chain.from_iterable(
+                    zip(
+                        zip(repeat(tid), range(n), repeat("jpgs"), pp[0::4], pp[1::4]),
+                        zip(repeat(tid), range(n), repeat("json"), pp[2::4], pp[3::4]),
+                    )
+                ),
+            )
     finally:
         writer.close()
     (meta / ecfg.INDEX_UUID_FILENAME).write_text(str(uuid.uuid4()))

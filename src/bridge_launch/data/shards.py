@@ -164,7 +164,7 @@ def _write_all(fd: int, bufs: list) -> None:
     if n != want:  # a short write (a signal, a full disk): finish it piece by piece, or raise ENOSPC
         rest = memoryview(b"".join(bufs))[n:]
         while rest:
-            rest = rest[os.write(fd, rest):]
+            rest = rest[os.write(fd, rest) :]
 
 
 def write_shards(tasks: list[tuple]) -> list[tuple]:

@@ -43,6 +43,7 @@ def dataset_info(name: str) -> dict:
 
 # ---------------------------------------------------------------- integrity manifests
 
+
 def user_manifest_path(dataset: str, subset: str) -> Path:
     return state_dir() / "data-manifests" / dataset / f"{subset}.json"
 
@@ -60,7 +61,9 @@ def find_pins(dataset: str, subset: str) -> tuple[dict | None, str]:
             data = json.loads(user.read_text())
             return data["files"], f"user:{user}"
         except (ValueError, KeyError) as e:
-            raise UsageError(f"integrity manifest {user} is unreadable ({e}); delete it and rerun with --write-manifest")
+            raise UsageError(
+                f"integrity manifest {user} is unreadable ({e}); delete it and rerun with --write-manifest"
+            )
     return None, ""
 
 
@@ -68,7 +71,9 @@ def write_user_manifest(dataset: str, subset: str, files: list[dict]) -> Path:
     path = user_manifest_path(dataset, subset)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {
-        "dataset": DATASETS[dataset]["id"], "revision": DATASETS[dataset]["revision"], "subset": subset,
+        "dataset": DATASETS[dataset]["id"],
+        "revision": DATASETS[dataset]["revision"],
+        "subset": subset,
         "written_by": f"bridge-launch {__version__} (--write-manifest)",
         "files": {f["path"]: {"size": f["size"], "sha256": f["sha256"]} for f in files},
     }
@@ -113,12 +118,15 @@ def verify_pins(source_dir: Path, pins: dict, origin: str, threads: int = 1) -> 
     out = []
     for (rel, p, size, want), digest in zip(files, digests):
         if digest != want["sha256"]:
-            raise UsageError(f"source file {p} has sha256 {digest}; the integrity manifest ({origin}) pins {want['sha256']}")
+            raise UsageError(
+                f"source file {p} has sha256 {digest}; the integrity manifest ({origin}) pins {want['sha256']}"
+            )
         out.append({"path": rel, "size": size, "sha256": digest})
     return out
 
 
 # ---------------------------------------------------------------- media
+
 
 @dataclass
 class MediaIndex:
@@ -139,12 +147,16 @@ class MediaIndex:
             except (tarfile.TarError, OSError) as e:
                 kind = _compressed(a)
                 if kind:  # members are read in place, at their offsets: the archive must be a plain tar
-                    raise UsageError(f"media archive {a} is {kind}-compressed; valid: an uncompressed tar "
-                                     f"(decompress it in place, keeping the name)")
+                    raise UsageError(
+                        f"media archive {a} is {kind}-compressed; valid: an uncompressed tar "
+                        f"(decompress it in place, keeping the name)"
+                    )
                 raise UsageError(f"media archive {a} is not a readable tar ({e})")
             for name, off, size in found:
                 if size < 0:
-                    raise UsageError(f"media archive {a}: member {name!r} has a negative size ({size}); the archive is damaged")
+                    raise UsageError(
+                        f"media archive {a}: member {name!r} has a negative size ({size}); the archive is damaged"
+                    )
                 name = _normalize(name)
                 loc = (ai, off, size)
                 members[name] = loc if name not in members else None
@@ -191,8 +203,14 @@ def _compressed(path: Path) -> str | None:
 def _normalize(ref: str) -> str:
     """PurePosixPath(ref with / for \\).as_posix() without its per-call cost: most references are
     already normal and return as they are."""
-    if ("\\" in ref or "//" in ref or "/./" in ref or ref.startswith("./") or ref.endswith(("/", "/."))
-            or ref in ("", ".")):
+    if (
+        "\\" in ref
+        or "//" in ref
+        or "/./" in ref
+        or ref.startswith("./")
+        or ref.endswith(("/", "/."))
+        or ref in ("", ".")
+    ):
         return PurePosixPath(ref.replace("\\", "/")).as_posix()
     return ref
 
@@ -203,6 +221,7 @@ def read_media(loc) -> bytes:
 
 
 # ---------------------------------------------------------------- records
+
 
 def sample_key(subset: str, sample_id: str, where: str) -> str:
     key = _SAFE_KEY.sub("_", f"{subset}__{sample_id}").strip("_")
@@ -228,7 +247,9 @@ def parse_record(line: bytes | str, where: str) -> tuple[str, bytes, list[str]]:
     except RecursionError:
         raise UsageError(f"{where}: JSON nested too deeply") from None
     except UnicodeDecodeError as e:
-        raise UsageError(f"{where}: not UTF-8 (byte 0x{e.object[e.start]:02x} at column {e.start + 1}); valid: UTF-8 JSON")
+        raise UsageError(
+            f"{where}: not UTF-8 (byte 0x{e.object[e.start]:02x} at column {e.start + 1}); valid: UTF-8 JSON"
+        )
     except ValueError as e:
         raise UsageError(f"{where}: malformed JSON ({e.args[0] if e.args else e})")
     if not isinstance(row, dict):
@@ -267,7 +288,9 @@ def parse_record(line: bytes | str, where: str) -> tuple[str, bytes, list[str]]:
                 refs.append(ref)
                 norm.append(_IMAGE)
             elif kind in ("video", "audio"):
-                raise UsageError(f"{where}: {kind} content is not supported (image-only subsets; valid types: text, image)")
+                raise UsageError(
+                    f"{where}: {kind} content is not supported (image-only subsets; valid types: text, image)"
+                )
             else:
                 raise UsageError(f"{where}: message {ti} content {pi}: unknown type {kind!r} (valid: text, image)")
         if not norm:
@@ -278,7 +301,9 @@ def parse_record(line: bytes | str, where: str) -> tuple[str, bytes, list[str]]:
     try:
         data = ("[" + ", ".join(turns) + "]").encode("utf-8")
     except UnicodeEncodeError as e:
-        raise UsageError(f"{where}: text holds an unpaired surrogate escape ({e.object[e.start]!a}); valid: Unicode text")
+        raise UsageError(
+            f"{where}: text holds an unpaired surrogate escape ({e.object[e.start]!a}); valid: Unicode text"
+        )
     return sid, data, refs
 
 

@@ -33,9 +33,18 @@ def make_image(rng: random.Random, fmt: str, size: tuple[int, int], noisy: bool 
     return buf.getvalue()
 
 
-def make_source(root: Path, subset: str = "clevr_2", n: int = 40, *, seed: int = 0, max_images: int = 2,
-                sizes=((64, 48), (320, 240), (1024, 768)), images_per_tar: int | None = None,
-                distinct_images: int | None = None, noisy_every: int | None = None) -> Path:
+def make_source(
+    root: Path,
+    subset: str = "clevr_2",
+    n: int = 40,
+    *,
+    seed: int = 0,
+    max_images: int = 2,
+    sizes=((64, 48), (320, 240), (1024, 768)),
+    images_per_tar: int | None = None,
+    distinct_images: int | None = None,
+    noisy_every: int | None = None,
+) -> Path:
     """Write <root>/<subset>/<subset>.jsonl and <root>/<subset>/media/shard_NNNNNN.tar; returns root.
 
     distinct_images: encode only this many images and reuse them (fast for large benches);
@@ -53,25 +62,36 @@ def make_source(root: Path, subset: str = "clevr_2", n: int = 40, *, seed: int =
                 data = cache[(i + j) % len(cache)]
             else:
                 noisy = bool(noisy_every) and len(cache) % noisy_every == noisy_every - 1
-                data = make_image(rng, "PNG" if (i + j) % 2 else "JPEG",
-                                  (200, 200) if noisy else sizes[rng.randrange(len(sizes))], noisy)
+                data = make_image(
+                    rng,
+                    "PNG" if (i + j) % 2 else "JPEG",
+                    (200, 200) if noisy else sizes[rng.randrange(len(sizes))],
+                    noisy,
+                )
                 cache.append(data)
             images.append((name, data))
             content.append({"type": "image", "image": name})
-        words = " ".join(rng.choice(["cube", "sphere", "red", "blue", "how", "many", "objects", "left"])
-                         for _ in range(rng.randint(3, 30)))
+        words = " ".join(
+            rng.choice(["cube", "sphere", "red", "blue", "how", "many", "objects", "left"])
+            for _ in range(rng.randint(3, 30))
+        )
         content.append({"type": "text", "text": f"Question {i}: {words}?"})
-        records.append({"id": f"{subset}_{i:06d}", "messages": [
-            {"role": "user", "content": content},
-            {"role": "assistant", "content": [{"type": "text", "text": str(rng.randint(0, 10))}]},
-        ]})
+        records.append(
+            {
+                "id": f"{subset}_{i:06d}",
+                "messages": [
+                    {"role": "user", "content": content},
+                    {"role": "assistant", "content": [{"type": "text", "text": str(rng.randint(0, 10))}]},
+                ],
+            }
+        )
     with open(sdir / f"{subset}.jsonl", "w") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")
     per = images_per_tar or len(images) or 1
     for t, start in enumerate(range(0, max(len(images), 1), per)):
         with tarfile.open(sdir / "media" / f"shard_{t:06d}.tar", "w") as tf:
-            for name, data in images[start:start + per]:
+            for name, data in images[start : start + per]:
                 ti = tarfile.TarInfo(name)
                 ti.size = len(data)
                 tf.addfile(ti, io.BytesIO(data))

@@ -58,9 +58,9 @@ def _pax_records(data: bytes) -> dict[str, str]:
         if sp < 0 or not data[pos:sp].isdigit():  # tarfile's pattern is ASCII digits (int() takes more)
             raise _Fallback
         length = int(data[pos:sp])
-        if length <= 0 or pos + length > len(data) or data[pos + length - 1:pos + length] != b"\n":
+        if length <= 0 or pos + length > len(data) or data[pos + length - 1 : pos + length] != b"\n":
             raise _Fallback
-        kv = data[sp + 1:pos + length - 1]
+        kv = data[sp + 1 : pos + length - 1]
         k, eq, v = kv.partition(b"=")
         if not eq:
             raise _Fallback
@@ -146,7 +146,7 @@ def _scan_fast(path) -> list[tuple[str, int, int]]:
     return out
 
 
-_MODE_IDS = b"0000644\0" b"0000000\0" b"0000000\0"  # mode, uid, gid
+_MODE_IDS = b"0000644\x000000000\x000000000\x00"  # mode, uid, gid
 _MTIME = b"00000000000\0"
 _REST = b"0" + b"\0" * 100 + b"ustar\x0000" + b"\0" * 64 + b"\0" * 16 + b"\0" * 155 + b"\0" * 12  # type .. end
 _CONST_SUM = sum(_MODE_IDS) + sum(_MTIME) + sum(_SPACES) + sum(_REST)

@@ -16,8 +16,11 @@ from pathlib import Path
 
 from bridge_launch.core.errors import LaunchError, UsageError
 
-QWEN35_VL = {"patch_size": 16, "spatial_merge_size": 2,
-             "source": "Megatron-Bridge models/qwen_vl/qwen35_vl_provider.py: patch_size=16, spatial_merge_size=2"}
+QWEN35_VL = {
+    "patch_size": 16,
+    "spatial_merge_size": 2,
+    "source": "Megatron-Bridge models/qwen_vl/qwen35_vl_provider.py: patch_size=16, spatial_merge_size=2",
+}
 # ChatML as Qwen renders it: "<|im_start|>role\n" ... "<|im_end|>\n" -> about 5 tokens per message,
 # and "<|vision_start|>" + image pads + "<|vision_end|>" -> 2 tokens per image besides its visual tokens.
 PER_MESSAGE_TOKENS = 5

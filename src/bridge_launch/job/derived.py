@@ -34,18 +34,31 @@ def spec(job) -> dict:
         "run_id": job.run_id,
         "report": report_path(job.run_dir, job.run_id),
         "workload": job.workload,
-        "entry": job.entry, "recipe": job.upstream, "mode": job.mode, "args": list(job.args),
-        "world_size": job.world_size, "nodes": job.nodes, "gpu_type": job.gpu_type,
-        "container": job.container, "mounts": list(job.mounts),
+        "entry": job.entry,
+        "recipe": job.upstream,
+        "mode": job.mode,
+        "args": list(job.args),
+        "world_size": job.world_size,
+        "nodes": job.nodes,
+        "gpu_type": job.gpu_type,
+        "container": job.container,
+        "mounts": list(job.mounts),
         "schema_source": src,
         "dataset": {"kind": job.dataset_kind, "path": cfg.get("dataset.path")},
         "pretrained_checkpoint": cfg.get("checkpoint.pretrained_checkpoint"),
-        "hf": {"model": job.hf_model, "model_revision": cfg.get("model.hf_model_revision"),
-               "processor": cfg.get("dataset.task_encoder.hf_processor_path") or job.hf_model,
-               "processor_revision": cfg.get("dataset.task_encoder.hf_processor_revision")},
+        "hf": {
+            "model": job.hf_model,
+            "model_revision": cfg.get("model.hf_model_revision"),
+            "processor": cfg.get("dataset.task_encoder.hf_processor_path") or job.hf_model,
+            "processor_revision": cfg.get("dataset.task_encoder.hf_processor_revision"),
+        },
         "fabric": {"expect_mnnvl": job.profile.get("nvlink_domain_nodes", 0) > 1 and job.gpu_type != "cpu"},
-        "network": {"sizes": list(c["busbw_sizes"]), "iters": c["busbw_iters"],
-                    "expected_busbw_gbps": c["busbw_gbps"], "min_fraction": c["busbw_min_fraction"]},
+        "network": {
+            "sizes": list(c["busbw_sizes"]),
+            "iters": c["busbw_iters"],
+            "expected_busbw_gbps": c["busbw_gbps"],
+            "min_fraction": c["busbw_min_fraction"],
+        },
         "check_timeout_s": c["check_timeout"],
     }
 
@@ -59,15 +72,26 @@ def canary_job(job, nodes: int | None = None):
     sched = {k: v for k, v in job.scheduler.items() if k != "signal"}
     if job.backend == "slurm":
         sched["time"] = c["time"]
-    return dataclasses.replace(job, run_id=job.run_id + SUFFIX, nodes=n, world_size=n * job.gpus_per_node,
-                               workload="canary", chain=None, scheduler=sched, args=[f"{job.run_dir}/{spec_rel(job.run_id)}"],
-                               canary=None)
+    return dataclasses.replace(
+        job,
+        run_id=job.run_id + SUFFIX,
+        nodes=n,
+        world_size=n * job.gpus_per_node,
+        workload="canary",
+        chain=None,
+        scheduler=sched,
+        args=[f"{job.run_dir}/{spec_rel(job.run_id)}"],
+        canary=None,
+    )
 
 
 def gated(job, canary_job_id: str):
     """The real Slurm job, waiting for the canary: it starts only if the canary succeeds, and Slurm
     removes it when the canary fails (--kill-on-invalid-dep)."""
     sched = dict(job.scheduler)
-    sched["sbatch_args"] = [*sched.get("sbatch_args", []), f"--dependency=afterok:{canary_job_id}",
-                            "--kill-on-invalid-dep=yes"]
+    sched["sbatch_args"] = [
+        *sched.get("sbatch_args", []),
+        f"--dependency=afterok:{canary_job_id}",
+        "--kill-on-invalid-dep=yes",
+    ]
     return dataclasses.replace(job, scheduler=sched)

@@ -42,16 +42,29 @@ class Verdict:
     criteria: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"source": self.source, "passed": self.passed, "step": self.step, "total": self.total,
-                "criteria": [asdict(c) for c in self.criteria]}
+        return {
+            "source": self.source,
+            "passed": self.passed,
+            "step": self.step,
+            "total": self.total,
+            "criteria": [asdict(c) for c in self.criteria],
+        }
 
 
 def _fmt(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def check(log: Log, source: str, *, steps: int | None = None, only=None, skip=(), metric: str = LOSS,
-          finished: bool | None = None) -> Verdict:
+def check(
+    log: Log,
+    source: str,
+    *,
+    steps: int | None = None,
+    only=None,
+    skip=(),
+    metric: str = LOSS,
+    finished: bool | None = None,
+) -> Verdict:
     """Judge `log` against the gate's criteria (all, or `only`, minus `skip`). `steps` is the
     expected step count (default: the total the iteration lines print). `finished`: whether the
     run has ended (None: unknown, e.g. a log file).
@@ -101,7 +114,7 @@ def check(log: Log, source: str, *, steps: int | None = None, only=None, skip=()
         hit = log.last_line(f" on {name} set", P.VALIDATION_RE)
         if hit:
             m = hit[1]
-            losses = {k[:-len(" value")]: number(v) for k, v in P.FIELD_RE.findall(m.group(4)) if k.endswith(" value")}
+            losses = {k[: -len(" value")]: number(v) for k, v in P.FIELD_RE.findall(m.group(4)) if k.endswith(" value")}
             shown = ", ".join(f"{k} {_fmt(v)}" for k, v in losses.items())
             if any(not finite(v) for v in losses.values()):
                 add(name, False, f"iteration {m.group(2)} on {name} set: {shown} is not finite", int(m.group(2)))
@@ -126,12 +139,16 @@ def _lines(log: Log, last, metric: str, add) -> None:
     t = log.tally(metric)
     checks = [ev for ev in log.nan_checks_fast()]
     n = t["lines"]
-    clean = (n > 0 and t["counters"] == n and t["zero_counters"] == n and not t["nonfinite"]
-             and t["with_metric"] in (0, n))
+    clean = (
+        n > 0 and t["counters"] == n and t["zero_counters"] == n and not t["nonfinite"] and t["with_metric"] in (0, n)
+    )
     if clean:
         first = log.initial()
-        span = (f"{metric} {_fmt(first.fields.get(metric))} -> {_fmt(last.fields.get(metric))}"
-                if t["with_metric"] else f"no {metric} field")
+        span = (
+            f"{metric} {_fmt(first.fields.get(metric))} -> {_fmt(last.fields.get(metric))}"
+            if t["with_metric"]
+            else f"no {metric} field"
+        )
         add("finite", True, f"{n} iteration lines, all finite ({span})")
         add("skipped", True, f"0 skipped on all {n} iteration lines")
     else:
@@ -151,8 +168,11 @@ def _lines(log: Log, last, metric: str, add) -> None:
                     bad_finite = (it.step, ", ".join(f"{k} {v}" for k, v in nonfinite))
                 elif has_metric and metric not in f and not it.skipped:
                     # Megatron prints no loss whose interval average is NaN or negative (MB train_utils.py:1122-1124)
-                    bad_finite = (it.step, f"no {metric} printed although no iteration was skipped "
-                                           "(a NaN or negative average is not printed)")
+                    bad_finite = (
+                        it.step,
+                        f"no {metric} printed although no iteration was skipped "
+                        "(a NaN or negative average is not printed)",
+                    )
             if bad_skip is None and it.skipped:
                 bad_skip = (it.step, f"{it.skipped} skipped in the interval ending at iteration {it.step}")
             if bad_nan is None and it.nan:
@@ -172,15 +192,21 @@ def _lines(log: Log, last, metric: str, add) -> None:
             return
     if checks:
         e = checks[0]
-        add("nan", False, f"iteration {e.step}: NaN check on rank {e.rank}: {e.data['result']} ({e.data['message']})",
-            e.step)
+        add(
+            "nan",
+            False,
+            f"iteration {e.step}: NaN check on rank {e.rank}: {e.data['result']} ({e.data['message']})",
+            e.step,
+        )
     else:
         add("nan", True, f"0 NaN iterations on all {n} iteration lines, no NaN-check error")
 
 
 def render(v: Verdict) -> str:
-    lines = [f"{v.source}: {'PASSED' if v.passed else 'FAILED'}"
-             + (f" ({v.step}/{v.total})" if v.step is not None and v.total else "")]
+    lines = [
+        f"{v.source}: {'PASSED' if v.passed else 'FAILED'}"
+        + (f" ({v.step}/{v.total})" if v.step is not None and v.total else "")
+    ]
     for c in v.criteria:
         lines.append(f"  {'ok  ' if c.passed else 'FAIL'} {c.name:<11} {c.evidence}")
     return "\n".join(lines) + "\n"

@@ -55,7 +55,9 @@ def golden_series(path: str, metric: str, label: str | None = None) -> Series:
         raise UsageError(f"{path}: no '{metric}' in this golden-values file (it has: {have})")
     entry = data[name]
     if not isinstance(entry, dict) or not isinstance(entry.get("values"), dict):
-        raise UsageError(f"{path}: '{name}' needs a 'values' object of step -> value (Megatron-LM's golden-values format)")
+        raise UsageError(
+            f"{path}: '{name}' needs a 'values' object of step -> value (Megatron-LM's golden-values format)"
+        )
     values = {}
     for k, v in entry["values"].items():
         try:
@@ -121,8 +123,16 @@ def _pearson(xs: list, ys: list) -> float | None:
     return sum((p[0] - mx) * (p[1] - my) for p in pairs) / math.sqrt(sxx * syy)
 
 
-def compare(a: Series, b: Series, *, metric: str = LOSS, rtol: float = 0.02, atol: float = 0.0,
-            allowed: int | None = None, final_rtol: float = 0.03) -> Comparison:
+def compare(
+    a: Series,
+    b: Series,
+    *,
+    metric: str = LOSS,
+    rtol: float = 0.02,
+    atol: float = 0.0,
+    allowed: int | None = None,
+    final_rtol: float = 0.03,
+) -> Comparison:
     """`a` against the reference `b`, on the steps both have."""
     common = sorted(set(a.values) & set(b.values))
     problems = []
@@ -144,26 +154,51 @@ def compare(a: Series, b: Series, *, metric: str = LOSS, rtol: float = 0.02, ato
         if last_ref in a.values:
             x, y = a.values[last_ref], b.values[last_ref]
             rel = _rel(x, y)
-            final = {"step": last_ref, "a": x, "b": y, "rel": rel,
-                     "ok": finite(x) and finite(y) and abs(x - y) <= atol + final_rtol * abs(y)}
+            final = {
+                "step": last_ref,
+                "a": x,
+                "b": y,
+                "rel": rel,
+                "ok": finite(x) and finite(y) and abs(x - y) <= atol + final_rtol * abs(y),
+            }
         else:
             have = max(a.values) if a.values else None
-            problems.append(f"{a.label} has no value at the reference's last step {last_ref}"
-                            + (f" (it ends at {have})" if have is not None else ""))
+            problems.append(
+                f"{a.label} has no value at the reference's last step {last_ref}"
+                + (f" (it ends at {have})" if have is not None else "")
+            )
     if not n and a.values and b.values:
-        problems.append(f"no step in common (A: {min(a.values)}..{max(a.values)}, "
-                        f"B: {min(b.values)}..{max(b.values)})")
+        problems.append(f"no step in common (A: {min(a.values)}..{max(a.values)}, B: {min(b.values)}..{max(b.values)})")
     corr = _pearson([r[1] for r in rows], [r[2] for r in rows])
     parity = bool(n) and outside <= limit and final is not None and final["ok"] and not problems
-    return Comparison(a.label, b.label, metric, n, outside, limit, rtol, final_rtol, first,
-                      worst[0] if worst else None, worst[1] if worst else None, corr, final, parity, problems, rows)
+    return Comparison(
+        a.label,
+        b.label,
+        metric,
+        n,
+        outside,
+        limit,
+        rtol,
+        final_rtol,
+        first,
+        worst[0] if worst else None,
+        worst[1] if worst else None,
+        corr,
+        final,
+        parity,
+        problems,
+        rows,
+    )
 
 
 def render(c: Comparison, *, rows: int = 8) -> str:
     """The comparison in words, with a sample of the aligned rows around the first step out of tolerance."""
-    out = [f"A: {c.a}", f"B: {c.b} (reference)",
-           f"{c.metric}: {c.steps} aligned steps, {c.outside} outside {100 * c.rtol:g}% relative "
-           f"(at most {c.allowed} allowed)"]
+    out = [
+        f"A: {c.a}",
+        f"B: {c.b} (reference)",
+        f"{c.metric}: {c.steps} aligned steps, {c.outside} outside {100 * c.rtol:g}% relative "
+        f"(at most {c.allowed} allowed)",
+    ]
     if c.first_outside:
         f = c.first_outside
         out.append(f"  first outside: step {f['step']}: A {_g(f['a'])}  B {_g(f['b'])}  ({_pct(f['rel'])})")
@@ -173,8 +208,10 @@ def render(c: Comparison, *, rows: int = 8) -> str:
         out.append(f"  correlation: {c.correlation:.4f}")
     if c.final:
         f = c.final
-        out.append(f"  final (step {f['step']}): A {_g(f['a'])}  B {_g(f['b'])}  ({_pct(f['rel'])}, "
-                   f"{'within' if f['ok'] else 'outside'} {100 * c.final_rtol:g}%)")
+        out.append(
+            f"  final (step {f['step']}): A {_g(f['a'])}  B {_g(f['b'])}  ({_pct(f['rel'])}, "
+            f"{'within' if f['ok'] else 'outside'} {100 * c.final_rtol:g}%)"
+        )
     for p in c.problems:
         out.append(f"  ! {p}")
     if c.rows and rows:

@@ -46,5 +46,3 @@ def classify_line(line: str) -> tuple[str, str] | None:
             if re.search(pattern, line):
                 return kind, what
     return None
-
-

@@ -42,13 +42,13 @@ def strip_prefix(line: str) -> tuple[int | None, str]:
     ranks: dict = {}
     if label:
         ranks["srun"] = int(label.group(1))
-        line = line[label.end():]
+        line = line[label.end() :]
     while True:
         m = P.RANK_PREFIX_RE.match(line)
         if not m:
             break
         ranks.setdefault(m.group(1), int(m.group(2)))
-        line = line[m.end():]
+        line = line[m.end() :]
     if not ranks:
         return None, line
     for kind in ("rank", "default", "srun"):
@@ -100,12 +100,13 @@ def _enc(raw, s: str):
 def _line_at(text: str, pos: int) -> tuple[int, str]:
     start = text.rfind("\n", 0, pos) + 1
     end = text.find("\n", pos)
-    return start, text[start:end if end >= 0 else len(text)].rstrip("\r")
+    return start, text[start : end if end >= 0 else len(text)].rstrip("\r")
 
 
 @dataclass
 class Iteration:
     """One iteration line. `fields` is split on first use."""
+
     step: int
     total: int
     rest: str
@@ -149,12 +150,13 @@ class Iteration:
     def clean(self) -> bool:
         """No value that is not finite, both counters zero (checked on the raw text, cheaply)."""
         r = self.rest
-        return (P.ZERO_SKIPPED in r and P.ZERO_NAN in r and not any(mark in r for mark in P.NONFINITE_MARKS))
+        return P.ZERO_SKIPPED in r and P.ZERO_NAN in r and not any(mark in r for mark in P.NONFINITE_MARKS)
 
 
 @dataclass
 class Event:
     """A rarer line: a save, a load, a validation/test result, an exit, a NaN check, memory."""
+
     kind: str  # saved | loaded | starting | validation | exit | nan_check | memory
     step: int | None
     line: str  # without rank prefixes
@@ -297,9 +299,18 @@ class Log:
                 values = {}
                 for k, v in P.FIELD_RE.findall(m.group(4)):
                     if k.endswith(" value"):
-                        values[k[:-len(" value")]] = number(v)
-                out.append(Event("validation", int(m.group(2)), bare, rank, ti, pos,
-                                 {"set": m.group(3) or "in-loop", "losses": values}))
+                        values[k[: -len(" value")]] = number(v)
+                out.append(
+                    Event(
+                        "validation",
+                        int(m.group(2)),
+                        bare,
+                        rank,
+                        ti,
+                        pos,
+                        {"set": m.group(3) or "in-loop", "losses": values},
+                    )
+                )
         for ti, pos, _, line in self._find(P.EXIT_MARK):
             m = P.EXIT_RE.search(line)
             if m:
@@ -307,8 +318,17 @@ class Log:
                 what = m.group(1)
                 kind = next((k for word, k in P.EXIT_KINDS if word in what), "exit")
                 step = re.search(r"at iteration (\d+)", what)
-                out.append(Event("exit", int(step.group(1)) if step else self._step_before(ti, pos), bare, rank, ti,
-                                 pos, {"why": kind, "text": what}))
+                out.append(
+                    Event(
+                        "exit",
+                        int(step.group(1)) if step else self._step_before(ti, pos),
+                        bare,
+                        rank,
+                        ti,
+                        pos,
+                        {"why": kind, "text": what},
+                    )
+                )
         for ti, pos, _, line in self._find(P.NAN_CHECK_MARK):
             ev = _nan_event(line, ti, pos)
             if ev:
@@ -398,8 +418,13 @@ class Log:
                 m = (rx[1] if isinstance(raw, (bytes, bytearray)) else rx[0]).search(raw)
                 if m:
                     nonfinite.append((ti, m.start()))
-        return {"lines": counters, "counters": counters, "zero_counters": zero, "with_metric": with_metric,
-                "nonfinite": nonfinite}
+        return {
+            "lines": counters,
+            "counters": counters,
+            "zero_counters": zero,
+            "with_metric": with_metric,
+            "nonfinite": nonfinite,
+        }
 
     def _tail_iterations(self, raw, first: bool = False) -> list:
         """The iteration lines at the end (or, with first, the start) of one raw text: a window
@@ -407,10 +432,10 @@ class Log:
         size = 1 << 16
         n = len(raw)
         while True:
-            chunk = raw[:size] if first else raw[max(0, n - size):]
+            chunk = raw[:size] if first else raw[max(0, n - size) :]
             text = _text(chunk)
             if not first and size < n:
-                text = text[text.find("\n") + 1:]  # the window may start mid-line
+                text = text[text.find("\n") + 1 :]  # the window may start mid-line
             hits = P.ITERATION_RE.findall(text)
             if hits or size >= n:
                 return hits
@@ -450,7 +475,7 @@ class Log:
                     break
                 start = raw.rfind(_enc(raw, "\n"), 0, pos) + 1
                 stop = raw.find(_enc(raw, "\n"), pos)
-                line = _text(raw[start:stop if stop >= 0 else len(raw)]).rstrip("\r")
+                line = _text(raw[start : stop if stop >= 0 else len(raw)]).rstrip("\r")
                 m = regex.search(line) if regex else None
                 if regex is None or m:
                     rank, bare = strip_prefix(line)
@@ -476,7 +501,7 @@ class Log:
             raw = self.raw[ti]
             start = raw.rfind(_enc(raw, "\n"), 0, pos) + 1
             stop = raw.find(_enc(raw, "\n"), pos)
-            ev = _nan_event(_text(raw[start:stop if stop >= 0 else len(raw)]), ti, pos)
+            ev = _nan_event(_text(raw[start : stop if stop >= 0 else len(raw)]), ti, pos)
             if ev:
                 out.append(ev)
         return out
@@ -500,8 +525,12 @@ class Log:
             elif last.losses:
                 key, value = next(iter(last.losses.items()))
                 out.update(loss=value, loss_key=key)
-            for key, name in ((P.FIELD_GRAD_NORM, "grad_norm"), (P.FIELD_GBS, "global_batch"),
-                              (P.FIELD_TFLOPS, "tflops_per_gpu"), (P.FIELD_LR, "lr")):
+            for key, name in (
+                (P.FIELD_GRAD_NORM, "grad_norm"),
+                (P.FIELD_GBS, "global_batch"),
+                (P.FIELD_TFLOPS, "tflops_per_gpu"),
+                (P.FIELD_LR, "lr"),
+            ):
                 if key in f:
                     out[name] = f[key]
             if finite(f.get(P.FIELD_ELAPSED_MS)):
@@ -542,8 +571,10 @@ def progress(texts) -> dict:
 # ------------------------------------------------------------------------------------------------
 # A Python exception's last line ("torch.OutOfMemoryError: CUDA out of memory ..."), the trainer's
 # NaN check, and launcher/runtime errors (srun, pyxis, NCCL).
-_EXCEPTION_RE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Failure)\b:? ?.*$"
-                           r"|^[\w.]*(?:Error|Exception)$")
+_EXCEPTION_RE = re.compile(
+    r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Failure)\b:? ?.*$"
+    r"|^[\w.]*(?:Error|Exception)$"
+)
 _ERROR_WORDS = re.compile(r"\berror: |\bERROR\b|\bFATAL\b|Segmentation fault|core dumped|Killed\b")
 # Lines that are consequences of another rank's failure, not its cause.
 _COLLATERAL = re.compile(
@@ -560,15 +591,43 @@ _COLLATERAL = re.compile(
     r"Connection closed by (remote )?peer|caused by a remote worker crashing|"
     r"remote process exited or there was a network error|ncclRemoteError|"
     r"Broken pipe|recvValue|TCPStore|exiting program|^SystemExit: 0$|with SystemExit: 0\b|"
-    r"bridge-launch: |^\[W |UserWarning|FutureWarning|DeprecationWarning")
+    r"bridge-launch: |^\[W |UserWarning|FutureWarning|DeprecationWarning"
+)
 
 
 # Substrings without which a text holds no error line _candidates would yield (cheap to rule out).
-_SUSPECT_WORDS = ("rror", "RROR", "xception", "Traceback", "FATAL", "Killed", "Unexpected result", "Segmentation",
-                  "core dumped", "imeout", "TIMEOUT", "NCCL", "ECC", "Xid", "NODE_FAIL", "oom-kill", "No such file",
-                  "lost connection", "Broken pipe", "reset by peer", "Interrupt", "Failure", "out of memory",
-                  "ALLOC_FAILED", "Watchdog", "HYBRID-EP", "Node failure", "Dataset path", "not a valid Energon",
-                  "Connection reset")
+_SUSPECT_WORDS = (
+    "rror",
+    "RROR",
+    "xception",
+    "Traceback",
+    "FATAL",
+    "Killed",
+    "Unexpected result",
+    "Segmentation",
+    "core dumped",
+    "imeout",
+    "TIMEOUT",
+    "NCCL",
+    "ECC",
+    "Xid",
+    "NODE_FAIL",
+    "oom-kill",
+    "No such file",
+    "lost connection",
+    "Broken pipe",
+    "reset by peer",
+    "Interrupt",
+    "Failure",
+    "out of memory",
+    "ALLOC_FAILED",
+    "Watchdog",
+    "HYBRID-EP",
+    "Node failure",
+    "Dataset path",
+    "not a valid Energon",
+    "Connection reset",
+)
 
 
 @dataclass
@@ -609,7 +668,7 @@ def _candidates(text: str):
 
 def _scan_window(text: str) -> str:
     """Errors are near where things stopped; reading at most the last 4 MiB keeps status cheap."""
-    return text[-4 * 1024 * 1024:] if len(text) > 4 * 1024 * 1024 else text
+    return text[-4 * 1024 * 1024 :] if len(text) > 4 * 1024 * 1024 else text
 
 
 def first_error_detail(texts) -> ErrorLine | None:

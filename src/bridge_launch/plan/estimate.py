@@ -66,7 +66,6 @@ ASSUMPTIONS = (
 )
 
 
-
 # ------------------------------------------------------------------------------------------
 # rank groups (megatron-core) and where they land (topology.py, shared with submit)
 
@@ -128,7 +127,6 @@ class Arch:
     vision: dict = field(default_factory=dict)
 
 
-
 class ArchError(ValueError):
     """The model description cannot be turned into an architecture (a value unknown or out of range)."""
 
@@ -144,11 +142,21 @@ def arch_for(job) -> Arch | None:
     if f.name == "job config":  # a plain GPT from its model.* keys
         if not all(f.int(k) is not None for k in ("num_layers", "hidden_size", "attention.num_heads", "vocab_size")):
             return None
-        base = {"layers": "*+-", "tied": f.get("tied_embeddings", True), "gated_mlp": cfg.get("model.gated_linear_unit") is True,
-                "dropout": cfg.get("model.hidden_dropout", 0.1) != 0, "flash_attention": True}
+        base = {
+            "layers": "*+-",
+            "tied": f.get("tied_embeddings", True),
+            "gated_mlp": cfg.get("model.gated_linear_unit") is True,
+            "dropout": cfg.get("model.hidden_dropout", 0.1) != 0,
+            "flash_attention": True,
+        }
     else:
-        base = {"layers": f.get("layers"), "tied": f.get("tied_embeddings", False), "gated_mlp": f.get("gated_mlp", True),
-                "dropout": f.get("dropout", False), "flash_attention": f.get("flash_attention", True)}
+        base = {
+            "layers": f.get("layers"),
+            "tied": f.get("tied_embeddings", False),
+            "gated_mlp": f.get("gated_mlp", True),
+            "dropout": f.get("dropout", False),
+            "flash_attention": f.get("flash_attention", True),
+        }
     for name in ("num_layers", "hidden_size", "vocab_size"):
         v = f.int(name)
         if v is None or v < 1:
@@ -158,7 +166,9 @@ def arch_for(job) -> Arch | None:
         raise ArchError(f"no estimate: {n:,} layers is beyond what plan estimates (at most {MAX_LAYERS:,})")
     mtp = f.int("mtp_layers") or 0
     if not 0 <= mtp <= MAX_LAYERS:
-        raise ArchError(f"no estimate: model.mtp_num_layers={mtp} ({f.source('mtp_layers')}) is not between 0 and {MAX_LAYERS:,}")
+        raise ArchError(
+            f"no estimate: model.mtp_num_layers={mtp} ({f.source('mtp_layers')}) is not between 0 and {MAX_LAYERS:,}"
+        )
     groups = {g: f.group(g) for g in ("attention", "gdn", "mamba", "moe", "vision")}
     for g, vals in groups.items():
         for k, v in vals.items():
@@ -176,17 +186,30 @@ def arch_for(job) -> Arch | None:
         if missing or any(vals[k] < 1 for k in need[:1]):
             k = (missing or need[:1])[0]
             key = models.KEY_OF.get(f"{group}.{k}" if group != "ffn" else "ffn", f"{group}.{k}")
-            raise ArchError(f"no estimate: the model's {_BLOCK_NAMES[block]} layers need {key} >= 1 "
-                            f"(it is {vals.get(k)!r})")
+            raise ArchError(
+                f"no estimate: the model's {_BLOCK_NAMES[block]} layers need {key} >= 1 (it is {vals.get(k)!r})"
+            )
     vision = groups["vision"]
     if vision and any(not isinstance(vision.get(k), int) for k in _VISION_NEEDS):
         vision = {}
     att, moe = groups["attention"], groups["moe"]
     return Arch(
-        name=f.name, source=f.where, hidden=f.get("hidden_size"), vocab=f.get("vocab_size"), tied=bool(base["tied"]),
-        layers=tuple(unit[i % len(unit)] for i in range(n)), mtp_layers=mtp, ffn=f.int("ffn"),
-        gated_mlp=bool(base["gated_mlp"]), dropout=bool(base["dropout"]), flash_attention=bool(base["flash_attention"]),
-        attention=att, gdn=groups["gdn"], mamba=groups["mamba"], moe=moe, vision=vision,
+        name=f.name,
+        source=f.where,
+        hidden=f.get("hidden_size"),
+        vocab=f.get("vocab_size"),
+        tied=bool(base["tied"]),
+        layers=tuple(unit[i % len(unit)] for i in range(n)),
+        mtp_layers=mtp,
+        ffn=f.int("ffn"),
+        gated_mlp=bool(base["gated_mlp"]),
+        dropout=bool(base["dropout"]),
+        flash_attention=bool(base["flash_attention"]),
+        attention=att,
+        gdn=groups["gdn"],
+        mamba=groups["mamba"],
+        moe=moe,
+        vision=vision,
     )
 
 
@@ -199,9 +222,16 @@ _BLOCK_NEEDS = {
     "-": ("ffn", ("ffn",)),
 }
 _BLOCK_NAMES = {"*": "attention", "G": "Gated DeltaNet", "M": "Mamba", "E": "MoE", "-": "MLP"}
-_VISION_NEEDS = ("depth", "hidden_size", "ffn", "patch_size", "temporal_patch_size", "spatial_merge_size",
-                 "num_position_embeddings", "out_hidden_size")
-
+_VISION_NEEDS = (
+    "depth",
+    "hidden_size",
+    "ffn",
+    "patch_size",
+    "temporal_patch_size",
+    "spatial_merge_size",
+    "num_position_embeddings",
+    "out_hidden_size",
+)
 
 
 def padded_vocab(vocab: int, tp: int, divisible_by: int = 128) -> int:
@@ -231,7 +261,9 @@ def block_params(arch: Arch, block: str) -> tuple[int, int]:
     if block == "G":
         d = arch.gdn
         qk, v, nv = d["key_heads"] * d["key_head_dim"], d["value_heads"] * d["value_head_dim"], d["value_heads"]
-        return h + h * (2 * qk + 2 * v + 2 * nv) + (2 * qk + v) * d["conv_kernel"] + 2 * nv + d["value_head_dim"] + v * h, 0
+        return h + h * (2 * qk + 2 * v + 2 * nv) + (2 * qk + v) * d["conv_kernel"] + 2 * nv + d[
+            "value_head_dim"
+        ] + v * h, 0
     if block == "M":
         m = arch.mamba
         din, gs, nh = m["num_heads"] * m["head_dim"], m["num_groups"] * m["state_dim"], m["num_heads"]
@@ -281,8 +313,15 @@ def total_params(arch: Arch, vocab: int | None = None) -> dict:
     md, me = mtp_params(arch)
     emb = vocab * arch.hidden * (1 if arch.tied else 2) + arch.hidden
     vis = vision_params(arch)
-    return {"total": dense + expert + md + me + emb + vis, "decoder_dense": dense, "decoder_experts": expert,
-            "mtp": md + me, "embeddings": emb, "vision": vis, "experts": expert + me}
+    return {
+        "total": dense + expert + md + me + emb + vis,
+        "decoder_dense": dense,
+        "decoder_experts": expert,
+        "mtp": md + me,
+        "embeddings": emb,
+        "vision": vis,
+        "experts": expert + me,
+    }
 
 
 # ------------------------------------------------------------------------------------------
@@ -312,27 +351,34 @@ def block_terms(arch: Arch, block: str, seq: int, etp: int = 1) -> list[Term]:
     drop = [Term("dropout_mask", h, "sp")] if arch.dropout else []
     if block == "*":
         a, g, hd, q = _attn_dims(arch)
-        terms += [Term("qkv_in", 2 * h, "sp", frozenset({"layernorm"})),
-                  Term("q_k", 2 * (q + g * hd), "tp"), Term("v", 2 * g * hd, "tp")]
+        terms += [
+            Term("qkv_in", 2 * h, "sp", frozenset({"layernorm"})),
+            Term("q_k", 2 * (q + g * hd), "tp"),
+            Term("v", 2 * g * hd, "tp"),
+        ]
         if not arch.flash_attention:  # softmax output (+ dropout mask and output): a*s per token each
             terms.append(Term("scores", (5 if arch.dropout else 2) * a * seq, "tp", frozenset({"core_attn"})))
         if arch.attention.get("output_gate"):
             terms.append(Term("gate", 2 * q, "tp"))
         terms += [Term("proj_in", 2 * q, "tp")] + drop
     elif block == "-":
-        terms += [Term("fc1_in", 2 * h, "sp", frozenset({"layernorm"})),
-                  Term("fc1_out", 2 * arch.ffn * glu, "tp", frozenset({"mlp"})),
-                  Term("act_out", 2 * arch.ffn, "tp", frozenset({"mlp"}))] + drop
+        terms += [
+            Term("fc1_in", 2 * h, "sp", frozenset({"layernorm"})),
+            Term("fc1_out", 2 * arch.ffn * glu, "tp", frozenset({"mlp"})),
+            Term("act_out", 2 * arch.ffn, "tp", frozenset({"mlp"})),
+        ] + drop
     elif block == "E":
         e = arch.moe
         k, f, fs = e["topk"], e["expert_ffn"], e.get("shared_expert_ffn") or 0
         moe = frozenset({"moe"})
-        terms += [Term("router_in", 2 * h, "sp", frozenset({"layernorm"})),
-                  Term("router", 8 * e["num_experts"], "sp", moe),  # FP32 logits and probabilities
-                  Term("expert_in", 2 * h * k * etp, "sp", moe),  # k permuted copies, gathered over expert TP
-                  Term("expert_fc1_out", 2 * f * glu * k, "sp", moe),
-                  Term("expert_act_out", 2 * f * k, "sp", frozenset({"moe", "moe_act"})),
-                  Term("expert_out", 2 * h * k, "sp", moe)]  # weighted by the router probabilities on combine
+        terms += [
+            Term("router_in", 2 * h, "sp", frozenset({"layernorm"})),
+            Term("router", 8 * e["num_experts"], "sp", moe),  # FP32 logits and probabilities
+            Term("expert_in", 2 * h * k * etp, "sp", moe),  # k permuted copies, gathered over expert TP
+            Term("expert_fc1_out", 2 * f * glu * k, "sp", moe),
+            Term("expert_act_out", 2 * f * k, "sp", frozenset({"moe", "moe_act"})),
+            Term("expert_out", 2 * h * k, "sp", moe),
+        ]  # weighted by the router probabilities on combine
         if fs:
             shared = frozenset({"moe", "shared_experts"})
             terms += [Term("shared_fc1_out", 2 * fs * glu, "tp", shared), Term("shared_act_out", 2 * fs, "tp", shared)]
@@ -340,26 +386,31 @@ def block_terms(arch: Arch, block: str, seq: int, etp: int = 1) -> list[Term]:
     elif block == "G":
         d = arch.gdn
         qk, v, nv = d["key_heads"] * d["key_head_dim"], d["value_heads"] * d["value_head_dim"], d["value_heads"]
-        terms += [Term("in_proj_in", 2 * h, "sp", frozenset({"layernorm"})),
-                  Term("in_proj_out", 2 * (2 * qk + 2 * v + 2 * nv), "tp"),  # q, k, v, z, beta, alpha
-                  Term("conv_out", 2 * (2 * qk + v), "tp"),
-                  Term("core_out", 2 * v, "tp"),
-                  Term("norm_out", 2 * v, "tp", frozenset({"gdn_norm_out"}))] + drop
+        terms += [
+            Term("in_proj_in", 2 * h, "sp", frozenset({"layernorm"})),
+            Term("in_proj_out", 2 * (2 * qk + 2 * v + 2 * nv), "tp"),  # q, k, v, z, beta, alpha
+            Term("conv_out", 2 * (2 * qk + v), "tp"),
+            Term("core_out", 2 * v, "tp"),
+            Term("norm_out", 2 * v, "tp", frozenset({"gdn_norm_out"})),
+        ] + drop
     elif block == "M":
         m = arch.mamba
         din, gs, nh = m["num_heads"] * m["head_dim"], m["num_groups"] * m["state_dim"], m["num_heads"]
-        terms += [Term("in_proj_in", 2 * h, "sp", frozenset({"layernorm"})),
-                  Term("in_proj_out", 2 * (2 * din + 2 * gs + nh), "tp"),
-                  Term("conv_out", 2 * (din + 2 * gs), "tp"),
-                  Term("ssm_out", 2 * din, "tp"),
-                  Term("norm_out", 2 * din, "tp")] + drop
+        terms += [
+            Term("in_proj_in", 2 * h, "sp", frozenset({"layernorm"})),
+            Term("in_proj_out", 2 * (2 * din + 2 * gs + nh), "tp"),
+            Term("conv_out", 2 * (din + 2 * gs), "tp"),
+            Term("ssm_out", 2 * din, "tp"),
+            Term("norm_out", 2 * din, "tp"),
+        ] + drop
     else:
         raise ValueError(f"unknown block {block!r}")
     return terms
 
 
-def layer_activation_bytes(arch: Arch, layer: str, *, seq: int, tp: int = 1, sp: bool = False,
-                           recompute: frozenset = frozenset(), etp: int = 1) -> float:
+def layer_activation_bytes(
+    arch: Arch, layer: str, *, seq: int, tp: int = 1, sp: bool = False, recompute: frozenset = frozenset(), etp: int = 1
+) -> float:
     """Bytes one layer saves per token of the local sequence shard on one GPU."""
     total = 0.0
     for block in layer.split("+"):
@@ -392,8 +443,11 @@ def recompute_of(cfg: dict) -> Recompute:
         return Recompute("selective", frozenset(mods if isinstance(mods, list) else ["core_attn"]))
     if gran == "full":
         n = cfg.get("model.recompute_num_layers")
-        return Recompute("full", method=cfg.get("model.recompute_method") or "uniform",
-                         num_layers=n if isinstance(n, int) and n > 0 else 1)
+        return Recompute(
+            "full",
+            method=cfg.get("model.recompute_method") or "uniform",
+            num_layers=n if isinstance(n, int) and n > 0 else 1,
+        )
     return Recompute(None)
 
 
@@ -403,15 +457,18 @@ def stage_layers(arch: Arch, pp: int) -> list[list[str]]:
     n, out, start = len(arch.layers), [], 0
     for i in range(pp):
         size = n // pp + (1 if i < n % pp else 0)
-        out.append(list(arch.layers[start:start + size]))
+        out.append(list(arch.layers[start : start + size]))
         start += size
     out[-1] += [arch.layers[-1]] * arch.mtp_layers
     return out
 
 
-def stage_activation_bytes(arch: Arch, layers: list, rc: Recompute, *, seq: int, tp: int, sp: bool, etp: int) -> tuple[float, float]:
+def stage_activation_bytes(
+    arch: Arch, layers: list, rc: Recompute, *, seq: int, tp: int, sp: bool, etp: int
+) -> tuple[float, float]:
     """(bytes kept per token for one microbatch, transient bytes per token while one recomputed
     group runs its backward) for a stage's layers."""
+
     def full(layer):
         return layer_activation_bytes(arch, layer, seq=seq, tp=tp, sp=sp, etp=etp)
 
@@ -420,8 +477,10 @@ def stage_activation_bytes(arch: Arch, layers: list, rc: Recompute, *, seq: int,
         n = rc.num_layers
         if rc.method == "block":
             kept = layers[n:]
-            return len(layers[:n]) * layer_in + sum(full(t) for t in kept), max((full(t) for t in layers[:n]), default=0)
-        groups = [layers[i:i + n] for i in range(0, len(layers), n)]
+            return len(layers[:n]) * layer_in + sum(full(t) for t in kept), max(
+                (full(t) for t in layers[:n]), default=0
+            )
+        groups = [layers[i : i + n] for i in range(0, len(layers), n)]
         return len(groups) * layer_in, max((sum(full(t) for t in g) for g in groups), default=0)
     kept = sum(layer_activation_bytes(arch, t, seq=seq, tp=tp, sp=sp, recompute=rc.modules, etp=etp) for t in layers)
     return kept, 0.0
@@ -493,8 +552,15 @@ def memory(job, arch: Arch, par: Parallel) -> dict:
                 act["output"] = 4 * tokens * (arch.hidden + vocab) * (1 + arch.mtp_layers) / par.tp
         total = sum(states.values()) + sum(act.values())
         if best is None or total > best["total"]:
-            best = {"stage": i, "total": total, "states": states, "act": act, "dense": dense, "expert": expert,
-                    "in_flight": in_flight if tokens else None}
+            best = {
+                "stage": i,
+                "total": total,
+                "states": states,
+                "act": act,
+                "dense": dense,
+                "expert": expert,
+                "in_flight": in_flight if tokens else None,
+            }
 
     capacity = float(job.profile.get("gpu_memory_gib") or 0) or None
     total_gib = best["total"] / GIB
@@ -511,13 +577,21 @@ def memory(job, arch: Arch, par: Parallel) -> dict:
         "total_gib": _r(total_gib),
         "capacity_gib": capacity,
         "fraction": round(total_gib / capacity, 3) if capacity else None,
-        "parameters": {"total": counts["total"], "experts": counts["experts"],
-                       "per_gpu": round(best["dense"] + best["expert"]),
-                       "dense_per_gpu": round(best["dense"]), "expert_per_gpu": round(best["expert"])},
-        "bytes_per_param": {"dense": round(dense_b["total"], 3), "expert": round(expert_b["total"], 3),
-                            "distributed_optimizer": distributed, "fp32_grads": fp32_grads,
-                            "dense_shard": par.dp * par.cp if distributed else 1,
-                            "expert_shard": par.edp if distributed else 1},
+        "parameters": {
+            "total": counts["total"],
+            "experts": counts["experts"],
+            "per_gpu": round(best["dense"] + best["expert"]),
+            "dense_per_gpu": round(best["dense"]),
+            "expert_per_gpu": round(best["expert"]),
+        },
+        "bytes_per_param": {
+            "dense": round(dense_b["total"], 3),
+            "expert": round(expert_b["total"], 3),
+            "distributed_optimizer": distributed,
+            "fp32_grads": fp32_grads,
+            "dense_shard": par.dp * par.cp if distributed else 1,
+            "expert_shard": par.edp if distributed else 1,
+        },
         "tokens_per_microbatch": tokens,
         "microbatches_in_flight": best["in_flight"],
         "recompute": rc.describe(),
@@ -534,7 +608,9 @@ def _vision_activation(arch: Arch, cfg: dict, extra: dict, par: Parallel) -> flo
     cap = _int(cfg, "dataset.task_encoder.max_visual_tokens")
     if not v or not cap:
         return 0.0
-    patches = cap * (_int(cfg, validate.PACKING_BUFFER) or 1) * (_int(cfg, validate.MBS) or 1) * v["spatial_merge_size"] ** 2
+    patches = (
+        cap * (_int(cfg, validate.PACKING_BUFFER) or 1) * (_int(cfg, validate.MBS) or 1) * v["spatial_merge_size"] ** 2
+    )
     hv, f = v["hidden_size"], v["ffn"]
     # pre-LN ViT block with flash attention: norm inputs, QKV input, Q/K/V, projection input,
     # MLP input and its two 4304-wide activations, in BF16 (split over TP, as the tower is)
@@ -542,7 +618,6 @@ def _vision_activation(arch: Arch, cfg: dict, extra: dict, par: Parallel) -> flo
     if extra.get("vision_recompute") == "full":
         return (v["depth"] * 2 * hv + layer) * patches / par.tp
     return v["depth"] * layer * patches / par.tp
-
 
 
 def _r(x: float) -> float:
@@ -567,12 +642,16 @@ def flops_per_token(arch: Arch, seq: int, tp: int = 1, divisible_by: int = 128) 
     if arch.gdn:
         d = arch.gdn
         qk, v, nv = d["key_heads"] * d["key_head_dim"], d["value_heads"] * d["value_head_dim"], d["value_heads"]
-        per_block["G"] = 6 * (h * (2 * qk + 2 * v + 2 * nv) + d["conv_kernel"] * (2 * qk + v)
-                              + nv * d["value_head_dim"] ** 2 * 4 + h * v)
+        per_block["G"] = 6 * (
+            h * (2 * qk + 2 * v + 2 * nv) + d["conv_kernel"] * (2 * qk + v) + nv * d["value_head_dim"] ** 2 * 4 + h * v
+        )
     if arch.mamba:  # Megatron-Bridge's mamba_layer_flops takes the inner width as 2h
         m, din = arch.mamba, 2 * h
-        per_block["M"] = 3 * (2 * h * (2 * din + 2 * m["num_groups"] * m["state_dim"] + m["num_heads"])
-                              + 7 * din * m["state_dim"] + 2 * din * h)
+        per_block["M"] = 3 * (
+            2 * h * (2 * din + 2 * m["num_groups"] * m["state_dim"] + m["num_heads"])
+            + 7 * din * m["state_dim"]
+            + 2 * din * h
+        )
     if arch.ffn:
         per_block["-"] = 6 * h * arch.ffn * glu
     if arch.moe:
@@ -597,25 +676,47 @@ def tflops_assumption(job) -> dict:
         own = recipes.load(job.recipe).get("assumptions") or {}
     except UsageError:  # the recipe file went away since resolve: fall back to the table
         own = {}
-    if isinstance(own.get("tflops_per_gpu"), (int, float)) and own.get("precision", prec) == prec \
-            and own.get("gpu", gpu) == gpu:
-        return {"tflops_per_gpu": float(own["tflops_per_gpu"]), "source": own.get("tflops_source", "recipe [assumptions]"),
-                "caveat": own.get("tflops_caveat"), "precision": prec, "gpu": gpu, "why": None}
+    if (
+        isinstance(own.get("tflops_per_gpu"), (int, float))
+        and own.get("precision", prec) == prec
+        and own.get("gpu", gpu) == gpu
+    ):
+        return {
+            "tflops_per_gpu": float(own["tflops_per_gpu"]),
+            "source": own.get("tflops_source", "recipe [assumptions]"),
+            "caveat": own.get("tflops_caveat"),
+            "precision": prec,
+            "gpu": gpu,
+            "why": None,
+        }
     name = models.entry_for(job.recipe, job.hf_model)
     rows = [r for n in (models.lineage(name) if name else []) for r in models.table().get("throughput", {}).get(n, [])]
     for r in rows:
         if r["precision"] == prec and r["gpu"] == gpu:
-            return {"tflops_per_gpu": float(r["tflops_per_gpu"]), "source": r["source"], "caveat": r.get("caveat"),
-                    "precision": prec, "gpu": gpu, "why": None}
+            return {
+                "tflops_per_gpu": float(r["tflops_per_gpu"]),
+                "source": r["source"],
+                "caveat": r.get("caveat"),
+                "precision": prec,
+                "gpu": gpu,
+                "why": None,
+            }
     have = "; ".join(f"{r['precision'].upper()} on {r['gpu']}: {r['tflops_per_gpu']:g}" for r in rows)
-    why = (f"no {prec.upper()} measurement on {gpu} for this model"
-           + (f" (measured: {have} TFLOP/s/GPU; a figure for another precision or GPU does not carry over)" if have else "")
-           + ": GPU-hours unknown; --tflops gives a figure to assume")
+    why = (
+        f"no {prec.upper()} measurement on {gpu} for this model"
+        + (
+            f" (measured: {have} TFLOP/s/GPU; a figure for another precision or GPU does not carry over)"
+            if have
+            else ""
+        )
+        + ": GPU-hours unknown; --tflops gives a figure to assume"
+    )
     return {"tflops_per_gpu": None, "source": None, "caveat": None, "precision": prec, "gpu": gpu, "why": why}
 
 
-def throughput(job, arch: Arch, par: Parallel, *, tflops_per_gpu: float | None = None,
-               token_budget: int | None = None) -> dict | None:
+def throughput(
+    job, arch: Arch, par: Parallel, *, tflops_per_gpu: float | None = None, token_budget: int | None = None
+) -> dict | None:
     """Tokens per step, steps (train.train_iters, or enough steps for token_budget) and, given
     an achieved TFLOP/s per GPU, seconds per step and GPU-hours."""
     cfg = job.config
@@ -630,14 +731,35 @@ def throughput(job, arch: Arch, par: Parallel, *, tflops_per_gpu: float | None =
     else:
         steps = _int(cfg, "train.train_iters")
         budget_source = job.provenance.get("config", {}).get("train.train_iters") if steps else None
-    assumed = ({"tflops_per_gpu": float(tflops_per_gpu), "source": "given for this plan", "caveat": None, "why": None,
-                "precision": validate.precision_of(cfg), "gpu": job.gpu_type}
-               if tflops_per_gpu else tflops_assumption(job))
-    out = {"tokens_per_step": tokens_per_step, "flops_per_token": fpt, "flops_per_step": fpt * tokens_per_step,
-           "steps": steps, "tokens": steps * tokens_per_step if steps else None, "budget_source": budget_source,
-           "precision": assumed["precision"], "gpu": assumed["gpu"],
-           "tflops_assumption": assumed["tflops_per_gpu"], "source": assumed["source"], "caveat": assumed["caveat"],
-           "no_assumption": assumed["why"], "step_seconds": None, "gpu_hours": None, "wall_hours": None}
+    assumed = (
+        {
+            "tflops_per_gpu": float(tflops_per_gpu),
+            "source": "given for this plan",
+            "caveat": None,
+            "why": None,
+            "precision": validate.precision_of(cfg),
+            "gpu": job.gpu_type,
+        }
+        if tflops_per_gpu
+        else tflops_assumption(job)
+    )
+    out = {
+        "tokens_per_step": tokens_per_step,
+        "flops_per_token": fpt,
+        "flops_per_step": fpt * tokens_per_step,
+        "steps": steps,
+        "tokens": steps * tokens_per_step if steps else None,
+        "budget_source": budget_source,
+        "precision": assumed["precision"],
+        "gpu": assumed["gpu"],
+        "tflops_assumption": assumed["tflops_per_gpu"],
+        "source": assumed["source"],
+        "caveat": assumed["caveat"],
+        "no_assumption": assumed["why"],
+        "step_seconds": None,
+        "gpu_hours": None,
+        "wall_hours": None,
+    }
     if assumed["tflops_per_gpu"]:
         step = fpt * tokens_per_step / (par.world * assumed["tflops_per_gpu"] * 1e12)
         out["step_seconds"] = round(step, 3)

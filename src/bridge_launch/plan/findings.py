@@ -36,8 +36,10 @@ def estimate(job, par: topology.Parallel):
 
 
 def _fraction_text(mem: dict) -> str:
-    return (f"about {mem['total_gib']:.0f} of {mem['capacity_gib']:.0f} GiB per GPU ({mem['fraction']:.0%}) on "
-            f"pipeline stage {mem['stage']} by plan's estimate")
+    return (
+        f"about {mem['total_gib']:.0f} of {mem['capacity_gib']:.0f} GiB per GPU ({mem['fraction']:.0%}) on "
+        f"pipeline stage {mem['stage']} by plan's estimate"
+    )
 
 
 def what_fits(job, arch, par: topology.Parallel, limit: int = 3) -> list:
@@ -47,12 +49,21 @@ def what_fits(job, arch, par: topology.Parallel, limit: int = 3) -> list:
     mbs = validate._int(cfg, validate.MBS) or 1
     cands = []
     if cfg.get("model.recompute_granularity") != "full":
-        cands.append({"model.recompute_granularity": "full", "model.recompute_method": "uniform",
-                      "model.recompute_num_layers": 1})
+        cands.append(
+            {
+                "model.recompute_granularity": "full",
+                "model.recompute_method": "uniform",
+                "model.recompute_num_layers": 1,
+            }
+        )
     if mbs > 1:
         cands.append({validate.MBS: mbs // 2})
-    for key, cur, cap in ((validate.CP, par.cp, None), (validate.TP, par.tp, job.gpus_per_node),
-                          (validate.EP, par.ep, None), (validate.PP, par.pp, None)):
+    for key, cur, cap in (
+        (validate.CP, par.cp, None),
+        (validate.TP, par.tp, job.gpus_per_node),
+        (validate.EP, par.ep, None),
+        (validate.PP, par.pp, None),
+    ):
         for factor in (2, 4):
             v = cur * factor
             if cap is None or v <= cap:
@@ -82,8 +93,17 @@ def findings(job, *, groups: dict | None = None, memory_check: bool = True) -> d
     """Errors, warnings and notes of plan's placement and memory estimate for a job whose parallel
     sizes fit its world size; also the pieces plan reports (parallel sizes, groups, spans, memory)."""
     par = topology.parallel_of(job)
-    out = {"errors": [], "warnings": [], "notes": [], "parallel": par, "groups": groups, "spans": None,
-           "domains": None, "memory": None, "arch": None}
+    out = {
+        "errors": [],
+        "warnings": [],
+        "notes": [],
+        "parallel": par,
+        "groups": groups,
+        "spans": None,
+        "domains": None,
+        "memory": None,
+        "arch": None,
+    }
     if groups is None and par.world <= topology.MAX_RANKS:
         groups = topology.rank_groups(par)
         out["groups"] = groups
@@ -101,17 +121,23 @@ def findings(job, *, groups: dict | None = None, memory_check: bool = True) -> d
     if mem and mem["fraction"] is not None and mem["fraction"] > WARN_FRACTION:
         if mem["fraction"] > 1:
             fits = what_fits(job, arch, par)
-            fix = ("; would fit: " + ", or ".join(f"{t} (about {m['total_gib']:.0f} GiB, {m['fraction']:.0%})" for t, m in fits)
-                   if fits else "; no single change of CP, TP, EP, PP, micro batch or recompute fits: combine them or use more GPUs")
+            fix = (
+                "; would fit: "
+                + ", or ".join(f"{t} (about {m['total_gib']:.0f} GiB, {m['fraction']:.0%})" for t, m in fits)
+                if fits
+                else "; no single change of CP, TP, EP, PP, micro batch or recompute fits: combine them or use more GPUs"
+            )
             msg = f"memory: {_fraction_text(mem)} does not fit{fix}"
             if memory_check:
                 out["errors"].append(msg + "; --no-memory-check submits anyway")
             else:
                 out["warnings"].append(msg + " (--no-memory-check: submitting anyway)")
         else:
-            out["warnings"].append(f"memory: {_fraction_text(mem)} is above {WARN_FRACTION:.0%}: allocator "
-                                   f"fragmentation, NCCL buffers and CUDA graphs are not counted; raise TP/CP/EP/PP, "
-                                   f"recompute more, or lower the micro batch")
+            out["warnings"].append(
+                f"memory: {_fraction_text(mem)} is above {WARN_FRACTION:.0%}: allocator "
+                f"fragmentation, NCCL buffers and CUDA graphs are not counted; raise TP/CP/EP/PP, "
+                f"recompute more, or lower the micro batch"
+            )
     return out
 
 

@@ -22,8 +22,10 @@ def plan(job, *, tflops_per_gpu: float | None = None, token_budget: int | None =
     arch, mem, thr = found["arch"], found["memory"], None
     notes = list(found["notes"])
     if arch is None and not notes:
-        notes.append(f"no architecture known for recipe '{job.recipe}' ({job.hf_model or 'no hf_model'}): "
-                     "add it to src/bridge_launch/models.toml for memory and GPU-hour estimates")
+        notes.append(
+            f"no architecture known for recipe '{job.recipe}' ({job.hf_model or 'no hf_model'}): "
+            "add it to src/bridge_launch/models.toml for memory and GPU-hour estimates"
+        )
     if arch is not None:
         try:
             thr = throughput(job, arch, par, tflops_per_gpu=tflops_per_gpu, token_budget=token_budget)
@@ -72,25 +74,37 @@ def _flops(x: float) -> str:
 def render_text(result: dict) -> str:
     p, d = result["parallel"], result["domains"]
     nodes = f"{result['nodes']} node{'s' if result['nodes'] != 1 else ''}"
-    lines = [f"plan: {result['recipe']} on {result['cluster']}: {nodes} x {result['gpus_per_node']} GPUs "
-             f"= {result['world_size']} ranks",
-             "parallel: " + "  ".join(f"{k.upper()}={p[k]}" for k in ("tp", "cp", "pp", "dp", "ep", "etp", "edp"))
-             + (f"  VPP={p['vpp']}" if p["vpp"] else "") + ("  SP" if p["sp"] else ""),
-             f"ranks: {result['source']}"]
+    lines = [
+        f"plan: {result['recipe']} on {result['cluster']}: {nodes} x {result['gpus_per_node']} GPUs "
+        f"= {result['world_size']} ranks",
+        "parallel: "
+        + "  ".join(f"{k.upper()}={p[k]}" for k in ("tp", "cp", "pp", "dp", "ep", "etp", "edp"))
+        + (f"  VPP={p['vpp']}" if p["vpp"] else "")
+        + ("  SP" if p["sp"] else ""),
+        f"ranks: {result['source']}",
+    ]
     dom = d["nvlink_domain_nodes"]
     if result["segment"]:
-        lines.append(f"NVLink: domains of {dom} nodes; segment {result['segment']} nodes"
-                     + ("" if d["segment_requested"] else " (not requested by this cluster)")
-                     + ("; HybridEP" if d["hybrid_ep"] else ""))
+        lines.append(
+            f"NVLink: domains of {dom} nodes; segment {result['segment']} nodes"
+            + ("" if d["segment_requested"] else " (not requested by this cluster)")
+            + ("; HybridEP" if d["hybrid_ep"] else "")
+        )
     else:
         lines.append("NVLink: " + (f"domains of {dom} nodes; the job fits in one node" if dom else "within each node"))
     lines.append("")
     lines.append(f"  {'group':6} {'size':>4} {'count':>5} {'nodes':>5} {'domains':>7}  ranks")
     for kind in ("tp", "cp", "ep", "etp", "pp", "dp", "dp_cp", "edp"):
         s = result["spans"][kind]
-        flag = " !" if (s["crosses_nodes"] and kind in ("tp", "etp")) or (s["crosses_domains"] and kind in d["nvlink_groups"]) else ""
-        lines.append(f"  {kind:6} {s['size']:>4} {s['groups']:>5} {s['max_nodes']:>5} {s['max_domains']:>7}  "
-                     f"{_groups_line(result['groups'][kind])}{flag}")
+        flag = (
+            " !"
+            if (s["crosses_nodes"] and kind in ("tp", "etp")) or (s["crosses_domains"] and kind in d["nvlink_groups"])
+            else ""
+        )
+        lines.append(
+            f"  {kind:6} {s['size']:>4} {s['groups']:>5} {s['max_nodes']:>5} {s['max_domains']:>7}  "
+            f"{_groups_line(result['groups'][kind])}{flag}"
+        )
     mem = result["memory"]
     if mem:
         lines += ["", f"memory per GPU ({mem['model']}, pipeline stage {mem['stage']}, recompute {mem['recompute']}):"]
@@ -101,25 +115,37 @@ def render_text(result: dict) -> str:
         cap = f" of {mem['capacity_gib']:.0f} GiB ({mem['fraction']:.0%})" if mem["capacity_gib"] else ""
         lines.append(f"  {'total':34} {mem['total_gib']:8.1f} GiB{cap}")
         bp, pc = mem["bytes_per_param"], mem["parameters"]
-        lines.append(f"  {_num(pc['total'])} parameters ({_num(pc['experts'])} in experts), {_num(pc['per_gpu'])} per GPU; "
-                     f"{bp['dense']:.2f} bytes/param dense, {bp['expert']:.2f} expert"
-                     + (f" (distributed optimizer over {bp['dense_shard']} and {bp['expert_shard']} ranks)"
-                        if bp["distributed_optimizer"] else " (no distributed optimizer)"))
+        lines.append(
+            f"  {_num(pc['total'])} parameters ({_num(pc['experts'])} in experts), {_num(pc['per_gpu'])} per GPU; "
+            f"{bp['dense']:.2f} bytes/param dense, {bp['expert']:.2f} expert"
+            + (
+                f" (distributed optimizer over {bp['dense_shard']} and {bp['expert_shard']} ranks)"
+                if bp["distributed_optimizer"]
+                else " (no distributed optimizer)"
+            )
+        )
         if mem["tokens_per_microbatch"]:
-            lines.append(f"  activations for {mem['tokens_per_microbatch']:.0f} tokens per microbatch, "
-                         f"{mem['microbatches_in_flight']} in flight")
+            lines.append(
+                f"  activations for {mem['tokens_per_microbatch']:.0f} tokens per microbatch, "
+                f"{mem['microbatches_in_flight']} in flight"
+            )
     thr = result["throughput"]
     if thr:
-        lines += ["", "throughput:",
-                  f"  {thr['tokens_per_step']:,} tokens/step, {_flops(thr['flops_per_token'])}/token, "
-                  f"{_flops(thr['flops_per_step'])}/step"]
+        lines += [
+            "",
+            "throughput:",
+            f"  {thr['tokens_per_step']:,} tokens/step, {_flops(thr['flops_per_token'])}/token, "
+            f"{_flops(thr['flops_per_step'])}/step",
+        ]
         if thr["steps"]:
             src = thr["budget_source"] or ""
             why = f"--tokens: {src}" if src.startswith("a budget of") else f"train.train_iters from {src or 'the job'}"
             lines.append(f"  {thr['steps']:,} steps = {_num(thr['tokens'])} tokens ({why})")
         if thr["tflops_assumption"]:
-            lines.append(f"  at {thr['tflops_assumption']:g} TFLOP/s per GPU: {thr['step_seconds']:.2f} s/step"
-                         + (f", {thr['wall_hours']:,.1f} h wall, {thr['gpu_hours']:,.0f} GPU-hours" if thr["gpu_hours"] else ""))
+            lines.append(
+                f"  at {thr['tflops_assumption']:g} TFLOP/s per GPU: {thr['step_seconds']:.2f} s/step"
+                + (f", {thr['wall_hours']:,.1f} h wall, {thr['gpu_hours']:,.0f} GPU-hours" if thr["gpu_hours"] else "")
+            )
             lines.append(f"  assumption: {thr['source']}")
             if thr["caveat"]:
                 lines.append(f"  caveat: {thr['caveat']}")

@@ -22,7 +22,22 @@ import os
 from bridge_launch.core import upstream
 from bridge_launch.core.hardware import GPU_CC
 from bridge_launch.spec.config_keys import (
-    CP, DATA_SEQ, EP, ETP, EVAL_CP, FP8_RECIPE, GBS, MBS, MODEL_SEQ, PACKING_BUFFER, PP, PRECISION, SEQ_KEYS, SP, TP, VPP,
+    CP,
+    DATA_SEQ,
+    EP,
+    ETP,
+    EVAL_CP,
+    FP8_RECIPE,
+    GBS,
+    MBS,
+    MODEL_SEQ,
+    PACKING_BUFFER,
+    PP,
+    PRECISION,
+    SEQ_KEYS,
+    SP,
+    TP,
+    VPP,
 )
 from bridge_launch.spec.config_keys import bool_value as _bool
 from bridge_launch.spec.config_keys import int_value as _int
@@ -66,6 +81,7 @@ def rule(id: str, family: str, source: str, *, level: str = "error", world: bool
     def deco(fn):
         RULES.append(Rule(id, family, level, source, fn, world, megatron))
         return fn
+
     return deco
 
 
@@ -113,16 +129,32 @@ def context(job) -> Ctx:
     cfg = job.config
     tp, pp, cp, ep, etp = _sizes(cfg)
     facts = models.facts_for(job) if job.workload == "megatron-bridge" else None
-    return Ctx(job=job, cfg=cfg, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=_int(cfg, VPP, None),
-               sp=cfg.get(SP) is True, facts=facts, kind=dataset_kind(job))
+    return Ctx(
+        job=job,
+        cfg=cfg,
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        ep=ep,
+        etp=etp,
+        vpp=_int(cfg, VPP, None),
+        sp=cfg.get(SP) is True,
+        facts=facts,
+        kind=dataset_kind(job),
+    )
 
 
 # ------------------------------------------------------------------------------------------
 # parallel sizes and the world size
 
 
-@rule("parallel-sizes", "sizes", f"{MC} megatron/core/parallel_state.py:814-823 (world size divided by TP*PP*CP; "
-      "0 raises ZeroDivisionError), :870-884 (by ETP*EP*PP), :827-831 (VPP)", megatron=False)
+@rule(
+    "parallel-sizes",
+    "sizes",
+    f"{MC} megatron/core/parallel_state.py:814-823 (world size divided by TP*PP*CP; "
+    "0 raises ZeroDivisionError), :870-884 (by ETP*EP*PP), :827-831 (VPP)",
+    megatron=False,
+)
 def rule_parallel_sizes(c: Ctx) -> list:
     errs = []
     for key in (TP, PP, CP, EP, ETP, VPP, EVAL_CP):
@@ -130,22 +162,31 @@ def rule_parallel_sizes(c: Ctx) -> list:
         if v is None or (isinstance(v, str) and "${" in v):
             continue  # unset or null (Megatron's default) or resolved in the job
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            errs.append(f"{key}={v!r}: parallel sizes must be integers >= 1 (Megatron divides the world size "
-                        f"by them); use 1 to turn this parallelism off")
+            errs.append(
+                f"{key}={v!r}: parallel sizes must be integers >= 1 (Megatron divides the world size "
+                f"by them); use 1 to turn this parallelism off"
+            )
     return errs
 
 
 # parallel_state.py:814-823 (world % TP*PP*CP) [RuntimeError]; Bridge config.py:1019-1026 asserts the same.
-@rule("world-tp-pp-cp", "sizes", f"{MC} megatron/core/parallel_state.py:814-823; {MB} src/megatron/bridge/training/config.py:1019-1026",
-      world=True, megatron=False)
+@rule(
+    "world-tp-pp-cp",
+    "sizes",
+    f"{MC} megatron/core/parallel_state.py:814-823; {MB} src/megatron/bridge/training/config.py:1019-1026",
+    world=True,
+    megatron=False,
+)
 def rule_world(c: Ctx) -> list:
     if not c.sizes_ok:
         return []
     mp = c.tp * c.pp * c.cp
     if c.job.world_size % mp:
         j = c.job
-        return [f"world size {j.world_size} ({j.nodes} node{'s' if j.nodes != 1 else ''} x {j.gpus_per_node}) is not divisible by "
-                f"TP*PP*CP = {c.tp}*{c.pp}*{c.cp} = {mp}; use a GPU count that is a multiple of {mp} or change the parallel sizes"]
+        return [
+            f"world size {j.world_size} ({j.nodes} node{'s' if j.nodes != 1 else ''} x {j.gpus_per_node}) is not divisible by "
+            f"TP*PP*CP = {c.tp}*{c.pp}*{c.cp} = {mp}; use a GPU count that is a multiple of {mp} or change the parallel sizes"
+        ]
     return []
 
 
@@ -156,13 +197,17 @@ def rule_world_expert(c: Ctx) -> list:
         return []
     block = c.etp * c.ep * c.pp
     if c.job.world_size % block:
-        return [f"world size {c.job.world_size} is not divisible by ETP*EP*PP = {c.etp}*{c.ep}*{c.pp} = {block}; "
-                f"expert parallelism needs the GPU count to be a multiple of {block}"]
+        return [
+            f"world size {c.job.world_size} is not divisible by ETP*EP*PP = {c.etp}*{c.ep}*{c.pp} = {block}; "
+            f"expert parallelism needs the GPU count to be a multiple of {block}"
+        ]
     return []
 
 
 # num_microbatches_calculator.py:381-387: GBS % (MBS * DP) [AssertionError]; :390-392 at least one microbatch.
-@rule("batch-divisible", "sizes", f"{MC} megatron/core/num_microbatches_calculator.py:381-392", world=True, megatron=False)
+@rule(
+    "batch-divisible", "sizes", f"{MC} megatron/core/num_microbatches_calculator.py:381-392", world=True, megatron=False
+)
 def rule_batch(c: Ctx) -> list:
     gbs, mbs = _int(c.cfg, GBS), _int(c.cfg, MBS)
     if gbs is None or mbs is None:
@@ -173,8 +218,10 @@ def rule_batch(c: Ctx) -> list:
         return []
     dp = c.dp
     if gbs % (mbs * dp):
-        return [f"{GBS}={gbs} is not divisible by {MBS}*DP = {mbs}*{dp} = {mbs * dp} (DP = world {c.job.world_size} / "
-                f"TP*PP*CP {c.tp * c.pp * c.cp}); use a multiple of {mbs * dp}"]
+        return [
+            f"{GBS}={gbs} is not divisible by {MBS}*DP = {mbs}*{dp} = {mbs * dp} (DP = world {c.job.world_size} / "
+            f"TP*PP*CP {c.tp * c.pp * c.cp}); use a multiple of {mbs * dp}"
+        ]
     return []
 
 
@@ -183,8 +230,13 @@ def rule_batch(c: Ctx) -> list:
 @rule("eval-batch-divisible", "sizes", f"{MB} src/megatron/bridge/training/config.py:1432-1442,1456-1478", world=True)
 def rule_eval_batch(c: Ctx) -> list:
     cfg = c.cfg
-    if not any(cfg.get(k) is not None for k in ("validation.eval_global_batch_size", "validation.eval_micro_batch_size",
-                                                EVAL_CP)) or not c.world_ok:
+    if (
+        not any(
+            cfg.get(k) is not None
+            for k in ("validation.eval_global_batch_size", "validation.eval_micro_batch_size", EVAL_CP)
+        )
+        or not c.world_ok
+    ):
         return []  # without eval-specific values this is rule batch-divisible
     gbs = _int(cfg, "validation.eval_global_batch_size", _int(cfg, GBS))
     mbs = _int(cfg, "validation.eval_micro_batch_size", _int(cfg, MBS))
@@ -193,12 +245,16 @@ def rule_eval_batch(c: Ctx) -> list:
         return []
     emp = c.tp * c.pp * ecp
     if c.job.world_size % emp:
-        return [f"world size {c.job.world_size} is not divisible by the eval model-parallel size TP*PP*eval CP = "
-                f"{c.tp}*{c.pp}*{ecp} = {emp}; change {EVAL_CP}"]
+        return [
+            f"world size {c.job.world_size} is not divisible by the eval model-parallel size TP*PP*eval CP = "
+            f"{c.tp}*{c.pp}*{ecp} = {emp}; change {EVAL_CP}"
+        ]
     edp = c.job.world_size // emp
     if gbs % (mbs * edp):
-        return [f"eval global batch {gbs} is not divisible by eval micro batch * eval DP = {mbs}*{edp} = {mbs * edp}; "
-                f"set validation.eval_global_batch_size to a multiple of {mbs * edp}"]
+        return [
+            f"eval global batch {gbs} is not divisible by eval micro batch * eval DP = {mbs}*{edp} = {mbs * edp}; "
+            f"set validation.eval_global_batch_size to a multiple of {mbs * edp}"
+        ]
     return []
 
 
@@ -217,14 +273,20 @@ def _model(c: Ctx, *names):
 # transformer_config.py:1360-1373 divide by the attention heads and query groups (kv_channels =
 # hidden_size // num_attention_heads; TP % num_query_groups) [ZeroDivisionError at 0];
 # hybrid_layer_allocation.py:91 asserts num_layers > 0.
-@rule("model-sizes", "heads", f"{MC} megatron/core/transformer/transformer_config.py:1360-1373; "
-      "megatron/core/models/hybrid/hybrid_layer_allocation.py:91")
+@rule(
+    "model-sizes",
+    "heads",
+    f"{MC} megatron/core/transformer/transformer_config.py:1360-1373; "
+    "megatron/core/models/hybrid/hybrid_layer_allocation.py:91",
+)
 def rule_model_sizes(c: Ctx) -> list:
     if c.facts is None:
         return []
-    return [f"{c.facts.cite(n)} must be >= 1" for n in ("num_layers", "hidden_size", "attention.num_heads",
-                                                         "attention.num_query_groups")
-            if c.facts.int(n) is not None and c.facts.int(n) < 1]
+    return [
+        f"{c.facts.cite(n)} must be >= 1"
+        for n in ("num_layers", "hidden_size", "attention.num_heads", "attention.num_query_groups")
+        if c.facts.int(n) is not None and c.facts.int(n) < 1
+    ]
 
 
 # transformer_config.py:1351-1355: num_attention_heads % TP [ValueError].
@@ -234,8 +296,10 @@ def rule_heads(c: Ctx) -> list:
     if not got or got[0] < 1 or got[0] % c.tp == 0:
         return []
     h = got[0]
-    return [f"{c.facts.cite('attention.num_heads')} is not a multiple of TP={c.tp}; "
-            f"valid TP values divide {h}: {_divisors(h)}"]
+    return [
+        f"{c.facts.cite('attention.num_heads')} is not a multiple of TP={c.tp}; "
+        f"valid TP values divide {h}: {_divisors(h)}"
+    ]
 
 
 # transformer_config.py:1366-1373: num_query_groups a multiple or a divisor of TP [ValueError].
@@ -247,8 +311,10 @@ def rule_query_groups(c: Ctx) -> list:
     g = got[0]
     if g < 1 or g % c.tp == 0 or c.tp % g == 0:
         return []  # below 1: rule model-sizes
-    return [f"{c.facts.cite('attention.num_query_groups')} is neither a multiple nor a divisor of "
-            f"TP={c.tp}; use a TP that divides {g} or a multiple of it"]
+    return [
+        f"{c.facts.cite('attention.num_query_groups')} is neither a multiple nor a divisor of "
+        f"TP={c.tp}; use a TP that divides {g} or a multiple of it"
+    ]
 
 
 # transformer_config.py:1400-1403: Gated DeltaNet value heads % key heads; :1405-1414: key and value
@@ -259,30 +325,43 @@ def rule_gdn_heads(c: Ctx) -> list:
     if not got or min(got) < 1:
         return []
     if got[1] % got[0]:
-        return [f"{c.facts.cite('gdn.value_heads')} (Gated DeltaNet value heads) is not a multiple of "
-                f"{c.facts.cite('gdn.key_heads')}"]
+        return [
+            f"{c.facts.cite('gdn.value_heads')} (Gated DeltaNet value heads) is not a multiple of "
+            f"{c.facts.cite('gdn.key_heads')}"
+        ]
     n = c.tp * c.cp
-    return [f"{c.facts.cite(f'gdn.{k}')} (Gated DeltaNet {k.replace('_', ' ')}) is not a multiple of TP*CP = "
-            f"{c.tp}*{c.cp} = {n}; keep TP*CP a divisor of {v}"
-            for k, v in zip(("key_heads", "value_heads"), got) if v % n]
+    return [
+        f"{c.facts.cite(f'gdn.{k}')} (Gated DeltaNet {k.replace('_', ' ')}) is not a multiple of TP*CP = "
+        f"{c.tp}*{c.cp} = {n}; keep TP*CP a divisor of {v}"
+        for k, v in zip(("key_heads", "value_heads"), got)
+        if v % n
+    ]
 
 
 # mamba_mixer.py:261, 269: Mamba heads and groups % TP; mamba_context_parallel.py:106-108, 119-130:
 # heads per TP rank % CP, and groups per TP rank against CP (one divides the other).
-@rule("mamba-heads-tp-cp", "heads", f"{MC} megatron/core/ssm/mamba_mixer.py:261,269; "
-      "megatron/core/ssm/mamba_context_parallel.py:106-108,118-130")
+@rule(
+    "mamba-heads-tp-cp",
+    "heads",
+    f"{MC} megatron/core/ssm/mamba_mixer.py:261,269; megatron/core/ssm/mamba_context_parallel.py:106-108,118-130",
+)
 def rule_mamba(c: Ctx) -> list:
     got = _model(c, "mamba.num_heads", "mamba.num_groups")
     if not got:
         return []
     nh, ng = got
-    errs = [f"{c.facts.cite(f'mamba.{k}')} is not a multiple of TP={c.tp}; "
-            f"valid TP values divide {v}: {_divisors(v)}" for k, v in (("num_heads", nh), ("num_groups", ng)) if v % c.tp]
+    errs = [
+        f"{c.facts.cite(f'mamba.{k}')} is not a multiple of TP={c.tp}; valid TP values divide {v}: {_divisors(v)}"
+        for k, v in (("num_heads", nh), ("num_groups", ng))
+        if v % c.tp
+    ]
     if errs or c.cp == 1:
         return errs
     if (nh // c.tp) % c.cp:
-        errs.append(f"Mamba heads per TP rank ({nh} / TP {c.tp} = {nh // c.tp}) are not a multiple of CP={c.cp}; "
-                    f"keep TP*CP a divisor of {nh}")
+        errs.append(
+            f"Mamba heads per TP rank ({nh} / TP {c.tp} = {nh // c.tp}) are not a multiple of CP={c.cp}; "
+            f"keep TP*CP a divisor of {nh}"
+        )
     g = ng // c.tp
     if g < 1:
         return errs
@@ -301,13 +380,18 @@ def rule_ep_needs_experts(c: Ctx) -> list:
         return []  # the recipe function may set experts the job does not show
     if f is not None and (f.value is not None or "interpolation" in f.source):
         return []
-    return [f"{EP}={c.ep} but the model has no experts ({f.source if f else c.facts.where}); num_moe_experts must be "
-            f"set to use expert parallelism: set {EP}=1"]
+    return [
+        f"{EP}={c.ep} but the model has no experts ({f.source if f else c.facts.where}); num_moe_experts must be "
+        f"set to use expert parallelism: set {EP}=1"
+    ]
 
 
 # moe_layer.py:185: num_moe_experts % EP [AssertionError].
-@rule("experts-ep", "experts", f"{MC} megatron/core/transformer/moe/moe_layer.py:185; "
-      "megatron/core/transformer/transformer_config.py:1583-1584")
+@rule(
+    "experts-ep",
+    "experts",
+    f"{MC} megatron/core/transformer/moe/moe_layer.py:185; megatron/core/transformer/transformer_config.py:1583-1584",
+)
 def rule_experts(c: Ctx) -> list:
     got = _model(c, "moe.num_experts")
     if not got:
@@ -316,8 +400,10 @@ def rule_experts(c: Ctx) -> list:
     if e < 1:  # transformer_config.py:1583-1584
         return [f"{c.facts.cite('moe.num_experts')}: num_moe_experts must be positive"]
     if e % c.ep:
-        return [f"{c.facts.cite('moe.num_experts')} is not divisible by EP={c.ep}; valid EP values divide "
-                f"{e}: {_divisors(e)}"]
+        return [
+            f"{c.facts.cite('moe.num_experts')} is not divisible by EP={c.ep}; valid EP values divide "
+            f"{e}: {_divisors(e)}"
+        ]
     return []
 
 
@@ -327,8 +413,10 @@ def rule_expert_ffn(c: Ctx) -> list:
     got = _model(c, "moe.expert_ffn")
     if not got or c.etp == 1 or got[0] % c.etp == 0:
         return []
-    return [f"{c.facts.cite('moe.expert_ffn')} (the expert FFN) is not divisible by ETP={c.etp}; valid ETP values divide "
-            f"{got[0]}: {_divisors(got[0])}"]
+    return [
+        f"{c.facts.cite('moe.expert_ffn')} (the expert FFN) is not divisible by ETP={c.etp}; valid ETP values divide "
+        f"{got[0]}: {_divisors(got[0])}"
+    ]
 
 
 def _divisors(n: int, limit: int = 12) -> str:
@@ -376,9 +464,12 @@ def rule_seq_cp(c: Ctx) -> list:
         vals = {v: k for v, k in vals.items() if DATA_SEQ not in k}
     m = collate_multiple(c) if c.kind == "gpt" and c.sizes_ok else None  # with rule seq-sp-gpt's TP*CP
     m = m or 2 * c.cp
-    return [f"{_seq_text(seq, keys)} is not divisible by 2*CP = {2 * c.cp}; use a multiple of {m}"
-            + (f" (with sequence parallelism also of TP*CP = {c.tp * c.cp})" if m != 2 * c.cp else "")
-            for seq, keys in vals.items() if seq % (2 * c.cp)]
+    return [
+        f"{_seq_text(seq, keys)} is not divisible by 2*CP = {2 * c.cp}; use a multiple of {m}"
+        + (f" (with sequence parallelism also of TP*CP = {c.tp * c.cp})" if m != 2 * c.cp else "")
+        for seq, keys in vals.items()
+        if seq % (2 * c.cp)
+    ]
 
 
 def collate_multiple(c: Ctx) -> int | None:
@@ -400,8 +491,10 @@ def rule_seq_collate(c: Ctx) -> list:
     m = collate_multiple(c)
     if c.kind not in SFT_COLLATE_KINDS or seq is None or not m or seq % m == 0:
         return []
-    return [f"{DATA_SEQ}={seq} is not divisible by the CP/SP collate padding multiple {m} "
-            f"({_collate_why(c)}); use a multiple of {m}, e.g. {-(-seq // m) * m}"]
+    return [
+        f"{DATA_SEQ}={seq} is not divisible by the CP/SP collate padding multiple {m} "
+        f"({_collate_why(c)}); use a multiple of {m}, e.g. {-(-seq // m) * m}"
+    ]
 
 
 def _collate_why(c: Ctx) -> str:
@@ -423,21 +516,29 @@ def rule_seq_sp(c: Ctx) -> list:
     if c.kind != "gpt" or not c.sp or not c.sizes_ok or c.tp <= 1:
         return []
     n = c.tp * c.cp
-    return [f"{_seq_text(seq, keys)}: with sequence parallelism each rank's {seq}/CP tokens are split over "
-            f"TP={c.tp}, so the length must be a multiple of TP*CP = {n}; use a multiple of {math.lcm(n, 2 * c.cp if c.cp > 1 else 1)}"
-            for seq, keys in _seq_values(c).items() if seq % n and (c.cp == 1 or seq % (2 * c.cp) == 0)]  # else seq-cp
+    return [
+        f"{_seq_text(seq, keys)}: with sequence parallelism each rank's {seq}/CP tokens are split over "
+        f"TP={c.tp}, so the length must be a multiple of TP*CP = {n}; use a multiple of {math.lcm(n, 2 * c.cp if c.cp > 1 else 1)}"
+        for seq, keys in _seq_values(c).items()
+        if seq % n and (c.cp == 1 or seq % (2 * c.cp) == 0)
+    ]  # else seq-cp
 
 
 # config.py:1632-1648: model.seq_length == dataset.seq_length for GPT, GPTSFT, DirectHFSFT, Energon
 # and MockVLMSFT datasets [AssertionError].
-@rule("seq-equal", "sequence", f"{MB} src/megatron/bridge/training/config.py:1632-1648 "
-      f"(and scripts/training/recipe_runner.py:471-485)")
+@rule(
+    "seq-equal",
+    "sequence",
+    f"{MB} src/megatron/bridge/training/config.py:1632-1648 (and scripts/training/recipe_runner.py:471-485)",
+)
 def rule_seq_equal(c: Ctx) -> list:
     m, d = _int(c.cfg, MODEL_SEQ), _int(c.cfg, DATA_SEQ)
     if c.kind not in SEQ_EQUAL_KINDS or m is None or d is None or m == d:
         return []
-    return [f"{MODEL_SEQ}={m} and {DATA_SEQ}={d} differ: ConfigContainer.validate() requires them equal for this "
-            f"dataset (run_recipe.py would silently train at {d}); set both to the same value"]
+    return [
+        f"{MODEL_SEQ}={m} and {DATA_SEQ}={d} differ: ConfigContainer.validate() requires them equal for this "
+        f"dataset (run_recipe.py would silently train at {d}); set both to the same value"
+    ]
 
 
 # ------------------------------------------------------------------------------------------
@@ -445,9 +546,14 @@ def rule_seq_equal(c: Ctx) -> list:
 
 
 def _layouts_set(cfg) -> bool:
-    return any(cfg.get(k) not in (None, False) for k in (
-        "model.pipeline_model_parallel_layout", "model.num_layers_in_first_pipeline_stage",
-        "model.num_layers_in_last_pipeline_stage"))
+    return any(
+        cfg.get(k) not in (None, False)
+        for k in (
+            "model.pipeline_model_parallel_layout",
+            "model.num_layers_in_first_pipeline_stage",
+            "model.num_layers_in_last_pipeline_stage",
+        )
+    )
 
 
 # parallel_state.py:827-831: VPP needs PP > 1 [RuntimeError].
@@ -462,8 +568,12 @@ def rule_vpp_needs_pp(c: Ctx) -> list:
 # layers, % PP) and :155-173 (layers per PP rank % VPP) [AssertionError]. Hybrid (Mamba) models
 # without '|' in the layer pattern: hybrid_layer_allocation.py:385-391 (no VPP) and :436-441
 # (layers % PP) [ValueError].
-@rule("layers-pp-vpp", "pipeline", f"{MC} megatron/core/transformer/transformer_block.py:141-173; "
-      "megatron/core/models/hybrid/hybrid_layer_allocation.py:385-391,436-441")
+@rule(
+    "layers-pp-vpp",
+    "pipeline",
+    f"{MC} megatron/core/transformer/transformer_block.py:141-173; "
+    "megatron/core/models/hybrid/hybrid_layer_allocation.py:385-391,436-441",
+)
 def rule_layers_pp(c: Ctx) -> list:
     got = _model(c, "num_layers")
     if not got or c.facts.family not in ("gpt", "hybrid") or _layouts_set(c.cfg):
@@ -474,19 +584,28 @@ def rule_layers_pp(c: Ctx) -> list:
         if "|" in str(c.cfg.get("model.hybrid_layer_pattern") or c.cfg.get("model.hybrid_override_pattern") or ""):
             return []
         if vpp is not None:
-            return [f"{VPP}={vpp}: the hybrid (Mamba) model's layer pattern has no '|' stage separators, and "
-                    f"Megatron refuses virtual pipeline stages without them; unset {VPP}"]
+            return [
+                f"{VPP}={vpp}: the hybrid (Mamba) model's layer pattern has no '|' stage separators, and "
+                f"Megatron refuses virtual pipeline stages without them; unset {VPP}"
+            ]
         if n % pp:
-            return [f"{c.facts.cite('num_layers')} is not divisible by PP={pp}; valid PP values divide {n}: {_divisors(n)}"]
+            return [
+                f"{c.facts.cite('num_layers')} is not divisible by PP={pp}; valid PP values divide {n}: {_divisors(n)}"
+            ]
         return []
-    total = n + (c.cfg.get("model.account_for_embedding_in_pipeline_split") is True) + \
-        (c.cfg.get("model.account_for_loss_in_pipeline_split") is True)
+    total = (
+        n
+        + (c.cfg.get("model.account_for_embedding_in_pipeline_split") is True)
+        + (c.cfg.get("model.account_for_loss_in_pipeline_split") is True)
+    )
     what = c.facts.cite("num_layers") + (f" (+{total - n} for embedding/loss)" if total != n else "")
     if total % pp:
         return [f"{what} is not divisible by PP={pp}; valid PP values divide {total}: {_divisors(total)}"]
     if vpp is not None and (total // pp) % vpp:
-        return [f"{what} gives {total // pp} layers per pipeline stage, not divisible by VPP={vpp}; valid VPP values "
-                f"divide {total // pp}: {_divisors(total // pp)}"]
+        return [
+            f"{what} gives {total // pp} layers per pipeline stage, not divisible by VPP={vpp}; valid VPP values "
+            f"divide {total // pp}: {_divisors(total // pp)}"
+        ]
     return []
 
 
@@ -496,22 +615,35 @@ def rule_layers_pp(c: Ctx) -> list:
 @rule("vpp-microbatches", "pipeline", f"{MC} megatron/core/pipeline_parallel/schedules.py:1142-1162")
 def rule_vpp_microbatches(c: Ctx) -> list:
     gbs, mbs = _int(c.cfg, GBS), _int(c.cfg, MBS)
-    if c.vpp is None or c.vpp < 1 or not c.world_ok or c.pp <= 1 or not gbs or not mbs or gbs < 1 or mbs < 1 \
-            or gbs % (mbs * c.dp):
+    if (
+        c.vpp is None
+        or c.vpp < 1
+        or not c.world_ok
+        or c.pp <= 1
+        or not gbs
+        or not mbs
+        or gbs < 1
+        or mbs < 1
+        or gbs % (mbs * c.dp)
+    ):
         return []
     m = gbs // (mbs * c.dp)
     group = _int(c.cfg, "model.microbatch_group_size_per_vp_stage", c.pp)
     if group is None:
         return []
     if group > m or group < c.pp:
-        return [f"interleaved pipeline: {m} microbatches per step (GBS {gbs} / (MBS {mbs} * DP {c.dp})) and "
-                f"microbatch_group_size_per_vp_stage {group} must satisfy PP={c.pp} <= group <= microbatches; "
-                f"raise {GBS} to at least {c.pp * mbs * c.dp}"]
+        return [
+            f"interleaved pipeline: {m} microbatches per step (GBS {gbs} / (MBS {mbs} * DP {c.dp})) and "
+            f"microbatch_group_size_per_vp_stage {group} must satisfy PP={c.pp} <= group <= microbatches; "
+            f"raise {GBS} to at least {c.pp * mbs * c.dp}"
+        ]
     rest = m % group
     if 0 < rest < c.pp:
-        return [f"interleaved pipeline: {m} microbatches leave a last group of {rest} (< PP={c.pp}) with "
-                f"microbatch_group_size_per_vp_stage {group}; use a {GBS} that gives a multiple of {group} "
-                f"microbatches, e.g. {(m - rest + group) * mbs * c.dp}"]
+        return [
+            f"interleaved pipeline: {m} microbatches leave a last group of {rest} (< PP={c.pp}) with "
+            f"microbatch_group_size_per_vp_stage {group}; use a {GBS} that gives a multiple of {group} "
+            f"microbatches, e.g. {(m - rest + group) * mbs * c.dp}"
+        ]
     return []
 
 
@@ -521,13 +653,20 @@ def rule_vpp_microbatches(c: Ctx) -> list:
 # Megatron-Bridge training/mixed_precision.py @ 067f987: each registered config -> its quantization
 # recipe (fp8_recipe, or nvfp4 for fp4); plain bf16/fp16 configs quantize nothing.
 _PRECISION_RECIPES = {
-    "bf16_mixed": None, "fp16_mixed": None,
-    "bf16_with_fp8_delayed_scaling_mixed": "delayed", "fp16_with_fp8_delayed_scaling_mixed": "delayed",
-    "bf16_with_mxfp8_mixed": "mxfp8", "fp16_with_mxfp8_mixed": "mxfp8",
-    "bf16_with_fp8_current_scaling_mixed": "tensorwise", "nemotron_h_bf16_with_fp8_current_scaling_mixed": "tensorwise",
-    "fp16_with_fp8_current_scaling_mixed": "tensorwise", "nanov2_bf16_with_fp8_current_scaling_mixed": "blockwise",
-    "bf16_with_fp8_subchannel_scaling_mixed": "blockwise", "fp16_with_fp8_subchannel_scaling_mixed": "blockwise",
-    "bf16_with_nvfp4_mixed": "nvfp4", "nemotron_3_super_bf16_with_nvfp4_mixed": "nvfp4",
+    "bf16_mixed": None,
+    "fp16_mixed": None,
+    "bf16_with_fp8_delayed_scaling_mixed": "delayed",
+    "fp16_with_fp8_delayed_scaling_mixed": "delayed",
+    "bf16_with_mxfp8_mixed": "mxfp8",
+    "fp16_with_mxfp8_mixed": "mxfp8",
+    "bf16_with_fp8_current_scaling_mixed": "tensorwise",
+    "nemotron_h_bf16_with_fp8_current_scaling_mixed": "tensorwise",
+    "fp16_with_fp8_current_scaling_mixed": "tensorwise",
+    "nanov2_bf16_with_fp8_current_scaling_mixed": "blockwise",
+    "bf16_with_fp8_subchannel_scaling_mixed": "blockwise",
+    "fp16_with_fp8_subchannel_scaling_mixed": "blockwise",
+    "bf16_with_nvfp4_mixed": "nvfp4",
+    "nemotron_3_super_bf16_with_nvfp4_mixed": "nvfp4",
 }
 
 
@@ -542,7 +681,9 @@ def quantization_of(cfg: dict) -> str | None:
     fp8 = cfg["mixed_precision.fp8"] if "mixed_precision.fp8" in cfg else (base not in (None, "nvfp4") or None)
     if not fp8:
         return None
-    recipe = cfg.get(FP8_RECIPE) or (base if base not in (None, "nvfp4") else "tensorwise")  # MixedPrecisionConfig default
+    recipe = cfg.get(FP8_RECIPE) or (
+        base if base not in (None, "nvfp4") else "tensorwise"
+    )  # MixedPrecisionConfig default
     return str(recipe).lower()
 
 
@@ -575,8 +716,13 @@ _TE_NEEDS = {  # recipe -> (lowest compute capability, first one refused, what T
 }
 
 
-@rule("precision-gpu", "precision", "Transformer Engine transformer_engine/pytorch/quantization.py@f2b6810:46-98 "
-      "(check_fp8_support, check_mxfp8_support, check_nvfp4_support, check_fp8_block_scaling_support)", megatron=False)
+@rule(
+    "precision-gpu",
+    "precision",
+    "Transformer Engine transformer_engine/pytorch/quantization.py@f2b6810:46-98 "
+    "(check_fp8_support, check_mxfp8_support, check_nvfp4_support, check_fp8_block_scaling_support)",
+    megatron=False,
+)
 def rule_precision(c: Ctx) -> list:
     q = quantization_of(c.cfg)
     cc = GPU_CC.get(c.job.gpu_type)
@@ -585,8 +731,10 @@ def rule_precision(c: Ctx) -> list:
     low, high, what, need = _TE_NEEDS[q]
     if cc >= low and (high is None or cc < high):
         return []
-    return [f"{what} needs {need}, but cluster '{c.job.cluster}' has gpu_type {c.job.gpu_type} (compute capability "
-            f"{cc[0]}.{cc[1]}); use a cluster whose GPUs support it or a bf16 recipe"]
+    return [
+        f"{what} needs {need}, but cluster '{c.job.cluster}' has gpu_type {c.job.gpu_type} (compute capability "
+        f"{cc[0]}.{cc[1]}); use a cluster whose GPUs support it or a bf16 recipe"
+    ]
 
 
 # config.py:1487-1498: fp8_param_gather with the MXFP8 recipe (no FSDP) needs
@@ -594,14 +742,20 @@ def rule_precision(c: Ctx) -> list:
 @rule("mxfp8-param-gather", "precision", f"{MB} src/megatron/bridge/training/config.py:1487-1498")
 def rule_mxfp8_param_gather(c: Ctx) -> list:
     cfg = c.cfg
-    if quantization_of(cfg) != "mxfp8" or cfg.get("ddp.use_megatron_fsdp") is True or cfg.get("dist.use_megatron_fsdp") is True:
+    if (
+        quantization_of(cfg) != "mxfp8"
+        or cfg.get("ddp.use_megatron_fsdp") is True
+        or cfg.get("dist.use_megatron_fsdp") is True
+    ):
         return []
     named = isinstance(cfg.get(PRECISION), str) and cfg[PRECISION].replace("-", "_").endswith("mxfp8_mixed")
     gather = cfg.get("mixed_precision.fp8_param_gather", True if named else None)
     reuse = cfg.get("mixed_precision.reuse_grad_buf_for_mxfp8_param_ag", True if named else None)
     if gather is True and reuse is False:
-        return ["mixed_precision.fp8_param_gather=true with the MXFP8 recipe needs "
-                "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=true; set it, or fp8_param_gather=false"]
+        return [
+            "mixed_precision.fp8_param_gather=true with the MXFP8 recipe needs "
+            "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=true; set it, or fp8_param_gather=false"
+        ]
     return []
 
 
@@ -615,11 +769,15 @@ def rule_flex_dispatcher(c: Ctx) -> list:
     if cfg.get("model.moe_token_dispatcher_type") != "flex" or cc is None or not isinstance(backend, str):
         return []
     if backend == "deepep" and not (cc[0] in (8, 9) or c.job.gpu_type in ("b200", "b300")):
-        return [f"model.moe_flex_dispatcher_backend=deepep runs on Ampere, Hopper, B200 and B300 GPUs, not on "
-                f"{c.job.gpu_type} (cluster '{c.job.cluster}'); use hybridep or model.moe_token_dispatcher_type=alltoall"]
+        return [
+            f"model.moe_flex_dispatcher_backend=deepep runs on Ampere, Hopper, B200 and B300 GPUs, not on "
+            f"{c.job.gpu_type} (cluster '{c.job.cluster}'); use hybridep or model.moe_token_dispatcher_type=alltoall"
+        ]
     if backend == "hybridep" and cc[0] not in (8, 9, 10):
-        return [f"model.moe_flex_dispatcher_backend=hybridep runs on compute capability 8.x-10.x GPUs, not on "
-                f"{c.job.gpu_type} ({cc[0]}.{cc[1]}); use model.moe_token_dispatcher_type=alltoall"]
+        return [
+            f"model.moe_flex_dispatcher_backend=hybridep runs on compute capability 8.x-10.x GPUs, not on "
+            f"{c.job.gpu_type} ({cc[0]}.{cc[1]}); use model.moe_token_dispatcher_type=alltoall"
+        ]
     return []
 
 
@@ -638,9 +796,11 @@ def rule_mtp_packing(c: Ctx) -> list:
     mtp = c.facts.get("mtp_layers") if c.facts else _int(c.cfg, "model.mtp_num_layers")
     if not _packing(c) or not isinstance(mtp, int) or mtp <= 0:
         return []
-    return [f"MTP ({_mtp_where(c, mtp)}) with Energon native packing: Megatron-Bridge {MB_COMMIT} refuses this "
-            f"(config.py:1334); the container's Megatron-Bridge must be newer and its megatron-core carry "
-            f"Megatron-LM#7611, else set model.mtp_num_layers=0"]
+    return [
+        f"MTP ({_mtp_where(c, mtp)}) with Energon native packing: Megatron-Bridge {MB_COMMIT} refuses this "
+        f"(config.py:1334); the container's Megatron-Bridge must be newer and its megatron-core carry "
+        f"Megatron-LM#7611, else set model.mtp_num_layers=0"
+    ]
 
 
 def _mtp_where(c: Ctx, mtp: int) -> str:
@@ -652,22 +812,33 @@ def _mtp_where(c: Ctx, mtp: int) -> str:
 
 # transformer_config.py:2803-2807 and Bridge comm_overlap.py:516-518: the EP all-to-all overlap allows at
 # most one MTP layer [AssertionError].
-@rule("mtp-a2a-overlap", "mtp", f"{MC} megatron/core/transformer/transformer_config.py:2803-2807; "
-      f"{MB} src/megatron/bridge/training/comm_overlap.py:516-518")
+@rule(
+    "mtp-a2a-overlap",
+    "mtp",
+    f"{MC} megatron/core/transformer/transformer_config.py:2803-2807; "
+    f"{MB} src/megatron/bridge/training/comm_overlap.py:516-518",
+)
 def rule_mtp_overlap(c: Ctx) -> list:
-    on = c.cfg.get("model.overlap_moe_expert_parallel_comm") is True or \
-        c.cfg.get("comm_overlap.overlap_moe_expert_parallel_comm") is True
+    on = (
+        c.cfg.get("model.overlap_moe_expert_parallel_comm") is True
+        or c.cfg.get("comm_overlap.overlap_moe_expert_parallel_comm") is True
+    )
     mtp = c.facts.get("mtp_layers") if c.facts else _int(c.cfg, "model.mtp_num_layers")
     if on and isinstance(mtp, int) and mtp > 1:
-        return [f"overlap_moe_expert_parallel_comm allows at most one MTP layer, the model has {mtp}; "
-                f"set model.mtp_num_layers=1 or turn the overlap off"]
+        return [
+            f"overlap_moe_expert_parallel_comm allows at most one MTP layer, the model has {mtp}; "
+            f"set model.mtp_num_layers=1 or turn the overlap off"
+        ]
     return []
 
 
 # config.py:1327-1344: Energon native packing needs micro batch 1, per-token loss, no averaging in
 # the collective, no CUDA graphs, no pipeline parallelism [ValueError].
-@rule("packing", "packing", f"{MB} src/megatron/bridge/training/config.py:1327-1344 "
-      "(and scripts/training/recipe_runner.py:350-370)")
+@rule(
+    "packing",
+    "packing",
+    f"{MB} src/megatron/bridge/training/config.py:1327-1344 (and scripts/training/recipe_runner.py:350-370)",
+)
 def rule_packing(c: Ctx) -> list:
     if not _packing(c):
         return []
@@ -702,8 +873,10 @@ def rule_energon_mbs(c: Ctx) -> list:
         return [f"dataset.micro_batch_size={dmbs} must equal {MBS}={mbs} for Energon data; set both to the same value"]
     emb = _int(c.cfg, "validation.eval_micro_batch_size", mbs)
     if c.cfg.get("dataset.do_validation") is not False and emb is not None and emb != dmbs:
-        return [f"dataset.micro_batch_size={dmbs} must equal validation.eval_micro_batch_size={emb} for Energon data "
-                f"with validation; set both to the same value"]
+        return [
+            f"dataset.micro_batch_size={dmbs} must equal validation.eval_micro_batch_size={emb} for Energon data "
+            f"with validation; set both to the same value"
+        ]
     return []
 
 
@@ -711,45 +884,73 @@ def _runner_syncs_cp_loss(c: Ctx) -> bool:
     """recipe_runner.py:350-370: for fine-tuning datasets with CP (or eval CP) > 1, run_recipe.py
     sets model.calculate_per_token_loss=True and ddp.average_in_collective=False itself."""
     cps = [c.cp, _int(c.cfg, EVAL_CP)]
-    return c.job.mode in FINETUNE_MODES and c.kind in SFT_COLLATE_KINDS + ("gpt-sft",) and \
-        any(isinstance(x, int) and x > 1 for x in cps)
+    return (
+        c.job.mode in FINETUNE_MODES
+        and c.kind in SFT_COLLATE_KINDS + ("gpt-sft",)
+        and any(isinstance(x, int) and x > 1 for x in cps)
+    )
 
 
 # config.py:1578-1596 requires these for SFT with CP > 1; run_recipe.py forces them first
 # (recipe_runner.py:350-370), so a value the job sets otherwise is silently replaced.
-@rule("runner-cp-loss-sync", "packing", f"{MB} src/megatron/bridge/training/config.py:1578-1596; "
-      "scripts/training/recipe_runner.py:350-370", level="warning")
+@rule(
+    "runner-cp-loss-sync",
+    "packing",
+    f"{MB} src/megatron/bridge/training/config.py:1578-1596; scripts/training/recipe_runner.py:350-370",
+    level="warning",
+)
 def rule_runner_cp_loss(c: Ctx) -> list:
     if not _runner_syncs_cp_loss(c):
         return []
-    bad = [f"{k}={str(v).lower()}" for k, v, want in (("model.calculate_per_token_loss", _bool(c.cfg, "model.calculate_per_token_loss"), True),
-                                                       ("ddp.average_in_collective", _bool(c.cfg, "ddp.average_in_collective"), False))
-           if v is not None and v != want]
+    bad = [
+        f"{k}={str(v).lower()}"
+        for k, v, want in (
+            ("model.calculate_per_token_loss", _bool(c.cfg, "model.calculate_per_token_loss"), True),
+            ("ddp.average_in_collective", _bool(c.cfg, "ddp.average_in_collective"), False),
+        )
+        if v is not None and v != want
+    ]
     if not bad:
         return []
-    return [f"{' and '.join(bad)} will be replaced: run_recipe.py sets model.calculate_per_token_loss=true and "
-            f"ddp.average_in_collective=false for fine-tuning with CP > 1, as ConfigContainer.validate() requires"]
+    return [
+        f"{' and '.join(bad)} will be replaced: run_recipe.py sets model.calculate_per_token_loss=true and "
+        f"ddp.average_in_collective=false for fine-tuning with CP > 1, as ConfigContainer.validate() requires"
+    ]
 
 
 # ------------------------------------------------------------------------------------------
 # inputs: mock data and paths no container mount covers (warnings)
 
-DATA_KEYS = ("dataset.path", "dataset.data_path", "dataset.blend", "dataset.blend_per_split", "dataset.path_to_cache",
-             "dataset.per_dataset_sequences_path")
+DATA_KEYS = (
+    "dataset.path",
+    "dataset.data_path",
+    "dataset.blend",
+    "dataset.blend_per_split",
+    "dataset.path_to_cache",
+    "dataset.per_dataset_sequences_path",
+)
 CHECKPOINT_KEYS = ("checkpoint.pretrained_checkpoint", "checkpoint.load", "checkpoint.save")
 
 
 # blended_megatron_dataset_config.py:131-143: GPT data with neither blend nor blend_per_split is
 # mock data (Bridge turns dataset.data_path into blend, config.py:305-313).
-@rule("mock-data", "inputs", f"{MC} megatron/core/datasets/blended_megatron_dataset_config.py:131-143; "
-      f"{MB} src/megatron/bridge/training/config.py:305-313", level="warning")
+@rule(
+    "mock-data",
+    "inputs",
+    f"{MC} megatron/core/datasets/blended_megatron_dataset_config.py:131-143; "
+    f"{MB} src/megatron/bridge/training/config.py:305-313",
+    level="warning",
+)
 def rule_mock_data(c: Ctx) -> list:
-    if c.kind != "gpt" or any(c.cfg.get(k) not in (None, "", []) for k in ("dataset.blend", "dataset.blend_per_split",
-                                                                            "dataset.data_path")):
+    if c.kind != "gpt" or any(
+        c.cfg.get(k) not in (None, "", []) for k in ("dataset.blend", "dataset.blend_per_split", "dataset.data_path")
+    ):
         return []
     steps = _int(c.cfg, "train.train_iters")
-    return [f"{c.job.recipe} trains on mock data (random tokens){f' for {steps:,} steps' if steps else ''}: no "
-            f"dataset.data_path, dataset.blend or dataset.blend_per_split is set; give dataset.data_path=PREFIX for real data"]
+    return [
+        f"{c.job.recipe} trains on mock data (random tokens){f' for {steps:,} steps' if steps else ''}: no "
+        f"dataset.data_path, dataset.blend or dataset.blend_per_split is set; give dataset.data_path=PREFIX for real data"
+    ]
 
 
 def container_paths(job) -> list | None:
@@ -786,8 +987,13 @@ def _covered(path: str, roots: list) -> bool:
     return any(p == os.path.normpath(r) or p.startswith(os.path.normpath(r).rstrip("/") + "/") for r in roots if r)
 
 
-@rule("unmounted-paths", "inputs", "the job's container mounts (Slurm pyxis --container-mounts and home mount, "
-      "Lepton mounts, DGX Cloud PVCs)", level="warning", megatron=False)
+@rule(
+    "unmounted-paths",
+    "inputs",
+    "the job's container mounts (Slurm pyxis --container-mounts and home mount, Lepton mounts, DGX Cloud PVCs)",
+    level="warning",
+    megatron=False,
+)
 def rule_unmounted(c: Ctx) -> list:
     roots = container_paths(c.job)
     if roots is None:
@@ -801,8 +1007,10 @@ def rule_unmounted(c: Ctx) -> list:
             continue
         for path in _paths(v):
             if not _covered(path, roots):
-                out.append(f"{key}={path} is outside every container mount ({', '.join(roots) or 'none'}): the job "
-                           f"will not see it; mount it (cluster container_mounts) or use a path under one of them")
+                out.append(
+                    f"{key}={path} is outside every container mount ({', '.join(roots) or 'none'}): the job "
+                    f"will not see it; mount it (cluster container_mounts) or use a path under one of them"
+                )
     return out
 
 
@@ -813,13 +1021,28 @@ def sequence_errors(cfg: dict, *, kind: str | None) -> list:
     """Errors of the sequence-length rules alone, for a config of dataset kind `kind` (data inspect
     tries shorter lengths with them): they read the parallel sizes, the config and the kind only."""
     tp, pp, cp, ep, etp = _sizes(cfg)
-    c = Ctx(job=None, cfg=cfg, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=_int(cfg, VPP, None), sp=cfg.get(SP) is True,
-            facts=None, kind=kind)
+    c = Ctx(
+        job=None,
+        cfg=cfg,
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        ep=ep,
+        etp=etp,
+        vpp=_int(cfg, VPP, None),
+        sp=cfg.get(SP) is True,
+        facts=None,
+        kind=kind,
+    )
     return [e for r in RULES if r.family == "sequence" and r.level == "error" for e in r.fn(c)]
 
 
 def rule_errors(job) -> list:
     """Errors of the rules alone (no preflight): for trying alternatives cheaply."""
     c = context(job)
-    return [e for r in RULES if r.level == "error" and (not r.megatron or job.workload == "megatron-bridge")
-            for e in r.fn(c)]
+    return [
+        e
+        for r in RULES
+        if r.level == "error" and (not r.megatron or job.workload == "megatron-bridge")
+        for e in r.fn(c)
+    ]

@@ -64,18 +64,33 @@ def estimate(job) -> dict:
     evaluation = None
     interval, eval_iters = cfg.get("validation.eval_interval"), cfg.get("validation.eval_iters", 100)
     gbs = cfg.get("train.global_batch_size")
-    if step and isinstance(interval, int) and interval > 0 and isinstance(eval_iters, int) and isinstance(gbs, int) and gbs:
+    if (
+        step
+        and isinstance(interval, int)
+        and interval > 0
+        and isinstance(eval_iters, int)
+        and isinstance(gbs, int)
+        and gbs
+    ):
         eval_gbs = cfg.get("validation.eval_global_batch_size") or gbs
         evaluation = eval_iters * step * FORWARD_SHARE * eval_gbs / gbs
     limit, lead, iters = c.get("time_limit_s"), c["signal_lead"], c["train_iters"]
     usable = (limit - lead) if limit else None
     segments = math.ceil(iters * step / usable) if step and usable and usable > 0 else None
-    return {"step_s": round(step, 3) if step else None, "step_source": source,
-            "save_s": round(save, 1) if save else None,
-            "save_source": (f"{params / 1e9:.1f}B parameters x {CKPT_BYTES_PER_PARAM} bytes at {gbps} GB/s per node "
-                            f"(profile checkpoint_write_gbps_per_node)") if save else None,
-            "eval_s": round(evaluation, 1) if evaluation else None,
-            "segment_s": usable, "segments": segments}
+    return {
+        "step_s": round(step, 3) if step else None,
+        "step_source": source,
+        "save_s": round(save, 1) if save else None,
+        "save_source": (
+            f"{params / 1e9:.1f}B parameters x {CKPT_BYTES_PER_PARAM} bytes at {gbps} GB/s per node "
+            f"(profile checkpoint_write_gbps_per_node)"
+        )
+        if save
+        else None,
+        "eval_s": round(evaluation, 1) if evaluation else None,
+        "segment_s": usable,
+        "segments": segments,
+    }
 
 
 def check(job) -> tuple[list, list]:
@@ -87,9 +102,11 @@ def check(job) -> tuple[list, list]:
         return warnings, errors
     src = e["step_source"]
     if lead < step:
-        errors.append(f"--signal-lead {lead} s is shorter than one training step (~{step:.0f} s, {src}): the trainer acts "
-                      f"on the signal only at the end of its step, so no segment could save; use --signal-lead "
-                      f"{math.ceil(step + (e['save_s'] or 0) + 30)} or more")
+        errors.append(
+            f"--signal-lead {lead} s is shorter than one training step (~{step:.0f} s, {src}): the trainer acts "
+            f"on the signal only at the end of its step, so no segment could save; use --signal-lead "
+            f"{math.ceil(step + (e['save_s'] or 0) + 30)} or more"
+        )
         return warnings, errors
     need = step + (e["save_s"] or 0) + (e["eval_s"] or 0)
     if lead < need:
@@ -97,9 +114,13 @@ def check(job) -> tuple[list, list]:
         if e["save_s"]:
             parts.append(f"a save (~{e['save_s']:.0f} s)")
         if e["eval_s"]:
-            parts.append(f"an evaluation (~{e['eval_s']:.0f} s, validation.eval_iters={cfg.get('validation.eval_iters', 100)})")
-        warnings.append(f"--signal-lead {lead} s is shorter than {' + '.join(parts)} = ~{need:.0f} s: a segment whose "
-                        f"signal lands on a slow step may not finish its save; --signal-lead {math.ceil(need * 1.2)} fits")
+            parts.append(
+                f"an evaluation (~{e['eval_s']:.0f} s, validation.eval_iters={cfg.get('validation.eval_iters', 100)})"
+            )
+        warnings.append(
+            f"--signal-lead {lead} s is shorter than {' + '.join(parts)} = ~{need:.0f} s: a segment whose "
+            f"signal lands on a slow step may not finish its save; --signal-lead {math.ceil(need * 1.2)} fits"
+        )
     if limit:
         usable = limit - lead
         per_segment = int(usable // step)
@@ -109,11 +130,15 @@ def check(job) -> tuple[list, list]:
         every = min(intervals) if intervals else None
         fit = max(1, per_segment // 2)
         if every is None:
-            warnings.append(f"no periodic save (checkpoint.save_interval is not set): every segment's progress rests on "
-                            f"the signal save; checkpoint.save_interval={fit} saves about twice a segment "
-                            f"(~{per_segment} steps of ~{step:.0f} s fit in {_hms(usable)})")
+            warnings.append(
+                f"no periodic save (checkpoint.save_interval is not set): every segment's progress rests on "
+                f"the signal save; checkpoint.save_interval={fit} saves about twice a segment "
+                f"(~{per_segment} steps of ~{step:.0f} s fit in {_hms(usable)})"
+            )
         elif every * step > usable:
-            warnings.append(f"checkpoint.save_interval={every} x ~{step:.0f} s a step is {_hms(every * step)}, longer than "
-                            f"a segment ({_hms(usable)} before the signal): every segment's progress rests on the signal "
-                            f"save; checkpoint.save_interval={fit} saves about twice a segment")
+            warnings.append(
+                f"checkpoint.save_interval={every} x ~{step:.0f} s a step is {_hms(every * step)}, longer than "
+                f"a segment ({_hms(usable)} before the signal): every segment's progress rests on the signal "
+                f"save; checkpoint.save_interval={fit} saves about twice a segment"
+            )
     return warnings, errors

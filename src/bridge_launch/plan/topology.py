@@ -40,8 +40,17 @@ class Parallel:
     sp: bool
 
     def as_dict(self) -> dict:
-        return {"tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep, "etp": self.etp,
-                "dp": self.dp, "edp": self.edp, "vpp": self.vpp, "sp": self.sp}
+        return {
+            "tp": self.tp,
+            "pp": self.pp,
+            "cp": self.cp,
+            "ep": self.ep,
+            "etp": self.etp,
+            "dp": self.dp,
+            "edp": self.edp,
+            "vpp": self.vpp,
+            "sp": self.sp,
+        }
 
 
 def parallel_of(job) -> Parallel:
@@ -49,16 +58,30 @@ def parallel_of(job) -> Parallel:
     tp, pp, cp, ep, etp = validate._sizes(job.config)
     for name, v in (("TP", tp), ("PP", pp), ("CP", cp), ("EP", ep), ("ETP", etp)):
         if v is None or v < 1:
-            raise UsageError(f"plan needs integer parallel sizes >= 1; {name} is {v!r} (an interpolation or invalid value)")
+            raise UsageError(
+                f"plan needs integer parallel sizes >= 1; {name} is {v!r} (an interpolation or invalid value)"
+            )
     world = job.world_size
     if world % (tp * pp * cp):
         raise UsageError(f"world size {world} is not divisible by TP*PP*CP = {tp * pp * cp}; no rank layout exists")
     if world % (etp * ep * pp):
-        raise UsageError(f"world size {world} is not divisible by ETP*EP*PP = {etp * ep * pp}; no expert rank layout exists")
+        raise UsageError(
+            f"world size {world} is not divisible by ETP*EP*PP = {etp * ep * pp}; no expert rank layout exists"
+        )
     vpp = job.config.get(validate.VPP)
     vpp = vpp if isinstance(vpp, int) and not isinstance(vpp, bool) and vpp > 1 else None
-    return Parallel(world=world, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, dp=world // (tp * pp * cp),
-                    edp=world // (etp * ep * pp), vpp=vpp, sp=job.config.get(validate.SP) is True)
+    return Parallel(
+        world=world,
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        ep=ep,
+        etp=etp,
+        dp=world // (tp * pp * cp),
+        edp=world // (etp * ep * pp),
+        vpp=vpp,
+        sp=job.config.get(validate.SP) is True,
+    )
 
 
 def orthogonal_groups(sizes: list, mask: list) -> list:
@@ -146,8 +169,10 @@ def short(ranks: list) -> str:
 
 
 def hybrid_ep(cfg: dict) -> bool:
-    return (cfg.get("model.moe_token_dispatcher_type") == "flex"
-            and str(cfg.get("model.moe_flex_dispatcher_backend", "")).lower() == "hybridep")
+    return (
+        cfg.get("model.moe_token_dispatcher_type") == "flex"
+        and str(cfg.get("model.moe_flex_dispatcher_backend", "")).lower() == "hybridep"
+    )
 
 
 def _fits(groups: list, gpus_per_node: int, unit_nodes: int) -> bool:
@@ -185,9 +210,11 @@ def placement(job, par: Parallel, groups: dict) -> tuple[dict, dict, list, list]
     for kind in ("tp", "etp"):
         s, label = sp[kind], _LABEL[kind]
         if s["crosses_nodes"]:
-            warns.append(f"{label} groups of {s['size']} span {s['max_nodes']} nodes (ranks {s['widest']['ranks']} on "
-                         f"nodes {short(s['widest']['nodes'])}) but a node has {gpn} GPUs: {label} traffic leaves the "
-                         f"node on every layer; keep {label} <= {gpn}")
+            warns.append(
+                f"{label} groups of {s['size']} span {s['max_nodes']} nodes (ranks {s['widest']['ranks']} on "
+                f"nodes {short(s['widest']['nodes'])}) but a node has {gpn} GPUs: {label} traffic leaves the "
+                f"node on every layer; keep {label} <= {gpn}"
+            )
 
     for kind in critical if segment else ():
         s = sp[kind]
@@ -195,25 +222,44 @@ def placement(job, par: Parallel, groups: dict) -> tuple[dict, dict, list, list]
             continue
         need = math.ceil(s["size"] / gpn)
         if need > domain:
-            fix = (f"a group of {s['size']} ranks needs {need} nodes, more than one {domain}-node NVLink domain; "
-                   f"keep {_LABEL[kind].split()[0]} <= {domain * gpn}")
+            fix = (
+                f"a group of {s['size']} ranks needs {need} nodes, more than one {domain}-node NVLink domain; "
+                f"keep {_LABEL[kind].split()[0]} <= {domain * gpn}"
+            )
         else:
-            good = [g for g in range(min(domain, nodes), 0, -1)
-                    if nodes % g == 0 and all(_fits(groups[k], gpn, g) for k in critical)]
-            fix = (f"a segment of {good[0]} nodes (divides {nodes}, <= {domain}) keeps every group inside one domain"
-                   if good else f"no segment of <= {domain} nodes that divides {nodes} keeps them inside one domain")
-        warns.append(f"{_LABEL[kind]} groups cross NVLink domains: ranks {s['widest']['ranks']} sit on nodes "
-                     f"{short(s['widest']['nodes'])}, across the {segment}-node segment boundary; {fix}")
+            good = [
+                g
+                for g in range(min(domain, nodes), 0, -1)
+                if nodes % g == 0 and all(_fits(groups[k], gpn, g) for k in critical)
+            ]
+            fix = (
+                f"a segment of {good[0]} nodes (divides {nodes}, <= {domain}) keeps every group inside one domain"
+                if good
+                else f"no segment of <= {domain} nodes that divides {nodes} keeps them inside one domain"
+            )
+        warns.append(
+            f"{_LABEL[kind]} groups cross NVLink domains: ranks {s['widest']['ranks']} sit on nodes "
+            f"{short(s['widest']['nodes'])}, across the {segment}-node segment boundary; {fix}"
+        )
     if segment and not requested and any(sp[k]["max_nodes"] > 1 for k in critical):
-        notes.append(f"cluster '{job.cluster}' does not request --segment: the scheduler may split the job's nodes "
-                     f"across NVLink domains; the domains above assume {segment} consecutive nodes share one")
+        notes.append(
+            f"cluster '{job.cluster}' does not request --segment: the scheduler may split the job's nodes "
+            f"across NVLink domains; the domains above assume {segment} consecutive nodes share one"
+        )
 
     if hybrid:  # HybridEP is told how many EP ranks share a domain
         env = job.env.get("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN")
         per_domain = max(_largest_share(g, gpn, unit) for g in groups["ep"])
         if env is not None and str(env).isdigit() and int(env) != per_domain:
-            warns.append(f"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={env} but each EP group has {per_domain} ranks "
-                         f"inside one NVLink domain (EP={par.ep}); set it to {per_domain}")
-    facts = {"nvlink_domain_nodes": domain or None, "segment": segment, "segment_requested": requested,
-             "hybrid_ep": hybrid, "nvlink_groups": critical}
+            warns.append(
+                f"NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN={env} but each EP group has {per_domain} ranks "
+                f"inside one NVLink domain (EP={par.ep}); set it to {per_domain}"
+            )
+    facts = {
+        "nvlink_domain_nodes": domain or None,
+        "segment": segment,
+        "segment_requested": requested,
+        "hybrid_ep": hybrid,
+        "nvlink_groups": critical,
+    }
     return sp, facts, warns, notes

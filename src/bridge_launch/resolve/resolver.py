@@ -98,8 +98,10 @@ def _apply_cli(layers: _Layers, tokens, deleted: list) -> None:
             raise UsageError(str(exc)) from None
         where = f"override '{text}'"
         if ov.is_sweep:
-            raise UsageError(f"{where}: sweeps are not supported (one job runs one configuration); give a single value, "
-                             "or add --sweep to submit one run per value")
+            raise UsageError(
+                f"{where}: sweeps are not supported (one job runs one configuration); give a single value, "
+                "or add --sweep to submit one run per value"
+            )
         key = ov.key
         in_schema = schema.lookup(key) is not None
         if ov.op == "delete":
@@ -133,21 +135,31 @@ def _nodes(recipe: dict, overlays: list, prof: dict, opts: Options, jobsrc: dict
             raise UsageError(f"--nodes must be >= 1, got {opts.nodes}")
         nodes, jobsrc["nodes"] = opts.nodes, "cli"
         if prof["nodes"] is not None and nodes != prof["nodes"]:
-            warnings.append(f"--nodes {nodes} overrides the fixed size of cluster '{prof['name']}' ({prof['nodes']} nodes, "
-                            f"{prof['nodes'] * gpn} GPUs): this job asks for {nodes * gpn} GPUs ({nodes} x {gpn})")
+            warnings.append(
+                f"--nodes {nodes} overrides the fixed size of cluster '{prof['name']}' ({prof['nodes']} nodes, "
+                f"{prof['nodes'] * gpn} GPUs): this job asks for {nodes * gpn} GPUs ({nodes} x {gpn})"
+            )
         if want and nodes * gpn != want:
-            warnings.append(f"running on {nodes * gpn} GPUs ({nodes} x {gpn}) instead of the {want} that {want_src} states")
+            warnings.append(
+                f"running on {nodes * gpn} GPUs ({nodes} x {gpn}) instead of the {want} that {want_src} states"
+            )
         elif not want and prof["nodes"] is not None and nodes != prof["nodes"]:  # gb200-32 --nodes 4: 16 GPUs
-            warnings.append(f"cluster '{prof['name']}' is a fixed size of {_n(prof['nodes'], 'node')} "
-                            f"({prof['nodes'] * gpn} GPUs); --nodes {nodes} runs on {_n(nodes, 'node')} ({nodes * gpn} GPUs)")
+            warnings.append(
+                f"cluster '{prof['name']}' is a fixed size of {_n(prof['nodes'], 'node')} "
+                f"({prof['nodes'] * gpn} GPUs); --nodes {nodes} runs on {_n(nodes, 'node')} ({nodes * gpn} GPUs)"
+            )
     elif prof["nodes"] is not None:
         nodes, jobsrc["nodes"] = prof["nodes"], f"cluster:{prof['name']}"
         if want and nodes * gpn != want:
-            errors.append(f"{recipe['name']} needs {want} GPUs ({want_src}) but cluster '{prof['name']}' has "
-                          f"{nodes * gpn} ({_n(nodes, 'node')} x {gpn}); {_size_hint(prof, want)}")
+            errors.append(
+                f"{recipe['name']} needs {want} GPUs ({want_src}) but cluster '{prof['name']}' has "
+                f"{nodes * gpn} ({_n(nodes, 'node')} x {gpn}); {_size_hint(prof, want)}"
+            )
     elif want:
         if want % gpn:
-            errors.append(f"{want} GPUs ({want_src}) is not a whole number of {gpn}-GPU nodes on cluster '{prof['name']}'")
+            errors.append(
+                f"{want} GPUs ({want_src}) is not a whole number of {gpn}-GPU nodes on cluster '{prof['name']}'"
+            )
         nodes, jobsrc["nodes"] = max(1, math.ceil(want / gpn)), want_src
     else:
         nodes, jobsrc["nodes"] = 1, "default"
@@ -165,15 +177,21 @@ def _size_hint(prof: dict, want: int) -> str:
     --nodes only where this cluster allows that many (its max_nodes)."""
     gpn = prof["gpus_per_node"]
     need = math.ceil(want / gpn)
-    fits = [p for p in clusters.list_profiles(skip_broken=True)
-            if not p["abstract"] and p["name"] != prof["name"] and p["nodes"] and p["nodes"] * p["gpus_per_node"] == want]
+    fits = [
+        p
+        for p in clusters.list_profiles(skip_broken=True)
+        if not p["abstract"] and p["name"] != prof["name"] and p["nodes"] and p["nodes"] * p["gpus_per_node"] == want
+    ]
     fits.sort(key=lambda p: (p["backend"] != prof["backend"], p["gpu_type"] != prof["gpu_type"], p["name"]))
     grow = want % gpn == 0 and (prof["max_nodes"] is None or need <= prof["max_nodes"])
     ways = ([f"--cluster {fits[0]['name']}"] if fits else []) + ([f"--nodes {need}"] if grow else [])
     if grow:
         return "use " + " or ".join(ways)
-    why = (f"cluster '{prof['name']}' allows at most {_n(prof['max_nodes'], 'node')}" if prof["max_nodes"] is not None
-           and need > prof["max_nodes"] else f"{want} GPUs is not a whole number of {gpn}-GPU nodes")
+    why = (
+        f"cluster '{prof['name']}' allows at most {_n(prof['max_nodes'], 'node')}"
+        if prof["max_nodes"] is not None and need > prof["max_nodes"]
+        else f"{want} GPUs is not a whole number of {gpn}-GPU nodes"
+    )
     return f"{why}; " + (f"use {ways[0]} ({want} GPUs)" if ways else f"use a cluster with {want} GPUs")
 
 
@@ -201,7 +219,9 @@ def _chain(opts: Options, prof: dict, recipe: dict, layers: _Layers, scheduler: 
     """--until-done: segments that continue across time limits, told to save before the limit,
     each resuming from the newest complete checkpoint (trainer_protocol's publication rule)."""
     if prof["backend"] != "slurm":
-        raise UsageError(f"--until-done runs a chain of Slurm jobs; cluster '{prof['name']}' uses the {prof['backend']} backend")
+        raise UsageError(
+            f"--until-done runs a chain of Slurm jobs; cluster '{prof['name']}' uses the {prof['backend']} backend"
+        )
     if opts.max_restarts < 0:
         raise UsageError(f"--max-restarts must be >= 0, got {opts.max_restarts}")
     if opts.max_segments is not None and opts.max_segments < 1:
@@ -216,30 +236,46 @@ def _chain(opts: Options, prof: dict, recipe: dict, layers: _Layers, scheduler: 
         raise UsageError("--until-done needs train.train_iters (an integer) and checkpoint.save (a directory)")
     load = values.get("checkpoint.load") if layers.source.get("checkpoint.load") != "derived (run dir)" else None
     if load not in (None, "") and str(load).rstrip("/") != save.rstrip("/"):
-        raise UsageError(f"--until-done resumes every segment from checkpoint.save ({save}), but checkpoint.load is "
-                         f"{load}; drop checkpoint.load or set it to the same directory (start from other weights "
-                         "with checkpoint.pretrained_checkpoint)")
+        raise UsageError(
+            f"--until-done resumes every segment from checkpoint.save ({save}), but checkpoint.load is "
+            f"{load}; drop checkpoint.load or set it to the same directory (start from other weights "
+            "with checkpoint.pretrained_checkpoint)"
+        )
     if values.get(P.CKPT_STEP_KEY) is not None:
-        raise UsageError(f"--until-done: {P.CKPT_STEP_KEY}={values[P.CKPT_STEP_KEY]} would load that iteration in every "
-                         f"segment; remove it (the chain sets it itself when the newest checkpoint is incomplete)")
+        raise UsageError(
+            f"--until-done: {P.CKPT_STEP_KEY}={values[P.CKPT_STEP_KEY]} would load that iteration in every "
+            f"segment; remove it (the chain sets it itself when the newest checkpoint is incomplete)"
+        )
     layers.set("checkpoint.load", save, "until-done")
     # Megatron-Bridge saves and exits on the signal only with its handler on (trainer_protocol).
     layers.set("train.exit_signal_handler", True, "until-done")
     limit = slurm_time.seconds(scheduler["time"]) if scheduler.get("time") else None
     if limit is not None and opts.signal_lead >= limit:
-        raise UsageError(f"--signal-lead {opts.signal_lead}s is not shorter than the time limit {scheduler['time']} "
-                         f"({limit}s); the trainer would be told to save before it starts")
+        raise UsageError(
+            f"--signal-lead {opts.signal_lead}s is not shorter than the time limit {scheduler['time']} "
+            f"({limit}s); the trainer would be told to save before it starts"
+        )
     scheduler["signal"] = f"B:USR1@{opts.signal_lead}"
     jobsrc["signal"] = "until-done"
     np_dir = None
     if values.get("checkpoint.non_persistent_ckpt_type") == "global":
-        np_dir = values.get("checkpoint.non_persistent_global_ckpt_dir") or f"{save.rstrip('/')}/{P.NON_PERSISTENT_SUBDIR}"
+        np_dir = (
+            values.get("checkpoint.non_persistent_global_ckpt_dir") or f"{save.rstrip('/')}/{P.NON_PERSISTENT_SUBDIR}"
+        )
     exit_signal = values.get("train.exit_signal")
-    return {"max_restarts": opts.max_restarts, "signal_lead": opts.signal_lead, "max_segments": opts.max_segments,
-            "max_no_progress": MAX_NO_PROGRESS, "train_iters": iters, "save": save, "non_persistent_dir": np_dir,
-            "complete_files": list(P.complete_files(values.get("checkpoint.ckpt_format"))),
-            "exit_signal": _signal_name(exit_signal) if exit_signal is not None else P.DEFAULT_EXIT_SIGNAL[3:],
-            "time_limit_s": limit, "step_time": opts.step_time}
+    return {
+        "max_restarts": opts.max_restarts,
+        "signal_lead": opts.signal_lead,
+        "max_segments": opts.max_segments,
+        "max_no_progress": MAX_NO_PROGRESS,
+        "train_iters": iters,
+        "save": save,
+        "non_persistent_dir": np_dir,
+        "complete_files": list(P.complete_files(values.get("checkpoint.ckpt_format"))),
+        "exit_signal": _signal_name(exit_signal) if exit_signal is not None else P.DEFAULT_EXIT_SIGNAL[3:],
+        "time_limit_s": limit,
+        "step_time": opts.step_time,
+    }
 
 
 def _signal_name(value) -> str:
@@ -248,7 +284,11 @@ def _signal_name(value) -> str:
 
     text = str(value).strip().rsplit(".", 1)[-1].upper()
     try:
-        sig = signal.Signals(int(text)) if text.isdigit() else signal.Signals[text if text.startswith("SIG") else "SIG" + text]
+        sig = (
+            signal.Signals(int(text))
+            if text.isdigit()
+            else signal.Signals[text if text.startswith("SIG") else "SIG" + text]
+        )
     except (KeyError, ValueError):
         raise UsageError(f"train.exit_signal={value!r} is not a signal name or number (e.g. SIGTERM, 15)") from None
     return sig.name[3:]
@@ -283,8 +323,11 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
     _apply_cli(layers, opts.overrides, deleted)
 
     env, envsrc = {}, {}
-    for layer_env, src in ([(recipe["upstream_env"], "upstream"), (recipe["env"], "recipe")] + [(o["env"], f"overlay:{o['name']}") for o in overlays]
-                           + [(prof["env"], f"cluster:{prof['name']}")]):
+    for layer_env, src in (
+        [(recipe["upstream_env"], "upstream"), (recipe["env"], "recipe")]
+        + [(o["env"], f"overlay:{o['name']}") for o in overlays]
+        + [(prof["env"], f"cluster:{prof['name']}")]
+    ):
         for k, v in layer_env.items():
             env[k], envsrc[k] = v, recipe["sources"]["env"].get(k, src) if src == "recipe" else src
     if prof["hf_home"]:
@@ -295,8 +338,9 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
     for item in opts.secrets:  # NAME, or NAME=SOURCE (a file on a Slurm cluster)
         name, sep, source = item.partition("=")
         if not _ENV_NAME.match(name):
-            raise UsageError(f"--secret {name!r}: expected an environment variable name, or NAME=file:PATH "
-                             "(a file on the cluster)")
+            raise UsageError(
+                f"--secret {name!r}: expected an environment variable name, or NAME=file:PATH (a file on the cluster)"
+            )
         cli_secrets.append(name)
         if sep:
             cli_sources[name] = source
@@ -306,15 +350,20 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         if not sep or not _ENV_NAME.match(name):
             raise UsageError(f"--env '{item}': expected NAME=VALUE with a valid variable name")
         if _SECRETISH.search(name):
-            raise UsageError(f"--env {name}=...: this looks like a secret; pass it by name with --secret {name} "
-                             "(its value is then taken from your environment at submit and written nowhere)")
+            raise UsageError(
+                f"--env {name}=...: this looks like a secret; pass it by name with --secret {name} "
+                "(its value is then taken from your environment at submit and written nowhere)"
+            )
         env[name], envsrc[name] = value, "cli"
     for name in secrets:
         if name in env:
-            raise UsageError(f"{name} is both a secret and a plain environment value ({envsrc[name]}); secrets are passed by name only")
+            raise UsageError(
+                f"{name} is both a secret and a plain environment value ({envsrc[name]}); secrets are passed by name only"
+            )
 
     secrets, secret_sources, more_errors, more_warnings = secret_plan.plan(
-        prof, secrets, prof["required_secrets"], cli_secrets, cli_sources)
+        prof, secrets, prof["required_secrets"], cli_secrets, cli_sources
+    )
     errors += more_errors
     warnings += more_warnings
     through_env = [n for n in secrets if n not in secret_sources]
@@ -352,7 +401,9 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         value = getattr(opts, flag)
         if value is not None:
             if prof["backend"] != "slurm":
-                raise UsageError(f"--{flag} applies to Slurm clusters; '{prof['name']}' uses the {prof['backend']} backend")
+                raise UsageError(
+                    f"--{flag} applies to Slurm clusters; '{prof['name']}' uses the {prof['backend']} backend"
+                )
             scheduler[flag] = value
             jobsrc[flag] = "cli"
         elif flag in scheduler:
@@ -363,8 +414,12 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
     job_root = (prof["job_root"] or str(paths.state_dir() / "runs")).rstrip("/")
     run_dir = f"{job_root}/{RUN_ID_PLACEHOLDER}"
     for key, sub in RUN_DIR_DEFAULTS.items():
-        if key not in layers.source and (recipe["workload"] == "smoke" and key.startswith("checkpoint.")
-                                         or recipe["workload"] != "smoke" and schema.lookup(key) is not None):
+        if key not in layers.source and (
+            recipe["workload"] == "smoke"
+            and key.startswith("checkpoint.")
+            or recipe["workload"] != "smoke"
+            and schema.lookup(key) is not None
+        ):
             layers.set(key, f"{run_dir}/{sub}", "derived (run dir)")
     # Bare processes run the interpreter running bridge-launch unless the profile names one.
     python = prof["python"] or (sys.executable if not container else "python")
@@ -372,10 +427,14 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
     bridge_src = None
     if opts.bridge_src:
         if prof["backend"] != "slurm":
-            raise UsageError(f"--bridge-src is staged into the run dir of a Slurm job; cluster '{prof['name']}' uses "
-                             f"the {prof['backend']} backend")
+            raise UsageError(
+                f"--bridge-src is staged into the run dir of a Slurm job; cluster '{prof['name']}' uses "
+                f"the {prof['backend']} backend"
+            )
         if not container:
-            raise UsageError(f"--bridge-src needs a container to mount into; cluster '{prof['name']}' runs bare processes")
+            raise UsageError(
+                f"--bridge-src needs a container to mount into; cluster '{prof['name']}' runs bare processes"
+            )
         bridge_src = os.path.abspath(os.path.expanduser(opts.bridge_src))
         mounts.append(f"{run_dir}/{BRIDGE_SRC_DIR}:{BRIDGE_IN_CONTAINER}")
         jobsrc["bridge_src"] = f"cli ({bridge_src}, packed at submit)"
@@ -388,30 +447,58 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
 
     if recipe.get("upstream_status") and not bridge_src:  # the full note: --dry-run's Upstream line, recipes show
         alt = ", or with --bridge-src CHECKOUT that has it" if prof["backend"] == "slurm" and container else ""
-        warnings.append(f"recipe function {recipe.get('upstream')} is not in upstream Megatron-Bridge: the job runs only "
-                        f"if its image ({container or 'none'}) carries it{alt}")
+        warnings.append(
+            f"recipe function {recipe.get('upstream')} is not in upstream Megatron-Bridge: the job runs only "
+            f"if its image ({container or 'none'}) carries it{alt}"
+        )
     canary = clusters.canary_settings(prof, opts.canary, nodes, jobsrc)
     missing = [k for k in recipe["required"] if layers.values.get(k) in (None, "")]
     for key in missing:
         (errors if for_submit else warnings).append(
-            f"required input {key} is not set; give it as {key}=... (the recipe has no default)")
+            f"required input {key} is not set; give it as {key}=... (the recipe has no default)"
+        )
     if for_submit:
         for name in prof["required_secrets"]:
             if name not in secret_sources and not os.environ.get(name):
                 errors.append(f"secret {name} is required by cluster '{prof['name']}' but not set in your environment")
 
     job = ResolvedJob(
-        recipe=recipe["name"], upstream=recipe.get("upstream"), mode=recipe.get("mode"),
-        workload=recipe["workload"], dataset_kind=recipe.get("dataset_kind"), entry=recipe["entry"], hf_model=recipe.get("hf_model"),
-        cluster=prof["name"], backend=prof["backend"], overlays=[o["name"] for o in overlays],
-        nodes=nodes, gpus_per_node=gpn, world_size=nodes * gpn, gpu_type=prof["gpu_type"],
-        container=container, config=dict(layers.values),
-        args=list(layers.tokens.values()) + deleted, env=env, secrets=secrets,
-        required_secrets=list(prof["required_secrets"]), mounts=mounts, job_root=job_root, run_id=RUN_ID_PLACEHOLDER, run_dir=run_dir, python=python,
-        scheduler=scheduler, profile=prof, chain=chain,
+        recipe=recipe["name"],
+        upstream=recipe.get("upstream"),
+        mode=recipe.get("mode"),
+        workload=recipe["workload"],
+        dataset_kind=recipe.get("dataset_kind"),
+        entry=recipe["entry"],
+        hf_model=recipe.get("hf_model"),
+        cluster=prof["name"],
+        backend=prof["backend"],
+        overlays=[o["name"] for o in overlays],
+        nodes=nodes,
+        gpus_per_node=gpn,
+        world_size=nodes * gpn,
+        gpu_type=prof["gpu_type"],
+        container=container,
+        config=dict(layers.values),
+        args=list(layers.tokens.values()) + deleted,
+        env=env,
+        secrets=secrets,
+        required_secrets=list(prof["required_secrets"]),
+        mounts=mounts,
+        job_root=job_root,
+        run_id=RUN_ID_PLACEHOLDER,
+        run_dir=run_dir,
+        python=python,
+        scheduler=scheduler,
+        profile=prof,
+        chain=chain,
         provenance={"config": dict(layers.source), "env": envsrc, "job": jobsrc},
-        missing_inputs=missing, warnings=warnings, errors=errors, image=image, bridge_src=bridge_src,
-        secret_sources=secret_sources, upstream_status=recipe.get("upstream_status"),
+        missing_inputs=missing,
+        warnings=warnings,
+        errors=errors,
+        image=image,
+        bridge_src=bridge_src,
+        secret_sources=secret_sources,
+        upstream_status=recipe.get("upstream_status"),
         canary=canary,
     )
     errs, warns = findings.check(job, gpu_count_ok=gpu_count_ok, memory_check=opts.memory_check)
@@ -444,8 +531,14 @@ def amend(job: ResolvedJob, overrides=()) -> ResolvedJob:
     if layers.values.get("checkpoint.save"):
         layers.set("checkpoint.load", layers.values["checkpoint.save"], "resume")
     prov = dict(job.provenance, config={**job.provenance["config"], **layers.source})
-    new = dataclasses.replace(job, config=dict(layers.values), args=list(layers.tokens.values()) + deleted,
-                              provenance=prov, errors=[], warnings=[])
+    new = dataclasses.replace(
+        job,
+        config=dict(layers.values),
+        args=list(layers.tokens.values()) + deleted,
+        provenance=prov,
+        errors=[],
+        warnings=[],
+    )
     errs, warns = findings.check(new, memory_check="memory_check" not in job.provenance.get("job", {}))
     new.errors.extend(errs)
     new.warnings.extend(warns)

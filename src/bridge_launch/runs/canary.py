@@ -30,8 +30,6 @@ from bridge_launch.job.derived import spec as spec
 from bridge_launch.job.derived import spec_rel as spec_rel
 
 
-
-
 def artifact(job):
     """Slurm: the canary's sbatch script (launch/<run id>-canary.sbatch)."""
     from bridge_launch.backends.slurm import backend as slurm
@@ -98,7 +96,9 @@ def settle(be, run, st: dict) -> dict:
     out = dict(st, canary=c)
     if c.get("verdict") == "fail":
         ff = c.get("first_failure") or {}
-        out.update(state="FAILED", reason=f"canary failed at {ff.get('check', '?')}: {ff.get('detail', '')}".rstrip(": "))
+        out.update(
+            state="FAILED", reason=f"canary failed at {ff.get('check', '?')}: {ff.get('detail', '')}".rstrip(": ")
+        )
         if run.backend == "slurm" and st.get("state") == "PENDING" and run.job_ids:
             with contextlib.suppress(Exception):  # Slurm removes it itself (--kill-on-invalid-dep); make sure
                 be.command(_job(run).scheduler, ["scancel", *run.job_ids])
@@ -138,10 +138,18 @@ def _settle_slurm(be, run, c: dict) -> dict:
         c.update(verdict=verdict, first_failure=first)
         return c
     if verdict == "pass":  # rank 0 passed every check, yet the job failed: another rank or node did
-        c.update(verdict="fail", first_failure={"check": "canary", "status": "fail", "detail": (
-            f"every check passed on rank 0, but the canary job ended {c['state']}"
-            f"{' (' + info['reason'] + ')' if info.get('reason') else ''}: another rank failed; see "
-            f"{run.run_dir}/logs/{jid}-*.log")})
+        c.update(
+            verdict="fail",
+            first_failure={
+                "check": "canary",
+                "status": "fail",
+                "detail": (
+                    f"every check passed on rank 0, but the canary job ended {c['state']}"
+                    f"{' (' + info['reason'] + ')' if info.get('reason') else ''}: another rank failed; see "
+                    f"{run.run_dir}/logs/{jid}-*.log"
+                ),
+            },
+        )
         return c
     # the canary ended without a complete report: it never ran (an image that cannot be pulled) or died
     canary_run = dataclasses.replace(run, job_ids=[jid])
@@ -150,9 +158,17 @@ def _settle_slurm(be, run, c: dict) -> dict:
         c.update(verdict="fail", first_failure={"check": "image", "status": "fail", "detail": why})
     else:
         done = ", ".join(x["check"] for x in c.get("checks", [])) or "none"
-        c.update(verdict="fail", first_failure={"check": "canary", "status": "fail", "detail": (
-            f"the canary job ended {c['state']}{' (' + info['reason'] + ')' if info.get('reason') else ''} before its "
-            f"report was complete (checks done: {done}); see {run.run_dir}/logs/sbatch-{jid}.out")})
+        c.update(
+            verdict="fail",
+            first_failure={
+                "check": "canary",
+                "status": "fail",
+                "detail": (
+                    f"the canary job ended {c['state']}{' (' + info['reason'] + ')' if info.get('reason') else ''} before its "
+                    f"report was complete (checks done: {done}); see {run.run_dir}/logs/sbatch-{jid}.out"
+                ),
+            },
+        )
     return c
 
 
@@ -170,11 +186,12 @@ def _settle_cloud(be, run, c: dict, state: str | None) -> dict:
         text = log_tail(path, 1 << 20) or ""
         at = text.rfind(_FAIL_LINE)
         if at >= 0:
-            rest = text[at + len(_FAIL_LINE):].splitlines()[0]
+            rest = text[at + len(_FAIL_LINE) :].splitlines()[0]
             check, _, detail = rest.partition(": ")
             detail = detail.rsplit("; report ", 1)[0]
-            return dict(c, verdict="fail", state="FAILED",
-                        first_failure={"check": check, "status": "fail", "detail": detail})
+            return dict(
+                c, verdict="fail", state="FAILED", first_failure={"check": check, "status": "fail", "detail": detail}
+            )
         if _PASS_LINE in text:
             return dict(c, verdict="pass", state="COMPLETED")
     return dict(c, verdict="unknown", state="FAILED")
@@ -216,16 +233,23 @@ def status_line(c: dict) -> str:
 def describe(job) -> str:
     c = job.canary
     src = job.provenance["job"].get("canary", "")
-    net = (f"busbw >= {c['busbw_min_fraction']:.0%} of {c['busbw_gbps']:g} GB/s ({job.gpu_type})" if c["busbw_gbps"]
-           else f"busbw reported, not judged (no [canary] busbw_gbps for {job.gpu_type})")
+    net = (
+        f"busbw >= {c['busbw_min_fraction']:.0%} of {c['busbw_gbps']:g} GB/s ({job.gpu_type})"
+        if c["busbw_gbps"]
+        else f"busbw reported, not judged (no [canary] busbw_gbps for {job.gpu_type})"
+    )
     if job.backend == "slurm":
-        where = (f"a job on {c['nodes']} node{'s' if c['nodes'] != 1 else ''} of the same partition, time {c['time']}, "
-                 "submitted first; the job waits for it (--dependency=afterok, --kill-on-invalid-dep=yes)"
-                 + ("; with --until-done, the first segment only" if job.chain else ""))
+        where = (
+            f"a job on {c['nodes']} node{'s' if c['nodes'] != 1 else ''} of the same partition, time {c['time']}, "
+            "submitted first; the job waits for it (--dependency=afterok, --kill-on-invalid-dep=yes)"
+            + ("; with --until-done, the first segment only" if job.chain else "")
+        )
     else:
         where = f"the first step of the job on all {job.nodes} node(s); the job stops if a check fails"
-    return (f"Canary     {where}  [{src}]\n"
-            f"           checks: image, trainer, data, checkpoint, hf_cache, fabric, network ({net})")
+    return (
+        f"Canary     {where}  [{src}]\n"
+        f"           checks: image, trainer, data, checkpoint, hf_cache, fabric, network ({net})"
+    )
 
 
 def view(job) -> dict:
@@ -240,7 +264,10 @@ def dry_run_text(job) -> str:
     parts = ["", describe(job)]
     if job.backend == "slurm":
         art = artifact(job)
-        parts += [f"\n--- canary {art.kind}: {art.filename} (submitted before the job; {JOB_PLACEHOLDER} above is its "
-                  "job id) ---", art.text.rstrip("\n")]
+        parts += [
+            f"\n--- canary {art.kind}: {art.filename} (submitted before the job; {JOB_PLACEHOLDER} above is its "
+            "job id) ---",
+            art.text.rstrip("\n"),
+        ]
     parts += [f"\n--- canary spec: {spec_rel(job.run_id)} ---", json.dumps(spec(job), indent=1)]
     return "\n".join(parts) + "\n"

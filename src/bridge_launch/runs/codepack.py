@@ -56,8 +56,10 @@ def checkout(path: str, needs: str | None = None) -> str:
     if needs:
         found = _git(top_dir, "grep", "-q", "-w", "-F", "-e", needs, "--", "src")
         if found.returncode == 1:
-            raise UsageError(f"--bridge-src {path}: no file under src/ names the recipe function {needs}, which "
-                             "upstream Megatron-Bridge does not have; give a checkout that carries it")
+            raise UsageError(
+                f"--bridge-src {path}: no file under src/ names the recipe function {needs}, which "
+                "upstream Megatron-Bridge does not have; give a checkout that carries it"
+            )
         if found.returncode:
             raise UsageError(f"--bridge-src {path}: git grep failed: {found.stderr.decode().strip()[:200]}")
     return top_dir

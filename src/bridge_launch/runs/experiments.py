@@ -59,8 +59,10 @@ def sweep_values(text: str) -> tuple[str, str, list] | None:
     elif sw.kind == "range":
         values = _range_items(*sw.items)
     elif sw.kind == "interval":
-        raise UsageError(f"{where}: interval() is a continuous range that only a sampler can draw from; "
-                         "give the values as a choice, e.g. key=0.1,0.2")
+        raise UsageError(
+            f"{where}: interval() is a continuous range that only a sampler can draw from; "
+            "give the values as a choice, e.g. key=0.1,0.2"
+        )
     else:
         raise UsageError(f"{where}: {sw.kind} sweeps select config groups, which bridge-launch does not have")
     if not values:
@@ -81,8 +83,10 @@ def expand(recipes: list[str], overrides: list[str], *, sweep: bool) -> list[Mem
             fixed.append((i, text))
             continue
         if not sweep:
-            raise UsageError(f"override '{text}': sweeps submit one run per value; add --sweep to do that "
-                             "(without it, a comma is an error: quote it, key='a,b', for a string)")
+            raise UsageError(
+                f"override '{text}': sweeps submit one run per value; add --sweep to do that "
+                "(without it, a comma is an error: quote it, key='a,b', for a string)"
+            )
         op, key, values = sv
         tokens = [format_override(key, v, op) for v in values]
         axes.append((i, tokens, [t.lstrip("+") for t in tokens]))
@@ -133,8 +137,8 @@ def new_name(recipe: str) -> str:
 
 def check_name(name: str) -> str:
     if not NAME_RE.match(name):
-        raise UsageError(f"--experiment {name!r}: use letters, digits, '.', '_' and '-' (at most 64, starting "
-                         "with a letter or digit)")
+        raise UsageError(
+            f"--experiment {name!r}: use letters, digits, '.', '_' and '-' (at most 64, starting "
+            "with a letter or digit)"
+        )
     return name
-
-

@@ -25,13 +25,10 @@ from bridge_launch.core.image_cache import remember
 from bridge_launch.core.image_ref import is_path, pyxis_ref
 
 
-
 # --- the local record ---------------------------------------------------------------------------
 
 
-
 # --- the import job -----------------------------------------------------------------------------
-
 
 
 def import_image(image: str, cluster: str, *, timeout: float = 3600) -> dict:
@@ -42,13 +39,17 @@ def import_image(image: str, cluster: str, *, timeout: float = 3600) -> dict:
 
     prof = clusters.load(cluster)
     if prof["backend"] != "slurm" or not prof["containers"]:
-        raise UsageError(f"image import runs enroot on a Slurm cluster with pyxis; cluster '{prof['name']}' "
-                         f"{'uses the ' + prof['backend'] + ' backend' if prof['backend'] != 'slurm' else 'runs bare processes'}")
+        raise UsageError(
+            f"image import runs enroot on a Slurm cluster with pyxis; cluster '{prof['name']}' "
+            f"{'uses the ' + prof['backend'] + ' backend' if prof['backend'] != 'slurm' else 'runs bare processes'}"
+        )
     s = prof["slurm"]
     cache_dir = s.get("image_cache", "").rstrip("/")
     if not cache_dir.startswith("/"):
-        raise UsageError(f"cluster '{prof['name']}' names no image cache; set [slurm] image_cache to a directory on "
-                         "the shared filesystem that every node sees")
+        raise UsageError(
+            f"cluster '{prof['name']}' names no image cache; set [slurm] image_cache to a directory on "
+            "the shared filesystem that every node sees"
+        )
     ref = pyxis_ref(image)
     if is_path(ref) and not ref.startswith("/"):
         raise UsageError(f"image {image!r}: give a squashfs file as an absolute path on the cluster's filesystem")
@@ -57,8 +58,15 @@ def import_image(image: str, cluster: str, *, timeout: float = 3600) -> dict:
     mk = be.command(s, ["mkdir", "-p", logs])
     if mk.returncode:
         raise LaunchError(f"could not create {logs}: {be.first_error(mk)}")
-    argv = ["sbatch", "--parsable", "--wait", "--nodes=1", "--ntasks=1", "--job-name=bridge-launch-import",
-            f"--output={logs}/import-%j.out"]
+    argv = [
+        "sbatch",
+        "--parsable",
+        "--wait",
+        "--nodes=1",
+        "--ntasks=1",
+        "--job-name=bridge-launch-import",
+        f"--output={logs}/import-%j.out",
+    ]
     for key in ("partition", "account", "qos", "reservation"):
         if s.get(key):
             argv.append(f"--{key}={s[key]}")
@@ -74,7 +82,15 @@ def import_image(image: str, cluster: str, *, timeout: float = 3600) -> dict:
     if proc.returncode or result is None:
         raise LaunchError(f"importing {ref} failed (job {job_id}): {failure_line(out)}")
     digest, path, how = result
-    entry = {"digest": digest, "squashfs": path, "cache_dir": cache_dir, "source": ref, "job_id": job_id,
-             "how": how, "imported_at": int(time.time()), "seconds": round(elapsed, 1)}
+    entry = {
+        "digest": digest,
+        "squashfs": path,
+        "cache_dir": cache_dir,
+        "source": ref,
+        "job_id": job_id,
+        "how": how,
+        "imported_at": int(time.time()),
+        "seconds": round(elapsed, 1),
+    }
     remember(prof["name"], ref, entry)
     return entry

@@ -18,7 +18,6 @@ from bridge_launch.runs.registry import TERMINAL, Registry, Run
 from bridge_launch.spec import config_keys
 
 
-
 def _launch(reg: Registry, job: ResolvedJob, run: Run, *, new_dir: bool, code: dict | None = None) -> Run:
     """Stage the run's files in its run dir (through the backend: the dir may be on a remote
     cluster), hand the artifact to the backend, record the job ids. On any failure the
@@ -43,8 +42,12 @@ def _launch(reg: Registry, job: ResolvedJob, run: Run, *, new_dir: bool, code: d
 
             packed = codepack.pack(job.bridge_src)
             files[BRIDGE_SRC_DIR] = Tree(packed.tar)
-            code = {"bridge_src": job.bridge_src, "bridge_commit": packed.commit, "bridge_dirty": packed.dirty,
-                    "bridge_files": packed.files}
+            code = {
+                "bridge_src": job.bridge_src,
+                "bridge_commit": packed.commit,
+                "bridge_dirty": packed.dirty,
+                "bridge_files": packed.files,
+            }
         paths.write_private(reg.jobs_dir() / f"{run.run_id}.json", job_json(job))
         be.stage(job, files, new_dir=new_dir)
         created = new_dir
@@ -88,11 +91,19 @@ def import_run_dir(reg: Registry, run_dir: str) -> list[tuple[str, str]]:
     with, and the record submit wrote beside it) that the registry does not know, e.g. after a
     prune; then ask their backend for their state. Returns [(run id, what happened)]."""
     root = Path(run_dir).expanduser().resolve()
-    jobs = sorted((p for p in (root / "launch").glob("*.json") if not p.name.endswith(RECORD_SUFFIX)),
-                  key=lambda p: p.stat().st_mtime) if (root / "launch").is_dir() else []
+    jobs = (
+        sorted(
+            (p for p in (root / "launch").glob("*.json") if not p.name.endswith(RECORD_SUFFIX)),
+            key=lambda p: p.stat().st_mtime,
+        )
+        if (root / "launch").is_dir()
+        else []
+    )
     if not jobs:
-        raise UsageError(f"{run_dir} is not a run dir: it has no launch/<run id>.json (a run dir is "
-                         "<job_root>/<run id>, as 'bridge-launch status RUN' shows)")
+        raise UsageError(
+            f"{run_dir} is not a run dir: it has no launch/<run id>.json (a run dir is "
+            "<job_root>/<run id>, as 'bridge-launch status RUN' shows)"
+        )
     out, added, previous = [], [], None
     for path in jobs:
         run_id = path.stem
@@ -104,8 +115,14 @@ def import_run_dir(reg: Registry, run_dir: str) -> list[tuple[str, str]]:
         try:
             record = json.loads(record_path.read_text())
         except (OSError, ValueError):
-            record = {"state": "UNKNOWN", "job_ids": [], "info": {}, "resumed_from": previous,
-                      "chain": root.name, "created": path.stat().st_mtime}
+            record = {
+                "state": "UNKNOWN",
+                "job_ids": [],
+                "info": {},
+                "resumed_from": previous,
+                "chain": root.name,
+                "created": path.stat().st_mtime,
+            }
         record.update(run_id=run_id, recipe=job.recipe, cluster=job.cluster, backend=job.backend, run_dir=str(root))
         previous = run_id
         if reg.get(run_id):
@@ -148,8 +165,10 @@ def resume(reg: Registry, run: Run, overrides=()) -> Run:
         raise UsageError(job.errors[0])
     _check_resumable(run, chain, old, job)
     if job.dataset_kind == "energon" and data_parallel(old) != data_parallel(job):
-        raise UsageError(f"resume would change the data-parallel size from {data_parallel(old)} to "
-                         f"{data_parallel(job)}; Energon's saved loader state needs the same DP size")
+        raise UsageError(
+            f"resume would change the data-parallel size from {data_parallel(old)} to "
+            f"{data_parallel(job)}; Energon's saved loader state needs the same DP size"
+        )
     _check_secrets(job)
     new = reg.reserve(job.recipe, job.cluster, job.backend, resumed_from=run.run_id, chain=run.chain)
     code = {k: v for k, v in run.info.items() if k.startswith("bridge_")} or None
@@ -182,15 +201,19 @@ def _check_resumable(run: Run, chain: list[Run], old: ResolvedJob, job: Resolved
     for key in keys:
         if old.config.get(key) != job.config.get(key):
             was = old.config.get(key, "(unset)")
-            raise UsageError(f"resume {run.run_id}: {key}={job.config.get(key, '(unset)')} changes the model's shape "
-                             f"(its checkpoints hold {key}={was}), so no checkpoint of the run would load; submit a "
-                             f"new run for a new shape, or resume without that override")
+            raise UsageError(
+                f"resume {run.run_id}: {key}={job.config.get(key, '(unset)')} changes the model's shape "
+                f"(its checkpoints hold {key}={was}), so no checkpoint of the run would load; submit a "
+                f"new run for a new shape, or resume without that override"
+            )
     iters = job.config.get("train.train_iters")
     step, how = reached(run, chain, old)
     if isinstance(iters, int) and step is not None and step >= iters:
-        raise UsageError(f"resume {run.run_id}: the run already reached iteration {step} ({how}) and "
-                         f"train.train_iters={iters}, so a resume would train nothing; to train further, raise it: "
-                         f"bridge-launch resume {run.run_id} train.train_iters=N (N > {step})")
+        raise UsageError(
+            f"resume {run.run_id}: the run already reached iteration {step} ({how}) and "
+            f"train.train_iters={iters}, so a resume would train nothing; to train further, raise it: "
+            f"bridge-launch resume {run.run_id} train.train_iters=N (N > {step})"
+        )
 
 
 def data_parallel(job: ResolvedJob) -> int | None:
@@ -236,7 +259,9 @@ def refresh(reg: Registry, runs: list[Run]) -> list[Run]:
 
                 st = canary.settle(be, current[run_id], st)
             extra = {"job_ids": st["job_ids"]} if "job_ids" in st else {}
-            info = dict(current[run_id].info, **{k: v for k, v in st.items() if k not in ("state", "reason", "job_ids")})
+            info = dict(
+                current[run_id].info, **{k: v for k, v in st.items() if k not in ("state", "reason", "job_ids")}
+            )
             changed[run_id] = reg.update(run_id, state=st["state"], reason=failure_reason(st), info=info, **extra)
     return [changed.get(r.run_id, r) for r in runs]
 
@@ -295,8 +320,9 @@ class Tail:
                 yield line
 
 
-def wait_until_done(reg: Registry, run: Run, on_line=None, poll: float = 0.5, status_every: float = 2.0,
-                    tail: Tail | None = None) -> Run:
+def wait_until_done(
+    reg: Registry, run: Run, on_line=None, poll: float = 0.5, status_every: float = 2.0, tail: Tail | None = None
+) -> Run:
     """Stream the run's log lines to on_line until it reaches a final state. Logs are read
     every `poll` seconds; the backend (squeue, an API) is asked every `status_every`. `tail`:
     a Tail that already read part of the logs (their lines are not sent again)."""

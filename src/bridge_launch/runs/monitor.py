@@ -172,8 +172,10 @@ def group_column(runs: list, group):
 
 
 def print_group(reg, group, runs) -> None:
-    print(f"\nexperiment  {group['name']}: {len(runs)} runs, submitted "
-          f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(group['created']))}")
+    print(
+        f"\nexperiment  {group['name']}: {len(runs)} runs, submitted "
+        f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(group['created']))}"
+    )
     labels = {r.run_id: label for r, label in group["runs"]}
     for r in runs:
         lines = metric_lines(run_metrics(reg, r), r)

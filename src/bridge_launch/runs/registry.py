@@ -92,10 +92,13 @@ class Registry:
                     marks = ",".join("?" * len(TERMINAL))
                     busy = self.db.execute(
                         f"SELECT run_id, state FROM runs WHERE chain = ? AND state NOT IN ({marks}) LIMIT 1",
-                        (chain, *TERMINAL)).fetchone()
+                        (chain, *TERMINAL),
+                    ).fetchone()
                     if busy:
-                        raise ChainBusy(f"run {busy['run_id']} of this chain is {busy['state']}; "
-                                        f"wait for it to end or cancel it first")
+                        raise ChainBusy(
+                            f"run {busy['run_id']} of this chain is {busy['state']}; "
+                            f"wait for it to end or cancel it first"
+                        )
                 self.db.execute(
                     "INSERT INTO runs (run_id, created, updated, recipe, cluster, backend, state, resumed_from, chain)"
                     " VALUES (?, ?, ?, ?, ?, ?, 'SUBMITTING', ?, ?)",
@@ -129,8 +132,9 @@ class Registry:
         """Finished runs not updated for older_than_s, oldest first (what prune would forget)."""
         cutoff = time.time() - older_than_s
         marks = ",".join("?" * len(TERMINAL))
-        rows = self.db.execute(f"SELECT * FROM runs WHERE updated < ? AND state IN ({marks}) ORDER BY updated",
-                               (cutoff, *TERMINAL)).fetchall()
+        rows = self.db.execute(
+            f"SELECT * FROM runs WHERE updated < ? AND state IN ({marks}) ORDER BY updated", (cutoff, *TERMINAL)
+        ).fetchall()
         return [Run.from_row(r) for r in rows]
 
     def prune(self, older_than_s: float, only: list[str] | None = None) -> list[str]:
@@ -153,15 +157,30 @@ class Registry:
 
     def insert(self, record: dict) -> bool:
         """Register a run again from its record (import); False if its id is already known."""
-        cols = ("run_id", "created", "updated", "recipe", "cluster", "backend", "state", "reason", "job_ids",
-                "run_dir", "resumed_from", "chain", "info")
+        cols = (
+            "run_id",
+            "created",
+            "updated",
+            "recipe",
+            "cluster",
+            "backend",
+            "state",
+            "reason",
+            "job_ids",
+            "run_dir",
+            "resumed_from",
+            "chain",
+            "info",
+        )
         values = {**record, "updated": time.time()}
         values["job_ids"] = json.dumps(values.get("job_ids") or [])
         values["info"] = json.dumps(values.get("info") or {})
         values.setdefault("reason", "")
         values.setdefault("chain", values["run_id"])
-        cur = self.db.execute(f"INSERT OR IGNORE INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-                              tuple(values.get(c) for c in cols))
+        cur = self.db.execute(
+            f"INSERT OR IGNORE INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+            tuple(values.get(c) for c in cols),
+        )
         return bool(cur.rowcount)
 
     # -- reads --------------------------------------------------------------------------
@@ -177,8 +196,10 @@ class Registry:
         exact = self.get(prefix)
         if exact:
             return [exact]
-        rows = self.db.execute("SELECT * FROM runs WHERE run_id LIKE ? ESCAPE '\\' ORDER BY created DESC LIMIT 10",
-                               (prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",)).fetchall()
+        rows = self.db.execute(
+            "SELECT * FROM runs WHERE run_id LIKE ? ESCAPE '\\' ORDER BY created DESC LIMIT 10",
+            (prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",),
+        ).fetchall()
         return [Run.from_row(r) for r in rows]
 
     def recent(self, limit: int | None = 50, *, state: str | None = None, recipe: str | None = None) -> list[Run]:
@@ -201,14 +222,17 @@ class Registry:
     def add_experiment(self, name: str, spec: dict) -> None:
         """Create an experiment (its name must be new)."""
         try:
-            self.db.execute("INSERT INTO experiments (name, created, spec) VALUES (?, ?, ?)",
-                            (name, time.time(), json.dumps(spec)))
+            self.db.execute(
+                "INSERT INTO experiments (name, created, spec) VALUES (?, ?, ?)", (name, time.time(), json.dumps(spec))
+            )
         except sqlite3.IntegrityError:
             raise UsageError(f"experiment '{name}' already exists; choose another --experiment name") from None
 
     def add_to_experiment(self, name: str, run_id: str, position: int, label: str) -> None:
-        self.db.execute("INSERT OR REPLACE INTO experiment_runs (experiment, run_id, position, label) VALUES (?, ?, ?, ?)",
-                        (name, run_id, position, label))
+        self.db.execute(
+            "INSERT OR REPLACE INTO experiment_runs (experiment, run_id, position, label) VALUES (?, ?, ?, ?)",
+            (name, run_id, position, label),
+        )
 
     def drop_experiment(self, name: str) -> None:
         self.db.execute("DELETE FROM experiment_runs WHERE experiment = ?", (name,))
@@ -221,7 +245,9 @@ class Registry:
             return None
         members = self.db.execute(
             "SELECT r.*, e.label AS _label FROM experiment_runs e JOIN runs r ON r.run_id = e.run_id "
-            "WHERE e.experiment = ? ORDER BY e.position", (name,)).fetchall()
+            "WHERE e.experiment = ? ORDER BY e.position",
+            (name,),
+        ).fetchall()
         runs = []
         for m in members:
             d = dict(m)
@@ -231,8 +257,10 @@ class Registry:
 
     def experiments(self, limit: int | None = 50) -> list[dict]:
         """[{"name", "created", "runs": n}] newest first."""
-        sql = ("SELECT x.name, x.created, COUNT(e.run_id) AS n FROM experiments x "
-               "LEFT JOIN experiment_runs e ON e.experiment = x.name GROUP BY x.name ORDER BY x.created DESC")
+        sql = (
+            "SELECT x.name, x.created, COUNT(e.run_id) AS n FROM experiments x "
+            "LEFT JOIN experiment_runs e ON e.experiment = x.name GROUP BY x.name ORDER BY x.created DESC"
+        )
         if limit:
             sql += f" LIMIT {int(limit)}"
         return [{"name": r[0], "created": r[1], "runs": r[2]} for r in self.db.execute(sql).fetchall()]

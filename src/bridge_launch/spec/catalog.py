@@ -44,12 +44,12 @@ def key_line(path: Path, dotted: str) -> int | None:
         line = raw.strip()
         head = re.match(r"^\[\[?\s*([^\]]+?)\s*\]\]?", line)
         if head:
-            table = [k.strip().strip('"\'') for k in head.group(1).split(".")]
+            table = [k.strip().strip("\"'") for k in head.group(1).split(".")]
             if table == want:
                 return n
             continue
         m = re.match(r"^([A-Za-z0-9_.\-\"' ]+?)\s*=", line)
-        if m and [*table, *(k.strip().strip('"\'') for k in m.group(1).split("."))] == want:
+        if m and [*table, *(k.strip().strip("\"'") for k in m.group(1).split("."))] == want:
             return n
     return None
 
@@ -169,11 +169,13 @@ class Catalog:
             if not parent:
                 break
             if parent in self._broken:
-                raise UsageError(f"{where([entry.path], 'extends')}: extends '{parent}', which is broken: "
-                                 f"{self._broken[parent]}")
+                raise UsageError(
+                    f"{where([entry.path], 'extends')}: extends '{parent}', which is broken: {self._broken[parent]}"
+                )
             if parent not in self._entries:
-                raise UsageError(f"{where([entry.path], 'extends')}: extends "
-                                 f"{suggest(parent, self._entries, self.what)}")
+                raise UsageError(
+                    f"{where([entry.path], 'extends')}: extends {suggest(parent, self._entries, self.what)}"
+                )
             entry = self._entries[parent]
         data: dict = {}
         for e in reversed(chain):

@@ -15,32 +15,67 @@ BACKENDS = ("local", "slurm", "lepton", "dgxcloud")
 
 # key -> (type or tuple of types, default). None default = optional / unset.
 _TOP = {
-    "name": (str, None), "description": (str, ""), "aliases": (list, []), "extends": (str, None),
-    "abstract": (bool, False), "backend": (str, None), "gpu_type": (str, "cpu"),
-    "gpus_per_node": (int, 1), "gpu_memory_gib": ((int, float), 0), "nodes": (int, None),
-    "max_nodes": (int, None), "nvlink_domain_nodes": (int, 0), "job_root": (str, ""),
+    "name": (str, None),
+    "description": (str, ""),
+    "aliases": (list, []),
+    "extends": (str, None),
+    "abstract": (bool, False),
+    "backend": (str, None),
+    "gpu_type": (str, "cpu"),
+    "gpus_per_node": (int, 1),
+    "gpu_memory_gib": ((int, float), 0),
+    "nodes": (int, None),
+    "max_nodes": (int, None),
+    "nvlink_domain_nodes": (int, 0),
+    "job_root": (str, ""),
     "checkpoint_write_gbps_per_node": ((int, float), 0),
     # seconds a node waits in torchrun's rendezvous for the others (0: derived, backends/torchrun_opts.py)
     "rdzv_join_timeout": (int, 0),
-    "python": (str, ""), "container_image": (str, ""), "container_mounts": (list, []),
-    "numa_bind": (bool, False), "containers": (bool, True), "hf_home": (str, ""), "env": (dict, {}), "secrets": (list, []),
-    "required_secrets": (list, []), "config": (dict, {}),
-    "slurm": (dict, {}), "lepton": (dict, {}), "dgxcloud": (dict, {}),
+    "python": (str, ""),
+    "container_image": (str, ""),
+    "container_mounts": (list, []),
+    "numa_bind": (bool, False),
+    "containers": (bool, True),
+    "hf_home": (str, ""),
+    "env": (dict, {}),
+    "secrets": (list, []),
+    "required_secrets": (list, []),
+    "config": (dict, {}),
+    "slurm": (dict, {}),
+    "lepton": (dict, {}),
+    "dgxcloud": (dict, {}),
     "canary": (dict, {}),  # canary.py: the checks before the job (submit --canary)
 }
 _SLURM = {
-    "account": (str, ""), "partition": (str, ""), "qos": (str, ""), "time": (str, "01:00:00"),
-    "reservation": (str, ""), "exclude": (list, []), "exclusive": (bool, False), "mem": (str, ""),
-    "request_gpus": (bool, False), "segment": (bool, False), "sbatch_args": (list, []),
-    "srun_args": (list, []), "slurm_conf": (str, ""), "login_host": (str, ""), "ssh_port": (int, 22),
-    "ssh_user": (str, ""), "ssh_identity": (str, ""), "ssh_config": (str, ""), "rdzv_port": (int, 0), "signal": (str, ""),
+    "account": (str, ""),
+    "partition": (str, ""),
+    "qos": (str, ""),
+    "time": (str, "01:00:00"),
+    "reservation": (str, ""),
+    "exclude": (list, []),
+    "exclusive": (bool, False),
+    "mem": (str, ""),
+    "request_gpus": (bool, False),
+    "segment": (bool, False),
+    "sbatch_args": (list, []),
+    "srun_args": (list, []),
+    "slurm_conf": (str, ""),
+    "login_host": (str, ""),
+    "ssh_port": (int, 22),
+    "ssh_user": (str, ""),
+    "ssh_identity": (str, ""),
+    "ssh_config": (str, ""),
+    "rdzv_port": (int, 0),
+    "signal": (str, ""),
     # srun --mpi: torchrun needs no MPI, so none unless the profile asks (pmix, pmi2, ...)
     "mpi": (str, "none"),
     # pyxis image cache: a shared directory `bridge-launch image import` fills (one squashfs per digest)
-    "image_cache": (str, ""), "image_import_time": (str, "01:00:00"),
+    "image_cache": (str, ""),
+    "image_import_time": (str, "01:00:00"),
     # secrets: NAME -> "file:PATH" | "netrc:MACHINE[:PATH]", read on the cluster (backends/secret_ref.py);
     # a secret without one goes through sbatch's environment: "warn" (default) or "refuse"
-    "secret_sources": (dict, {}), "env_secrets": (str, "warn"),
+    "secret_sources": (dict, {}),
+    "env_secrets": (str, "warn"),
     # srun --cpu-bind: none, so that a site's task autobind does not pin the one task per node
     # (and every worker under it) to a core before the NUMA wrapper binds each worker; "" leaves
     # the flag out (the site's default)
@@ -49,32 +84,53 @@ _SLURM = {
     "topology_plugin": (str, ""),
 }
 _LEPTON = {
-    "resource_shape": (str, ""), "node_group": (str, ""), "node_reservation": (str, ""),
-    "image_pull_secrets": (list, []), "mounts": (list, []), "shared_memory_size": (int, 0),
-    "can_be_preempted": (bool, False), "queue_priority": (str, ""), "workspace_env": (str, "LEPTON_WORKSPACE_ID"),
-    "token_env": (str, "LEPTON_WORKSPACE_TOKEN"), "secret_refs": (dict, {}), "mover_resource_shape": (str, "cpu.small"),
-    "request_timeout": ((int, float), 30), "retries": (int, 3), "retry_wait": ((int, float), 2.0),
-    "poll_interval": ((int, float), 5.0), "mover_timeout": ((int, float), 600),
+    "resource_shape": (str, ""),
+    "node_group": (str, ""),
+    "node_reservation": (str, ""),
+    "image_pull_secrets": (list, []),
+    "mounts": (list, []),
+    "shared_memory_size": (int, 0),
+    "can_be_preempted": (bool, False),
+    "queue_priority": (str, ""),
+    "workspace_env": (str, "LEPTON_WORKSPACE_ID"),
+    "token_env": (str, "LEPTON_WORKSPACE_TOKEN"),
+    "secret_refs": (dict, {}),
+    "mover_resource_shape": (str, "cpu.small"),
+    "request_timeout": ((int, float), 30),
+    "retries": (int, 3),
+    "retry_wait": ((int, float), 2.0),
+    "poll_interval": ((int, float), 5.0),
+    "mover_timeout": ((int, float), 600),
     # segment_config: workers of one segment share an NVL72 domain (same rule as Slurm's --segment)
     "segment": (bool, True),
 }
 _DGXC = {
-    "base_url": (str, ""), "kube_apiserver_url": (str, ""), "project_name": (str, ""),
-    "pvcs": (list, []), "client_id_env": (str, "DGXC_CLIENT_ID"), "client_secret_env": (str, "DGXC_CLIENT_SECRET"),
-    "distributed_framework": (str, "PyTorch"), "pull_secret": (str, ""), "secret_refs": (dict, {}),
-    "local_job_root": (str, ""), "request_timeout": ((int, float), 30), "retries": (int, 3),
-    "retry_wait": ((int, float), 2.0), "poll_interval": ((int, float), 5.0), "mover_timeout": ((int, float), 600),
+    "base_url": (str, ""),
+    "kube_apiserver_url": (str, ""),
+    "project_name": (str, ""),
+    "pvcs": (list, []),
+    "client_id_env": (str, "DGXC_CLIENT_ID"),
+    "client_secret_env": (str, "DGXC_CLIENT_SECRET"),
+    "distributed_framework": (str, "PyTorch"),
+    "pull_secret": (str, ""),
+    "secret_refs": (dict, {}),
+    "local_job_root": (str, ""),
+    "request_timeout": ((int, float), 30),
+    "retries": (int, 3),
+    "retry_wait": ((int, float), 2.0),
+    "poll_interval": ((int, float), 5.0),
+    "mover_timeout": ((int, float), 600),
 }
 # The profile's [canary] section (validated with these types and defaults; the canary's checks: runs/canary.py).
 CANARY_KEYS = {
-    "enabled": (bool, False),          # a profile may turn it on for every submit (--no-canary turns it off)
-    "nodes": (int, 2),                 # Slurm: nodes of the job's partition (at most the job's)
-    "time": (str, "00:30:00"),         # Slurm: the canary job's time limit (an image pull included)
-    "busbw_gbps": ((int, float), 0),   # expected all-reduce bus bandwidth at the largest size (0: report only)
+    "enabled": (bool, False),  # a profile may turn it on for every submit (--no-canary turns it off)
+    "nodes": (int, 2),  # Slurm: nodes of the job's partition (at most the job's)
+    "time": (str, "00:30:00"),  # Slurm: the canary job's time limit (an image pull included)
+    "busbw_gbps": ((int, float), 0),  # expected all-reduce bus bandwidth at the largest size (0: report only)
     "busbw_min_fraction": ((int, float), 0.8),  # below this fraction of busbw_gbps the network check fails
     "busbw_sizes": (list, [1 << 20, 16 << 20, 256 << 20]),  # bytes per all-reduce
     "busbw_iters": (int, 20),
-    "check_timeout": (int, 900),       # seconds for the trainer check and for the data check
+    "check_timeout": (int, 900),  # seconds for the trainer check and for the data check
 }
 _SECTIONS = {"slurm": _SLURM, "lepton": _LEPTON, "dgxcloud": _DGXC, "canary": CANARY_KEYS}
 
@@ -130,28 +186,39 @@ def _validate(data: dict, path, paths=None) -> dict:
             if not isinstance(name, str) or not name.replace("_", "").isalnum():
                 raise UsageError(f"{at(key)}: secrets must be environment variable names, got {name!r}")
             if name in prof["env"]:
-                raise UsageError(f"{at(key)}: {name} is listed as a secret and also given a value in [env]; secrets "
-                                 "are passed by name only")
+                raise UsageError(
+                    f"{at(key)}: {name} is listed as a secret and also given a value in [env]; secrets "
+                    "are passed by name only"
+                )
     mpi = prof["slurm"]["mpi"]
     if not mpi.replace("_", "").isalnum() or any(a.startswith("--mpi") for a in prof["slurm"]["srun_args"]):
-        raise UsageError(f"{at('slurm.mpi')}: [slurm] mpi must be one MPI plugin name (none, pmix, pmi2, ...), set "
-                         "there and not as --mpi in srun_args")
+        raise UsageError(
+            f"{at('slurm.mpi')}: [slurm] mpi must be one MPI plugin name (none, pmix, pmi2, ...), set "
+            "there and not as --mpi in srun_args"
+        )
     _check_secret_sources(at("slurm.secret_sources"), prof["slurm"])
     bind = prof["slurm"]["cpu_bind"]
     if not all(c.isalnum() or c in "_,:.-=" for c in bind) or any(
-            a.startswith(("--cpu-bind", "--cpu_bind")) for a in prof["slurm"]["srun_args"]):
-        raise UsageError(f"{at('slurm.cpu_bind')}: [slurm] cpu_bind must be one srun --cpu-bind value (none, cores, "
-                         "map_cpu:..., verbose,none; empty for the site's default), set there and not in srun_args")
+        a.startswith(("--cpu-bind", "--cpu_bind")) for a in prof["slurm"]["srun_args"]
+    ):
+        raise UsageError(
+            f"{at('slurm.cpu_bind')}: [slurm] cpu_bind must be one srun --cpu-bind value (none, cores, "
+            "map_cpu:..., verbose,none; empty for the site's default), set there and not in srun_args"
+        )
     port = prof["slurm"]["rdzv_port"]
     if port and (port < 1024 or port > 65535 or port_in_ephemeral_range(port)):
-        raise UsageError(f"{at('slurm.rdzv_port')}: [slurm] rdzv_port {port} is not usable: choose 1024-{EPHEMERAL_PORTS[0] - 1} "
-                         f"(Linux gives outgoing connections ports {EPHEMERAL_PORTS[0]}-{EPHEMERAL_PORTS[1]}, "
-                         "so a rendezvous port there may already be taken)")
+        raise UsageError(
+            f"{at('slurm.rdzv_port')}: [slurm] rdzv_port {port} is not usable: choose 1024-{EPHEMERAL_PORTS[0] - 1} "
+            f"(Linux gives outgoing connections ports {EPHEMERAL_PORTS[0]}-{EPHEMERAL_PORTS[1]}, "
+            "so a rendezvous port there may already be taken)"
+        )
     if prof["rdzv_join_timeout"] < 0:
         raise UsageError(f"{at('rdzv_join_timeout')}: rdzv_join_timeout must be >= 0 seconds (0: derived)")
     _check_canary(at("canary"), prof["canary"])
     if prof["canary"]["enabled"] and prof["backend"] == "local":
-        raise UsageError(f"{at('canary.enabled')}: [canary] enabled: the local backend runs on this machine; a canary checks a cluster")
+        raise UsageError(
+            f"{at('canary.enabled')}: [canary] enabled: the local backend runs on this machine; a canary checks a cluster"
+        )
     prof["arch"] = GPU_ARCH[prof["gpu_type"]]
     prof["path"] = str(path)
     return prof
@@ -165,8 +232,9 @@ def _check_secret_sources(where: str, s: dict) -> None:
             raise UsageError(f"{where} [slurm] secret_sources {name}: expected a string, {secret_ref.FILE_HINT}")
         secret_ref.parse(text, f"{where} [slurm] secret_sources {name}")
     if s["env_secrets"] not in secret_ref.ENV_POLICIES:
-        raise UsageError(f"{where} [slurm] env_secrets must be one of {', '.join(secret_ref.ENV_POLICIES)}, "
-                         f"got {s['env_secrets']!r}")
+        raise UsageError(
+            f"{where} [slurm] env_secrets must be one of {', '.join(secret_ref.ENV_POLICIES)}, got {s['env_secrets']!r}"
+        )
 
 
 def _env_str(v) -> str:
@@ -232,8 +300,10 @@ def canary_settings(prof: dict, requested: bool | None, nodes: int, jobsrc: dict
     if not on:
         return None
     if prof["backend"] == "local":
-        raise UsageError(f"--canary checks a cluster before the job starts; cluster '{prof['name']}' runs torchrun on "
-                         "this machine (the local backend), where the job itself is the check")
+        raise UsageError(
+            f"--canary checks a cluster before the job starts; cluster '{prof['name']}' runs torchrun on "
+            "this machine (the local backend), where the job itself is the check"
+        )
     jobsrc["canary"] = "cli" if requested else f"cluster:{prof['name']}"
     full = {k: section.get(k, default) for k, (_, default) in CANARY_KEYS.items()}
     full.pop("enabled")

@@ -89,11 +89,15 @@ class ModelFacts:
     def group(self, prefix: str) -> dict:
         """The values of one group of facts ("attention", "moe", ...) as a plain dict."""
         p = prefix + "."
-        return {k[len(p):]: f.value for k, f in self.facts.items() if k.startswith(p) and f.value is not None}
+        return {k[len(p) :]: f.value for k, f in self.facts.items() if k.startswith(p) and f.value is not None}
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "where": self.where, "family": self.family,
-                "facts": {k: {"value": f.value, "source": f.source} for k, f in self.facts.items()}}
+        return {
+            "name": self.name,
+            "where": self.where,
+            "family": self.family,
+            "facts": {k: {"value": f.value, "source": f.source} for k, f in self.facts.items()},
+        }
 
     def summary(self) -> str:
         """One line for --dry-run: the facts the rules use."""
@@ -110,14 +114,18 @@ class ModelFacts:
         if self.int("mamba.num_heads") is not None:
             parts.append(f"Mamba {self.get('mamba.num_heads')} heads / {self.get('mamba.num_groups')} groups")
         if self.int("moe.num_experts") is not None:
-            parts.append(f"{self.get('moe.num_experts')} experts (top-{self.get('moe.topk')}, FFN {self.get('moe.expert_ffn')})")
+            parts.append(
+                f"{self.get('moe.num_experts')} experts (top-{self.get('moe.topk')}, FFN {self.get('moe.expert_ffn')})"
+            )
         if self.int("hidden_size") is not None:
             parts.append(f"hidden {self.get('hidden_size')}")
         if self.int("vocab_size") is not None:
             parts.append(f"vocab {self.get('vocab_size')}")
         if self.int("vision.depth") is not None:
             parts.append(f"vision {self.get('vision.depth')} layers x {self.get('vision.hidden_size')}")
-        overridden = sorted({KEY_OF[k] for k, f in self.facts.items() if f.source.startswith("job config") and k in KEY_OF})
+        overridden = sorted(
+            {KEY_OF[k] for k, f in self.facts.items() if f.source.startswith("job config") and k in KEY_OF}
+        )
         text = f"{self.name} ({self.where}): " + ", ".join(parts)
         return text + (f"; from the job: {', '.join(overridden)}" if overridden else "")
 
@@ -132,8 +140,12 @@ def _entry(name: str) -> dict:
     data = table()["models"][name]
     own = _tag(data.get("facts", {}), name)
     if "extends" not in data:
-        return {**data, "facts": own, "refs": {t: (name, text) for t, text in data.get("refs", {}).items()},
-                "lineage": [name]}
+        return {
+            **data,
+            "facts": own,
+            "refs": {t: (name, text) for t, text in data.get("refs", {}).items()},
+            "lineage": [name],
+        }
     base = _entry(data["extends"])
     merged = {**base, **{k: v for k, v in data.items() if k not in ("facts", "refs", "extends")}}
     merged["facts"] = _merge(base["facts"], own)
@@ -144,7 +156,9 @@ def _entry(name: str) -> dict:
 
 def _tag(d: dict, name: str) -> dict:
     """A copy of a facts table with each fact marked with the entry that states it."""
-    return {k: _tag(v, name) if isinstance(v, dict) and "value" not in v else {**v, "_from": name} for k, v in d.items()}
+    return {
+        k: _tag(v, name) if isinstance(v, dict) and "value" not in v else {**v, "_from": name} for k, v in d.items()
+    }
 
 
 def _copy(d: dict) -> dict:
@@ -213,11 +227,21 @@ def facts_for(job) -> ModelFacts | None:
         for k, v in _flatten(data["facts"]).items():
             src, refs = _cite(str(v.get("source", "")), data["refs"], v["_from"])
             facts[k] = Fact(v.get("value"), src, refs)
-        mf = dict(name=name, description=data.get("description", ""), family=data.get("family"), where=where,
-                  verified=data.get("verified"))
+        mf = dict(
+            name=name,
+            description=data.get("description", ""),
+            family=data.get("family"),
+            where=where,
+            verified=data.get("verified"),
+        )
     elif any(k in cfg for k in CONFIG_KEYS):
-        mf = dict(name="job config", description="the model.* values the job sets", family=None,
-                  where="model.* keys the job sets", verified=None)
+        mf = dict(
+            name="job config",
+            description="the model.* values the job sets",
+            family=None,
+            where="model.* keys the job sets",
+            verified=None,
+        )
     else:
         return None
     for key, fact in CONFIG_KEYS.items():
@@ -227,8 +251,13 @@ def facts_for(job) -> ModelFacts | None:
         src = f"job config: {prov.get(key, 'job')}"
         if isinstance(value, str) and "${" in value:
             facts[fact] = Fact(None, f"job config: {prov.get(key, 'job')}, an interpolation resolved in the job")
-        elif value is None or (fact in _BOOL_FACTS and isinstance(value, bool)) or (fact not in _BOOL_FACTS and _int(value)):
+        elif (
+            value is None
+            or (fact in _BOOL_FACTS and isinstance(value, bool))
+            or (fact not in _BOOL_FACTS and _int(value))
+        ):
             facts[fact] = Fact(value, src)
+
     # Megatron's defaults for what a plain config leaves out or sets to null (TransformerConfig.__post_init__)
     def unset(name_):
         return name_ not in facts or facts[name_].value is None
@@ -238,7 +267,11 @@ def facts_for(job) -> ModelFacts | None:
         facts["ffn"] = Fact(4 * h.value, f"{MCORE_DEFAULT}: ffn_hidden_size = 4 * hidden_size")
     if a and _int(a.value):
         if h and _int(h.value) and a.value > 0 and unset("attention.head_dim"):
-            facts["attention.head_dim"] = Fact(h.value // a.value, f"{MCORE_DEFAULT}: kv_channels = hidden_size // num_attention_heads")
+            facts["attention.head_dim"] = Fact(
+                h.value // a.value, f"{MCORE_DEFAULT}: kv_channels = hidden_size // num_attention_heads"
+            )
         if unset("attention.num_query_groups"):
-            facts["attention.num_query_groups"] = Fact(a.value, f"{MCORE_DEFAULT}: num_query_groups = num_attention_heads")
+            facts["attention.num_query_groups"] = Fact(
+                a.value, f"{MCORE_DEFAULT}: num_query_groups = num_attention_heads"
+            )
     return ModelFacts(facts=facts, **mf)

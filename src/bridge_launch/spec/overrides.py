@@ -783,7 +783,13 @@ def _evaluate(v, raw: str, unsupported: list):
     except _Unsupported as exc:
         if not unsupported:
             unsupported.append(
-                _err(raw, f"{exc} in {v.text!r}", v.pos, "this is not supported by bridge-launch", UnsupportedOverrideError)
+                _err(
+                    raw,
+                    f"{exc} in {v.text!r}",
+                    v.pos,
+                    "this is not supported by bridge-launch",
+                    UnsupportedOverrideError,
+                )
             )
         return exc.stand_in
     except Exception as exc:  # whatever Hydra would wrap in "<Error> while evaluating ..."
@@ -801,8 +807,13 @@ def _finish(v, raw: str, top: bool = False):
         return {_finish(k, raw): _finish(x, raw) for k, x in v.items()}
     if t is Sweep:
         if not top:
-            raise _err(raw, "a sweep nested inside a list, dict or another sweep", None,
-                       "this is not supported by bridge-launch; give a single value", UnsupportedOverrideError)
+            raise _err(
+                raw,
+                "a sweep nested inside a list, dict or another sweep",
+                None,
+                "this is not supported by bridge-launch; give a single value",
+                UnsupportedOverrideError,
+            )
         return replace(v, items=tuple(_finish(x, raw) for x in v.items))
     return v
 
@@ -945,7 +956,9 @@ def _format_dict_key(k) -> str:
                 (got,) = back
                 if type(got) is str and got == k:
                     return text
-        raise OverrideError(f"the dict key {k!r} cannot be written in Hydra's override syntax (it would not come back as that string)")
+        raise OverrideError(
+            f"the dict key {k!r} cannot be written in Hydra's override syntax (it would not come back as that string)"
+        )
     if k is None or isinstance(k, (bool, int, float)):
         return format_value(k)
     raise OverrideError(f"dict keys must be str, int, float, bool or None, not {type(k).__name__}")

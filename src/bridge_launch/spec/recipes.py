@@ -15,14 +15,39 @@ MODES = ("pretrain", "sft", "lora", "dora")
 DEFAULT_ENTRY = RUN_RECIPE
 
 _RECIPE_KEYS = {
-    "name": str, "description": str, "aliases": list, "extends": str, "abstract": bool,
-    "upstream": str, "upstream_ref": str, "upstream_status": str, "mode": str, "workload": str, "gpus": int,
-    "container": str, "hf_model": str, "required": list, "entry": str, "notes": str, "dataset_kind": str,
-    "env": dict, "upstream_env": dict, "config": dict, "upstream_config": dict, "assumptions": dict,
+    "name": str,
+    "description": str,
+    "aliases": list,
+    "extends": str,
+    "abstract": bool,
+    "upstream": str,
+    "upstream_ref": str,
+    "upstream_status": str,
+    "mode": str,
+    "workload": str,
+    "gpus": int,
+    "container": str,
+    "hf_model": str,
+    "required": list,
+    "entry": str,
+    "notes": str,
+    "dataset_kind": str,
+    "env": dict,
+    "upstream_env": dict,
+    "config": dict,
+    "upstream_config": dict,
+    "assumptions": dict,
 }
 _OVERLAY_KEYS = {
-    "name": str, "description": str, "aliases": list, "extends": str, "abstract": bool,
-    "gpus": int, "env": dict, "config": dict, "notes": str,
+    "name": str,
+    "description": str,
+    "aliases": list,
+    "extends": str,
+    "abstract": bool,
+    "gpus": int,
+    "env": dict,
+    "config": dict,
+    "notes": str,
 }
 
 
@@ -89,11 +114,17 @@ def _sections(cat: Catalog, name: str, pairs) -> tuple[dict, dict]:
     for path, origin, entry_name, own in reversed(cat.chain(name)):  # base first
         for plain, upstream in pairs:
             a = flatten(own.get(plain, {}), keep_dict=keep) if plain.endswith("config") else dict(own.get(plain, {}))
-            b = flatten(own.get(upstream, {}), keep_dict=keep) if plain.endswith("config") else dict(own.get(upstream, {}))
+            b = (
+                flatten(own.get(upstream, {}), keep_dict=keep)
+                if plain.endswith("config")
+                else dict(own.get(upstream, {}))
+            )
             both = sorted(set(a) & set(b))
             if both:
-                raise UsageError(f"{where([path], f'{plain}.{both[0]}')}: {both[0]} is set in both [{plain}] and "
-                                 f"[{upstream}] of the same file; keep one")
+                raise UsageError(
+                    f"{where([path], f'{plain}.{both[0]}')}: {both[0]} is set in both [{plain}] and "
+                    f"[{upstream}] of the same file; keep one"
+                )
             for sect, keys in ((plain, a), (upstream, b)):
                 for key in keys:
                     owner[(plain, key)] = sect
@@ -150,8 +181,10 @@ def load(name: str, allow_abstract: bool = False) -> dict:
     for section in ("config", "upstream_config"):
         _check_values(at, section, data[section])
     # Values a user's recipe file sets: their source in --dry-run names it (recipe:<name>).
-    data["sources"] = {"config": {k: v for (sect, k), v in label.items() if sect == "config" and k in data["config"]},
-                       "env": {k: v for (sect, k), v in label.items() if sect == "env" and k in data["env"]}}
+    data["sources"] = {
+        "config": {k: v for (sect, k), v in label.items() if sect == "config" and k in data["config"]},
+        "env": {k: v for (sect, k), v in label.items() if sect == "env" and k in data["env"]},
+    }
     data.setdefault("required", [])
     data.setdefault("entry", DEFAULT_ENTRY)
     data["origin"] = entry.origin

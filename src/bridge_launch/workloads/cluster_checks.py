@@ -96,9 +96,16 @@ def check_image(spec: dict, hosts: list) -> dict:
     import torch
 
     nodes = sorted(set(hosts))
-    return _result("image", "ok", f"{spec.get('container') or 'no container (bare processes)'} started on "
-                   f"{len(nodes)} node(s) ({', '.join(nodes)}): python {sys.version.split()[0]}, torch {torch.__version__}",
-                   container=spec.get("container"), hosts=nodes, python=sys.executable, torch=torch.__version__)
+    return _result(
+        "image",
+        "ok",
+        f"{spec.get('container') or 'no container (bare processes)'} started on "
+        f"{len(nodes)} node(s) ({', '.join(nodes)}): python {sys.version.split()[0]}, torch {torch.__version__}",
+        container=spec.get("container"),
+        hosts=nodes,
+        python=sys.executable,
+        torch=torch.__version__,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -156,6 +163,7 @@ def image_versions() -> dict:
 def versions_line(found: dict, schema: dict) -> tuple[str, bool]:
     """'image: megatron-bridge X, megatron-core Y; schema/ from megatron-bridge X' (commit), ...' and
     whether the versions agree."""
+
     def one(label, key):
         info = found.get(key) or {}
         if "error" in info:
@@ -164,10 +172,14 @@ def versions_line(found: dict, schema: dict) -> tuple[str, bool]:
         return text + (f" @ {info['commit'][:9]}" if info.get("commit") else "")
 
     image = f"{one('megatron-bridge', 'megatron_bridge')}, {one('megatron-core', 'megatron_core')}"
-    ours = (f"megatron-bridge {schema.get('megatron_bridge_version', '?')} ({str(schema.get('megatron_bridge', '?'))[:9]}), "
-            f"megatron-core {schema.get('megatron_core_version', '?')} ({str(schema.get('megatron_core', '?'))[:9]})")
-    same = all((found.get(k) or {}).get("version", "").split("+")[0] == schema.get(f"{k}_version")
-               for k in ("megatron_bridge", "megatron_core"))
+    ours = (
+        f"megatron-bridge {schema.get('megatron_bridge_version', '?')} ({str(schema.get('megatron_bridge', '?'))[:9]}), "
+        f"megatron-core {schema.get('megatron_core_version', '?')} ({str(schema.get('megatron_core', '?'))[:9]})"
+    )
+    same = all(
+        (found.get(k) or {}).get("version", "").split("+")[0] == schema.get(f"{k}_version")
+        for k in ("megatron_bridge", "megatron_core")
+    )
     return f"image: {image}; schema/ from {ours}", same
 
 
@@ -194,19 +206,28 @@ def _trainer_in_process(spec: dict) -> dict:
     except BaseException as exc:  # noqa: BLE001 - reported
         return _result("trainer", "fail", f"{stage[0]} failed: {_error(exc)}; {vline}", **data)
     if not callable(getattr(mod, "main", None)) or not callable(getattr(mod, "run_config", None)):
-        return _result("trainer", "fail", f"{entry} has no main() calling run_config() (the interface of Megatron-Bridge "
-                       f"067f987 scripts/training/run_recipe.py this check follows); {vline}", **data)
+        return _result(
+            "trainer",
+            "fail",
+            f"{entry} has no main() calling run_config() (the interface of Megatron-Bridge "
+            f"067f987 scripts/training/run_recipe.py this check follows); {vline}",
+            **data,
+        )
     runner = sys.modules.get("recipe_runner")
     # benchmark recipes re-exec the interpreter once to apply their environment (recipe_runner.py
     # bootstrap_recipe_environment, :337-362); the marker says that has happened in this process
-    os.environ[getattr(runner, "RECIPE_ENV_BOOTSTRAP_MARKER", "_MB_TRAINING_RECIPE_ENV_BOOTSTRAPPED")] = str(os.getpid())
+    os.environ[getattr(runner, "RECIPE_ENV_BOOTSTRAP_MARKER", "_MB_TRAINING_RECIPE_ENV_BOOTSTRAPPED")] = str(
+        os.getpid()
+    )
 
     def staged(name: str, label: str) -> None:
         fn = getattr(mod, name, None)
         if callable(fn):
+
             def wrapper(*a, **k):
                 stage[0] = label
                 return fn(*a, **k)
+
             setattr(mod, name, wrapper)
 
     staged("parse_args", "argument parsing")
@@ -241,9 +262,14 @@ def _trainer_in_process(spec: dict) -> dict:
     if not built:
         return _result("trainer", "fail", f"{entry}'s main() returned without reaching run_config; {vline}", **data)
     data.update(built)
-    return _result("trainer", "ok", f"recipe {recipe} built with {len(args)} overrides and validated for "
-                   f"{world} ranks (data-parallel size {built.get('data_parallel_size')}); {vline}"
-                   + ("" if same else " (they differ: the overrides were checked by the image's own code)"), **data)
+    return _result(
+        "trainer",
+        "ok",
+        f"recipe {recipe} built with {len(args)} overrides and validated for "
+        f"{world} ranks (data-parallel size {built.get('data_parallel_size')}); {vline}"
+        + ("" if same else " (they differ: the overrides were checked by the image's own code)"),
+        **data,
+    )
 
 
 def check_trainer(spec: dict, spec_path: str) -> dict:
@@ -300,11 +326,21 @@ def _data_in_process(spec: dict) -> dict:
     except StopIteration:
         return _result("data", "fail", f"{path}: the {split} split has no sample (Energon {ver})", energon=ver)
     except BaseException as exc:  # noqa: BLE001 - reported
-        return _result("data", "fail", f"opening {path} with the image's Energon {ver} and reading a {split} sample "
-                       f"failed: {_error(exc)}", energon=ver, traceback=traceback.format_exc()[-4000:])
+        return _result(
+            "data",
+            "fail",
+            f"opening {path} with the image's Energon {ver} and reading a {split} sample failed: {_error(exc)}",
+            energon=ver,
+            traceback=traceback.format_exc()[-4000:],
+        )
     desc = _describe(sample)
-    return _result("data", "ok", f"{path} opened with the image's Energon {ver}; one {split} sample read "
-                   f"({desc['type']} {desc.get('key')})", energon=ver, sample=desc)
+    return _result(
+        "data",
+        "ok",
+        f"{path} opened with the image's Energon {ver}; one {split} sample read ({desc['type']} {desc.get('key')})",
+        energon=ver,
+        sample=desc,
+    )
 
 
 def check_data(spec: dict, spec_path: str) -> dict:
@@ -319,8 +355,12 @@ def check_data(spec: dict, spec_path: str) -> dict:
     if d.get("kind") != "energon":
         return _result("data", "ok", f"dataset.path {path} exists and is readable (not an Energon dataset: not opened)")
     if not os.path.isdir(os.path.join(path, ".nv-meta")):
-        return _result("data", "fail", f"dataset.path {path} is not a prepared Energon dataset (no .nv-meta/); "
-                       "prepare it with 'bridge-launch data prepare'")
+        return _result(
+            "data",
+            "fail",
+            f"dataset.path {path} is not a prepared Energon dataset (no .nv-meta/); "
+            "prepare it with 'bridge-launch data prepare'",
+        )
     return _subprocess_check("data", spec, spec_path)
 
 
@@ -345,15 +385,22 @@ def check_checkpoint(spec: dict) -> dict:
     if not path:
         return _result("checkpoint", "skip", "checkpoint.pretrained_checkpoint is not set")
     if not os.path.exists(path):
-        return _result("checkpoint", "fail", f"checkpoint.pretrained_checkpoint {path} does not exist in the container"
-                       f"{_mounts_hint(spec)}")
+        return _result(
+            "checkpoint",
+            "fail",
+            f"checkpoint.pretrained_checkpoint {path} does not exist in the container{_mounts_hint(spec)}",
+        )
     if not os.path.isdir(path):
         return _result("checkpoint", "fail", f"checkpoint.pretrained_checkpoint {path} is not a directory")
     if any(os.path.exists(os.path.join(path, m)) for m in P.ITERATION_DIR_MARKERS):
         it_dir, where = path, "an iteration directory (loaded as it is)"
     elif _is_hf_dir(path):
-        return _result("checkpoint", "ok", f"{path} is a HuggingFace model directory (config.json and weights): "
-                       "Bridge loads it in hf format", format="hf")
+        return _result(
+            "checkpoint",
+            "ok",
+            f"{path} is a HuggingFace model directory (config.json and weights): Bridge loads it in hf format",
+            format="hf",
+        )
     else:
         state, txt = os.path.join(path, P.TRACKER_STATE), os.path.join(path, P.TRACKER)
         release = False
@@ -373,16 +420,27 @@ def check_checkpoint(spec: dict) -> dict:
             except ValueError:
                 it, release = 0, text == "release"
                 if not release:
-                    return _result("checkpoint", "fail", f"{txt} holds {text[:40]!r}, neither an iteration nor "
-                                   "'release': Bridge prints 'ERROR: Invalid metadata file' and exits")
+                    return _result(
+                        "checkpoint",
+                        "fail",
+                        f"{txt} holds {text[:40]!r}, neither an iteration nor "
+                        "'release': Bridge prints 'ERROR: Invalid metadata file' and exits",
+                    )
             if it <= 0 and not release:
-                return _result("checkpoint", "fail", f"{txt} holds {text!r}: Bridge fails with "
-                               f"'{P.TRACKER_PARSE_ERROR.format(path=txt)}'")
+                return _result(
+                    "checkpoint",
+                    "fail",
+                    f"{txt} holds {text!r}: Bridge fails with '{P.TRACKER_PARSE_ERROR.format(path=txt)}'",
+                )
             tracker = f"{P.TRACKER} ({text})"
         else:
-            return _result("checkpoint", "fail", f"{path} holds no checkpoint: no tracker ({P.TRACKER_STATE} or "
-                           f"{P.TRACKER}), none of {', '.join(P.ITERATION_DIR_MARKERS)} and no HuggingFace weights; "
-                           f"Bridge stops with '{P.NO_CHECKPOINT}'")
+            return _result(
+                "checkpoint",
+                "fail",
+                f"{path} holds no checkpoint: no tracker ({P.TRACKER_STATE} or "
+                f"{P.TRACKER}), none of {', '.join(P.ITERATION_DIR_MARKERS)} and no HuggingFace weights; "
+                f"Bridge stops with '{P.NO_CHECKPOINT}'",
+            )
         it_dir = os.path.join(path, P.RELEASE_DIR if release else P.iter_dir(it))
         where = f"tracker {tracker} -> {os.path.basename(it_dir)}"
         if not os.path.isdir(it_dir):
@@ -399,27 +457,45 @@ def check_checkpoint(spec: dict) -> dict:
     elif _is_hf_dir(it_dir):
         fmt, meta, detail = "hf", None, "config.json and weights"
     else:
-        return _result("checkpoint", "fail", f"{path}: {where}: {P.UNKNOWN_FORMAT.format(path=it_dir)} "
-                       f"(no {P.MCORE_METADATA}, no {P.DIST_METADATA}, no HuggingFace weights)")
+        return _result(
+            "checkpoint",
+            "fail",
+            f"{path}: {where}: {P.UNKNOWN_FORMAT.format(path=it_dir)} "
+            f"(no {P.MCORE_METADATA}, no {P.DIST_METADATA}, no HuggingFace weights)",
+        )
     # the files a complete checkpoint of that format always has, but train_state.pt: a load without it
     # rebuilds the train state from the checkpoint's state dict (MB training/checkpointing.py:3066-3072)
-    missing = [] if fmt == "hf" else [f for f in P.complete_files(fmt) if f != P.TRAIN_STATE
-                                      and not os.path.exists(os.path.join(it_dir, f))]
+    missing = (
+        []
+        if fmt == "hf"
+        else [f for f in P.complete_files(fmt) if f != P.TRAIN_STATE and not os.path.exists(os.path.join(it_dir, f))]
+    )
     if missing:
-        return _result("checkpoint", "fail", f"{path}: {where}: format {fmt} but {', '.join(missing)} is missing in "
-                       f"{it_dir} (an incomplete checkpoint)", format=fmt, metadata=meta)
-    return _result("checkpoint", "ok", f"{path}: {where}, format {fmt} ({detail})", format=fmt, metadata=meta,
-                   iteration_dir=it_dir)
+        return _result(
+            "checkpoint",
+            "fail",
+            f"{path}: {where}: format {fmt} but {', '.join(missing)} is missing in {it_dir} (an incomplete checkpoint)",
+            format=fmt,
+            metadata=meta,
+        )
+    return _result(
+        "checkpoint", "ok", f"{path}: {where}, format {fmt} ({detail})", format=fmt, metadata=meta, iteration_dir=it_dir
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # hf_cache: the model and processor revisions in the offline cache
 # --------------------------------------------------------------------------------------------
 def hub_cache() -> str:
-    home = os.path.expanduser(os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface"))
-    return os.path.expanduser(os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
-                              or os.path.join(home, "hub"))
+    home = os.path.expanduser(
+        os.environ.get("HF_HOME")
+        or os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "huggingface"
+        )
+    )
+    return os.path.expanduser(
+        os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or os.path.join(home, "hub")
+    )
 
 
 def cached_snapshot(cache: str, repo: str, revision: str | None) -> tuple[str | None, str]:
@@ -447,8 +523,12 @@ def check_hf_cache(spec: dict) -> dict:
     if not wanted:
         return _result("hf_cache", "skip", "the recipe names no HuggingFace model or processor")
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() not in _TRUE:
-        return _result("hf_cache", "skip", "HF_HUB_OFFLINE is not set: the job may download from the Hub "
-                       "(the profile's hf_home sets an offline cache)")
+        return _result(
+            "hf_cache",
+            "skip",
+            "HF_HUB_OFFLINE is not set: the job may download from the Hub "
+            "(the profile's hf_home sets an offline cache)",
+        )
     cache = hub_cache()
     found, problems = [], []
     for what, repo, rev, files, need_all in wanted:
@@ -466,9 +546,16 @@ def check_hf_cache(spec: dict) -> dict:
             continue
         found.append(f"{label} ({', '.join(have)})")
     if problems:
-        return _result("hf_cache", "fail", f"not in the offline cache {cache} (HF_HUB_OFFLINE=1, so loading fails): "
-                       + "; ".join(problems) + "; download them there first (huggingface-cli download REPO "
-                       f"--revision REV --cache-dir {cache})", cache=cache, found=found)
+        return _result(
+            "hf_cache",
+            "fail",
+            f"not in the offline cache {cache} (HF_HUB_OFFLINE=1, so loading fails): "
+            + "; ".join(problems)
+            + "; download them there first (huggingface-cli download REPO "
+            f"--revision REV --cache-dir {cache})",
+            cache=cache,
+            found=found,
+        )
     return _result("hf_cache", "ok", f"in the offline cache {cache}: " + "; ".join(found), cache=cache)
 
 
@@ -483,8 +570,9 @@ def check_fabric(spec: dict, nodes: dict, cuda: bool) -> dict:
 
     mnnvl, reason = fabric_checks.mnnvl_status({h: n.get("fabric") for h, n in nodes.items()}, len(nodes))
     no_imex = sorted(h for h, n in nodes.items() if not (n.get("imex") or {}).get("channels"))
-    imex = (f"IMEX channels visible on {len(nodes) - len(no_imex)}/{len(nodes)} node(s)"
-            + (f" (none on {', '.join(no_imex)})" if no_imex else ""))
+    imex = f"IMEX channels visible on {len(nodes) - len(no_imex)}/{len(nodes)} node(s)" + (
+        f" (none on {', '.join(no_imex)})" if no_imex else ""
+    )
     detail = f"{imex}; multi-node NVLink {mnnvl}: {reason}"
     expect = bool((spec.get("fabric") or {}).get("expect_mnnvl")) and len(nodes) > 1
     data = {"mnnvl": mnnvl, "nodes": nodes}
@@ -506,16 +594,36 @@ def judge_busbw(spec: dict, rows: list, world: int, nodes: int, backend: str) ->
     note = "" if nodes > 1 else "; one node only, so no inter-node link was measured"
     expected = float(net.get("expected_busbw_gbps") or 0)
     frac = float(net.get("min_fraction") or 0.8)
-    data = {"rows": rows, "measured_gbps": got, "size_bytes": size, "expected_gbps": expected or None,
-            "min_fraction": frac}
+    data = {
+        "rows": rows,
+        "measured_gbps": got,
+        "size_bytes": size,
+        "expected_gbps": expected or None,
+        "min_fraction": frac,
+    }
     if not expected:
-        return _result("network", "warn", f"all-reduce busbw {got:.3f} GB/s at {_size(size)} ({where}); no expected "
-                       f"figure for {gpu} in the profile ([canary] busbw_gbps): not judged{note}", **data)
+        return _result(
+            "network",
+            "warn",
+            f"all-reduce busbw {got:.3f} GB/s at {_size(size)} ({where}); no expected "
+            f"figure for {gpu} in the profile ([canary] busbw_gbps): not judged{note}",
+            **data,
+        )
     if got >= expected * frac:
-        return _result("network", "ok", f"all-reduce busbw {got:.3f} GB/s at {_size(size)} >= {frac:.0%} of the "
-                       f"expected {expected:g} GB/s for {gpu} ({where}){note}", **data)
-    return _result("network", "fail", f"all-reduce busbw {got:.3f} GB/s at {_size(size)} is below {frac:.0%} of the "
-                   f"expected {expected:g} GB/s for {gpu} ({where}){note}", **data)
+        return _result(
+            "network",
+            "ok",
+            f"all-reduce busbw {got:.3f} GB/s at {_size(size)} >= {frac:.0%} of the "
+            f"expected {expected:g} GB/s for {gpu} ({where}){note}",
+            **data,
+        )
+    return _result(
+        "network",
+        "fail",
+        f"all-reduce busbw {got:.3f} GB/s at {_size(size)} is below {frac:.0%} of the "
+        f"expected {expected:g} GB/s for {gpu} ({where}){note}",
+        **data,
+    )
 
 
 def _distributed(spec: dict, rank: int, world: int, local_rank: int):
@@ -545,8 +653,9 @@ def _distributed(spec: dict, rank: int, world: int, local_rank: int):
         dist.all_gather_object(infos, {"host": host, "node": node})
         rows = []
         if world > 1:
-            rows = fabric_checks.busbw_sweep(list(net.get("sizes") or [1 << 20]), int(net.get("iters") or 5), device,
-                                         world, dist.barrier)
+            rows = fabric_checks.busbw_sweep(
+                list(net.get("sizes") or [1 << 20]), int(net.get("iters") or 5), device, world, dist.barrier
+            )
         result = None
         hosts = [i["host"] for i in infos]
         if rank == 0:
@@ -569,28 +678,46 @@ def _subprocess_check(name: str, spec: dict, spec_path: str) -> dict:
     timeout = int(spec.get("check_timeout_s") or 600)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC_", "MASTER_", "GROUP_", "ROLE_"))}
     try:
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--check", name, spec_path],
-                              capture_output=True, text=True, timeout=timeout, env=env)
+        proc = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--check", name, spec_path],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+        )
     except subprocess.TimeoutExpired:
         return _result(name, "fail", f"the {name} check did not finish within {timeout} s")
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(RESULT_MARK):
-            return json.loads(line[len(RESULT_MARK):])
+            return json.loads(line[len(RESULT_MARK) :])
     tail = [ln.strip() for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
-    return _result(name, "fail", f"the {name} check's process ended (exit {proc.returncode}) without a result: "
-                   f"{tail[-1] if tail else 'no output'}", output=(proc.stderr or proc.stdout)[-4000:])
+    return _result(
+        name,
+        "fail",
+        f"the {name} check's process ended (exit {proc.returncode}) without a result: "
+        f"{tail[-1] if tail else 'no output'}",
+        output=(proc.stderr or proc.stdout)[-4000:],
+    )
 
 
 def verdict(results: dict) -> dict:
     ordered = [results[c] for c in CHECKS if c in results]
     failed = [r for r in ordered if r["status"] == "fail"]
-    return {"verdict": "fail" if failed else "pass", "first_failure": failed[0] if failed else None,
-            "warnings": [r["check"] for r in ordered if r["status"] == "warn"]}
+    return {
+        "verdict": "fail" if failed else "pass",
+        "first_failure": failed[0] if failed else None,
+        "warnings": [r["check"] for r in ordered if r["status"] == "warn"],
+    }
 
 
 def write_report(path: str, spec: dict, results: dict, started: float, done: bool) -> None:
-    report = {"run_id": spec.get("run_id"), "started": started, "elapsed_s": round(time.time() - started, 3),
-              "complete": done, "checks": [results[c] for c in CHECKS if c in results]}
+    report = {
+        "run_id": spec.get("run_id"),
+        "started": started,
+        "elapsed_s": round(time.time() - started, 3),
+        "complete": done,
+        "checks": [results[c] for c in CHECKS if c in results],
+    }
     if done:
         report.update(verdict(results))
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
@@ -626,8 +753,12 @@ def run(spec_path: str) -> int:
     record(check_image(spec, hosts))
     record(check_fabric(spec, nodes, cuda))
     record(network)
-    for name, fn in (("trainer", lambda: check_trainer(spec, spec_path)), ("data", lambda: check_data(spec, spec_path)),
-                     ("checkpoint", lambda: check_checkpoint(spec)), ("hf_cache", lambda: check_hf_cache(spec))):
+    for name, fn in (
+        ("trainer", lambda: check_trainer(spec, spec_path)),
+        ("data", lambda: check_data(spec, spec_path)),
+        ("checkpoint", lambda: check_checkpoint(spec)),
+        ("hf_cache", lambda: check_hf_cache(spec)),
+    ):
         t0 = time.time()
         try:
             result = fn()
@@ -665,7 +796,10 @@ def main(argv=None) -> int:
     if len(argv) == 3 and argv[0] == "--check" and argv[1] in ("trainer", "data"):
         return _check_main(argv[1], argv[2])
     if len(argv) != 1:
-        print("usage: cluster_checks.py SPEC.json  (under torchrun)  |  cluster_checks.py --check trainer|data SPEC.json", file=sys.stderr)
+        print(
+            "usage: cluster_checks.py SPEC.json  (under torchrun)  |  cluster_checks.py --check trainer|data SPEC.json",
+            file=sys.stderr,
+        )
         return 2
     return run(argv[0])
 

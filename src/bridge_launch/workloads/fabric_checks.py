@@ -81,9 +81,11 @@ def query_fabric():
 # NVIDIA_DRIVER_CAPABILITIES includes compute, `nofail`: silently absent where the host has none);
 # enroot 3.x does not, and then NCCL cannot use MNNVL inside the container.
 IMEX_CHANNELS = "/dev/nvidia-caps-imex-channels"
-IMEX_HINT = ("enroot mounts it only from 4.0 (hook 98-nvidia.sh, with NVIDIA_DRIVER_CAPABILITIES including "
-             "compute); with older enroot add it to the profile's container_mounts, and the host needs the IMEX "
-             "daemon's channels")
+IMEX_HINT = (
+    "enroot mounts it only from 4.0 (hook 98-nvidia.sh, with NVIDIA_DRIVER_CAPABILITIES including "
+    "compute); with older enroot add it to the profile's container_mounts, and the host needs the IMEX "
+    "daemon's channels"
+)
 
 
 def imex_channels(root: str = IMEX_CHANNELS) -> dict:
@@ -129,10 +131,14 @@ def mnnvl_status(fabric_by_host: dict, nodes: int, imex_by_host: dict | None = N
         if nodes <= 1:
             return "no", f"single node: NVLink fabric registered but MNNVL needs >1 node; {env_desc}"
         cliques = {(f.get("cluster_uuid"), f.get("clique_id")) for f in fabric_by_host.values()}
-        no_imex = sorted(h for h, i in (imex_by_host or {}).items() if not ((i or {}).get("visible") and i.get("channels")))
+        no_imex = sorted(
+            h for h, i in (imex_by_host or {}).items() if not ((i or {}).get("visible") and i.get("channels"))
+        )
         if len(cliques) == 1 and None not in next(iter(cliques)) and no_imex:
-            return "no", (f"all {nodes} nodes share NVLink clique {next(iter(cliques))[1]}, but {IMEX_CHANNELS} has no "
-                          f"channel in the container on {', '.join(no_imex)} (see the imex line); {env_desc}")
+            return "no", (
+                f"all {nodes} nodes share NVLink clique {next(iter(cliques))[1]}, but {IMEX_CHANNELS} has no "
+                f"channel in the container on {', '.join(no_imex)} (see the imex line); {env_desc}"
+            )
         if len(cliques) == 1 and None not in next(iter(cliques)):
             return "likely", (
                 f"all {nodes} nodes share NVLink clique {next(iter(cliques))[1]} "
@@ -166,7 +172,13 @@ def busbw_sweep(sizes, iters: int, device, world: int, barrier) -> list:
         t = float(dt.item())
         nbytes = numel * 4
         algbw = nbytes / t / 1e9 if t > 0 else 0.0
-        rows.append({"size_bytes": nbytes, "time_us": round(t * 1e6, 3), "algbw_gbps": round(algbw, 6),
-                     "busbw_gbps": round(algbw * factor, 6)})
+        rows.append(
+            {
+                "size_bytes": nbytes,
+                "time_us": round(t * 1e6, 3),
+                "algbw_gbps": round(algbw, 6),
+                "busbw_gbps": round(algbw * factor, 6),
+            }
+        )
         del buf
     return rows

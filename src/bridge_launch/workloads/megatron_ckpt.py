@@ -38,8 +38,19 @@ def _torch_save_fsync(obj, path: str) -> None:
         os.fsync(fh.fileno())
 
 
-def save(*, save_dir: str, save_root: str, step: int, rank: int, world: int, shard: dict, train_state: dict,
-         run_config: str, write_seconds: float, log) -> None:
+def save(
+    *,
+    save_dir: str,
+    save_root: str,
+    step: int,
+    rank: int,
+    world: int,
+    shard: dict,
+    train_state: dict,
+    run_config: str,
+    write_seconds: float,
+    log,
+) -> None:
     """One synchronous persistent (or non-persistent "global") save of iteration `step` into
     `save_dir`, in Bridge's order. `shard` is this rank's payload; `write_seconds` spreads the
     shard writes over that long (a checkpoint that takes time to write, as a 35B one on Lustre
@@ -106,8 +117,9 @@ def _tracker_iteration(directory: str) -> int | None:
 def choose(load: str, *, ckpt_step: int | None, non_persistent_dir: str | None) -> tuple[str, int] | None:
     """(iteration dir, iteration) that Bridge would load from `load`, or None to start from
     scratch (no tracker: silently, as Bridge does)."""
-    if os.path.isdir(load) and any(os.path.exists(os.path.join(load, f))
-                                   for f in (P.RUN_CONFIG, P.TRAIN_STATE, P.MCORE_METADATA, P.DIST_METADATA)):
+    if os.path.isdir(load) and any(
+        os.path.exists(os.path.join(load, f)) for f in (P.RUN_CONFIG, P.TRAIN_STATE, P.MCORE_METADATA, P.DIST_METADATA)
+    ):
         state = os.path.join(load, P.TRAIN_STATE)
         step = int(torch.load(state, map_location="cpu", weights_only=True)["step"]) if os.path.isfile(state) else 0
         return load, step

@@ -251,9 +251,7 @@ def build_config(overrides: dict, world_size: int) -> dict:
     cfg["micro_batch_size"] = _as_int("train.micro_batch_size", get("train.micro_batch_size", default=4), minimum=1)
     gbs = get("train.global_batch_size")
     cfg["global_batch_size"] = (
-        cfg["micro_batch_size"] * world_size
-        if _is_null(gbs)
-        else _as_int("train.global_batch_size", gbs, minimum=1)
+        cfg["micro_batch_size"] * world_size if _is_null(gbs) else _as_int("train.global_batch_size", gbs, minimum=1)
     )
     per_step = cfg["micro_batch_size"] * world_size
     if cfg["global_batch_size"] % per_step != 0:
@@ -262,27 +260,37 @@ def build_config(overrides: dict, world_size: int) -> dict:
             f"train.micro_batch_size * data-parallel size = {cfg['micro_batch_size']} * {world_size} = {per_step}"
         )
     cfg["grad_accum"] = cfg["global_batch_size"] // per_step
-    cfg["seq_length"] = _as_int("dataset.seq_length", get("dataset.seq_length", "model.seq_length", default=64), minimum=1)
+    cfg["seq_length"] = _as_int(
+        "dataset.seq_length", get("dataset.seq_length", "model.seq_length", default=64), minimum=1
+    )
     cfg["num_layers"] = _as_int("model.num_layers", get("model.num_layers", default=2), minimum=1)
     cfg["hidden_size"] = _as_int("model.hidden_size", get("model.hidden_size", default=64), minimum=1)
-    cfg["num_attention_heads"] = _as_int("model.num_attention_heads", get("model.num_attention_heads", default=4), minimum=1)
+    cfg["num_attention_heads"] = _as_int(
+        "model.num_attention_heads", get("model.num_attention_heads", default=4), minimum=1
+    )
     if cfg["hidden_size"] % cfg["num_attention_heads"] != 0:
         raise SmokeError(
             f"model.hidden_size={cfg['hidden_size']} is not divisible by "
             f"model.num_attention_heads={cfg['num_attention_heads']}"
         )
     ffn = get("model.ffn_hidden_size")
-    cfg["ffn_hidden_size"] = 4 * cfg["hidden_size"] if _is_null(ffn) else _as_int("model.ffn_hidden_size", ffn, minimum=1)
+    cfg["ffn_hidden_size"] = (
+        4 * cfg["hidden_size"] if _is_null(ffn) else _as_int("model.ffn_hidden_size", ffn, minimum=1)
+    )
     vocab_key = "model.vocab_size" if "model.vocab_size" in o else "tokenizer.vocab_size"
     cfg["vocab_size"] = _as_int(vocab_key, get("model.vocab_size", "tokenizer.vocab_size", default=256), minimum=2)
     cfg["lr"] = _as_float("optimizer.lr", get("optimizer.lr", default=3e-3), minimum=0.0)
     cfg["weight_decay"] = _as_float("optimizer.weight_decay", get("optimizer.weight_decay", default=0.01), minimum=0.0)
     cfg["clip_grad"] = _as_float("optimizer.clip_grad", get("optimizer.clip_grad", default=1.0), minimum=0.0)
-    cfg["lr_warmup_iters"] = _as_int("scheduler.lr_warmup_iters", get("scheduler.lr_warmup_iters", default=0), minimum=0)
+    cfg["lr_warmup_iters"] = _as_int(
+        "scheduler.lr_warmup_iters", get("scheduler.lr_warmup_iters", default=0), minimum=0
+    )
     cfg["seed"] = _as_int("rng.seed", get("rng.seed", default=1234), minimum=0)
     cfg["save"] = _as_path("checkpoint.save", get("checkpoint.save"))
     cfg["load"] = _as_path("checkpoint.load", get("checkpoint.load"))
-    cfg["save_interval"] = _as_int("checkpoint.save_interval", get("checkpoint.save_interval"), minimum=1, optional=True)
+    cfg["save_interval"] = _as_int(
+        "checkpoint.save_interval", get("checkpoint.save_interval"), minimum=1, optional=True
+    )
     # Defaults are Megatron-Bridge's where the launcher can see the difference (MC
     # training/config/training_config.py, trainer_protocol.py): log every 100 steps, no periodic
     # save, no in-loop evaluation, 100 evaluation iterations, no exit-signal handler.
@@ -293,23 +301,32 @@ def build_config(overrides: dict, world_size: int) -> dict:
         raise SmokeError(f"checkpoint.ckpt_format={fmt!r}: the smoke workload writes torch_dist checkpoints only")
     if _as_bool("checkpoint.async_save", get("checkpoint.async_save", default=False)):
         raise SmokeError("checkpoint.async_save=true: the smoke workload saves synchronously only")
-    cfg["np_interval"] = _as_int("checkpoint.non_persistent_save_interval",
-                                 get("checkpoint.non_persistent_save_interval"), minimum=1, optional=True)
+    cfg["np_interval"] = _as_int(
+        "checkpoint.non_persistent_save_interval",
+        get("checkpoint.non_persistent_save_interval"),
+        minimum=1,
+        optional=True,
+    )
     np_type = get("checkpoint.non_persistent_ckpt_type")
     cfg["np_type"] = None if _is_null(np_type) else str(np_type)
     if cfg["np_type"] not in (None, "global"):
-        raise SmokeError(f"checkpoint.non_persistent_ckpt_type={cfg['np_type']!r}: the smoke workload emulates "
-                         "'global' non-persistent checkpoints only ('local' needs nvidia_resiliency_ext)")
+        raise SmokeError(
+            f"checkpoint.non_persistent_ckpt_type={cfg['np_type']!r}: the smoke workload emulates "
+            "'global' non-persistent checkpoints only ('local' needs nvidia_resiliency_ext)"
+        )
     np_dir = _as_path("checkpoint.non_persistent_global_ckpt_dir", get("checkpoint.non_persistent_global_ckpt_dir"))
     base = cfg["save"] or cfg["load"]
     cfg["np_dir"] = np_dir or (os.path.join(base, P.NON_PERSISTENT_SUBDIR) if base else None)
-    cfg["eval_interval"] = _as_int("validation.eval_interval",
-                                   get("validation.eval_interval", "train.eval_interval"), minimum=1, optional=True)
-    cfg["eval_iters"] = _as_int("validation.eval_iters", get("validation.eval_iters", "train.eval_iters", default=100),
-                                minimum=0)
+    cfg["eval_interval"] = _as_int(
+        "validation.eval_interval", get("validation.eval_interval", "train.eval_interval"), minimum=1, optional=True
+    )
+    cfg["eval_iters"] = _as_int(
+        "validation.eval_iters", get("validation.eval_iters", "train.eval_iters", default=100), minimum=0
+    )
     cfg["exit_interval"] = _as_int("train.exit_interval", get("train.exit_interval"), minimum=1, optional=True)
-    cfg["exit_duration"] = _as_float("train.exit_duration_in_mins", get("train.exit_duration_in_mins", default=0),
-                                     minimum=0.0) or None
+    cfg["exit_duration"] = (
+        _as_float("train.exit_duration_in_mins", get("train.exit_duration_in_mins", default=0), minimum=0.0) or None
+    )
     cfg["num_workers"] = _as_int("dataset.num_workers", get("dataset.num_workers", default=2), minimum=0)
     cfg["busbw_sizes"] = _as_sizes("smoke.busbw_sizes", get("smoke.busbw_sizes", default=list(DEFAULT_BUSBW_SIZES)))
     cfg["busbw_iters"] = _as_int("smoke.busbw_iters", get("smoke.busbw_iters", default=5), minimum=1)
@@ -320,8 +337,9 @@ def build_config(overrides: dict, world_size: int) -> dict:
     # Lets failure tests choose what the failure looks like in the log (e.g. an OOM or an NCCL timeout).
     cfg["fail_message"] = str(get("smoke.fail_message", default="") or "")
     cfg["exit_signal_handler"] = _as_bool("train.exit_signal_handler", get("train.exit_signal_handler", default=False))
-    cfg["handler_for_dataloader"] = _as_bool("train.exit_signal_handler_for_dataloader",
-                                             get("train.exit_signal_handler_for_dataloader", default=False))
+    cfg["handler_for_dataloader"] = _as_bool(
+        "train.exit_signal_handler_for_dataloader", get("train.exit_signal_handler_for_dataloader", default=False)
+    )
     try:
         cfg["exit_signal"] = signal_number(get("train.exit_signal", default=P.DEFAULT_EXIT_SIGNAL))
     except (KeyError, ValueError):
@@ -454,8 +472,7 @@ class Smoke:
             "argv": list(sys.argv),
             # Which of the secrets bridge-launch passed by name are present (never their values).
             "secrets_present": {
-                n: bool(os.environ.get(n))
-                for n in os.environ.get("BRIDGE_LAUNCH_SECRET_NAMES", "").split(",") if n
+                n: bool(os.environ.get(n)) for n in os.environ.get("BRIDGE_LAUNCH_SECRET_NAMES", "").split(",") if n
             },
             "overrides": overrides,
             "unknown_keys": unknown,
@@ -479,8 +496,11 @@ class Smoke:
     # torch's *_object collectives need numpy (tensor.numpy()) in torch 2.13; this workload must
     # need only torch, so objects travel as pickled bytes in uint8 tensors.
     def _bytes_tensor(self, data: bytes):
-        return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(self.device) if data else \
-            torch.zeros(0, dtype=torch.uint8, device=self.device)
+        return (
+            torch.frombuffer(bytearray(data), dtype=torch.uint8).to(self.device)
+            if data
+            else torch.zeros(0, dtype=torch.uint8, device=self.device)
+        )
 
     def all_gather_objects(self, obj) -> list:
         data = self._bytes_tensor(pickle.dumps(obj))
@@ -545,8 +565,14 @@ class Smoke:
         )
         fabric = fabric_checks.query_fabric() if (self.cuda and self.local_rank == 0) else None
         imex = fabric_checks.imex_channels() if self.local_rank == 0 else None
-        info = {"host": self.host, "rank": self.rank, "local_rank": self.local_rank,
-                "gpu": gpu_name, "fabric": fabric, "imex": imex}
+        info = {
+            "host": self.host,
+            "rank": self.rank,
+            "local_rank": self.local_rank,
+            "gpu": gpu_name,
+            "fabric": fabric,
+            "imex": imex,
+        }
         infos = self.all_gather_objects(info)
         hosts = [i["host"] for i in infos]
         self.summary["hosts"] = hosts
@@ -570,25 +596,33 @@ class Smoke:
                 "fabric": fabric_by_host,
             }
         if self.rank == 0:
-            _note(f"torch {torch.__version__} world_size={self.world} nodes={self.summary['nodes']} "
-                  f"backend={self.backend} hosts={sorted(set(hosts))}")
+            _note(
+                f"torch {torch.__version__} world_size={self.world} nodes={self.summary['nodes']} "
+                f"backend={self.backend} hosts={sorted(set(hosts))}"
+            )
             _note(fabric_checks.imex_line(imex_by_host))
             g = self.summary["gpu"]
             if g:
-                _note(f"gpu={g['name']!r} x{g['devices_per_node']}/node ({g['memory_gib']} GiB, cc {g['capability']}) "
-                      f"cuda={g['cuda']} nccl={g['nccl_version']}")
+                _note(
+                    f"gpu={g['name']!r} x{g['devices_per_node']}/node ({g['memory_gib']} GiB, cc {g['capability']}) "
+                    f"cuda={g['cuda']} nccl={g['nccl_version']}"
+                )
                 _note(f"mnnvl={g['mnnvl']} ({g['mnnvl_reason']})")
         sizes, iters = self.cfg["busbw_sizes"], self.cfg["busbw_iters"]
         if sizes:
             rows = fabric_checks.busbw_sweep(sizes, iters, self.device, self.world, self.barrier)
             self.summary["busbw"] = rows
             if self.rank == 0:
-                _note(f"all-reduce bus bandwidth: world={self.world} backend={self.backend} dtype=float32 "
-                      f"iters={iters} (busbw = algbw * 2(n-1)/n)")
+                _note(
+                    f"all-reduce bus bandwidth: world={self.world} backend={self.backend} dtype=float32 "
+                    f"iters={iters} (busbw = algbw * 2(n-1)/n)"
+                )
                 _note(f"{'size(B)':>12} {'time(us)':>12} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}")
                 for r in rows:
-                    _note(f"{r['size_bytes']:>12d} {r['time_us']:>12.1f} {r['algbw_gbps']:>12.3f} "
-                          f"{r['busbw_gbps']:>12.3f}")
+                    _note(
+                        f"{r['size_bytes']:>12d} {r['time_us']:>12.1f} {r['algbw_gbps']:>12.3f} "
+                        f"{r['busbw_gbps']:>12.3f}"
+                    )
 
     # ---- checkpointing ---------------------------------------------------------------------
     def _rng_state(self):
@@ -602,16 +636,25 @@ class Smoke:
         cfg = self.cfg
         shard = {"rng_state": self._rng_state(), "rank": self.rank}
         if self.rank == 0:
-            shard.update({
-                "checkpoint_version": 3.0,
-                "iteration": step,
-                "model": {k: v.detach().cpu() for k, v in self.model.module.state_dict().items()},
-                "optimizer": self.optimizer.state_dict(),
-                "opt_param_scheduler": {"max_lr": cfg["lr"], "warmup_steps": cfg["lr_warmup_iters"], "num_steps": step},
-                "args": {k: v for k, v in cfg.items() if isinstance(v, (int, float, str, bool, type(None)))},
-                "smoke": {"world_size": self.world, "skipped_iters_total": self.skipped_total,
-                          "nan_iters_total": self.nan_total},
-            })
+            shard.update(
+                {
+                    "checkpoint_version": 3.0,
+                    "iteration": step,
+                    "model": {k: v.detach().cpu() for k, v in self.model.module.state_dict().items()},
+                    "optimizer": self.optimizer.state_dict(),
+                    "opt_param_scheduler": {
+                        "max_lr": cfg["lr"],
+                        "warmup_steps": cfg["lr_warmup_iters"],
+                        "num_steps": step,
+                    },
+                    "args": {k: v for k, v in cfg.items() if isinstance(v, (int, float, str, bool, type(None)))},
+                    "smoke": {
+                        "world_size": self.world,
+                        "skipped_iters_total": self.skipped_total,
+                        "nan_iters_total": self.nan_total,
+                    },
+                }
+            )
         train_state = {
             "step": torch.tensor(step, dtype=torch.int64),
             "consumed_train_samples": torch.tensor(self.consumed, dtype=torch.int64),
@@ -625,9 +668,18 @@ class Smoke:
         save_dir = cfg["np_dir"] if non_persistent else cfg["save"]
         os.makedirs(save_dir, exist_ok=True)
         run_config = json.dumps(_json_safe(self.summary["overrides"]), indent=2, sort_keys=True) + "\n"  # JSON is YAML
-        megatron_ckpt.save(save_dir=save_dir, save_root=cfg["save"], step=step, rank=self.rank, world=self.world,
-                           shard=shard, train_state=train_state, run_config=run_config,
-                           write_seconds=cfg["save_sleep"], log=self.print_rank_0)
+        megatron_ckpt.save(
+            save_dir=save_dir,
+            save_root=cfg["save"],
+            step=step,
+            rank=self.rank,
+            world=self.world,
+            shard=shard,
+            train_state=train_state,
+            run_config=run_config,
+            write_seconds=cfg["save_sleep"],
+            log=self.print_rank_0,
+        )
         if non_persistent:
             if self.rank == 0:
                 megatron_ckpt.prune_non_persistent(save_dir)
@@ -666,8 +718,10 @@ class Smoke:
         self.summary["resumed_from"] = step
         self.print_rank_0(P.loaded_line(cfg["load"], step))
         if meta.get("world_size") not in (None, self.world):
-            _note(f"warning: checkpoint was written with world_size={meta['world_size']}, now {self.world}: "
-                  "the data order differs from an uninterrupted run")
+            _note(
+                f"warning: checkpoint was written with world_size={meta['world_size']}, now {self.world}: "
+                "the data order differs from an uninterrupted run"
+            )
         return step + 1
 
     # ---- training --------------------------------------------------------------------------
@@ -683,8 +737,14 @@ class Smoke:
         random.seed(cfg["seed"])
         if self.cuda:
             torch.cuda.manual_seed(cfg["seed"])
-        model = TinyGPT(cfg["vocab_size"], cfg["seq_length"], cfg["hidden_size"], cfg["num_layers"],
-                        cfg["num_attention_heads"], cfg["ffn_hidden_size"])
+        model = TinyGPT(
+            cfg["vocab_size"],
+            cfg["seq_length"],
+            cfg["hidden_size"],
+            cfg["num_layers"],
+            cfg["num_attention_heads"],
+            cfg["ffn_hidden_size"],
+        )
         self.params = sum(p.numel() for p in model.parameters())
         self.consumed = self.consumed_valid = 0
         self.flops_so_far = 0.0
@@ -693,8 +753,9 @@ class Smoke:
         start_step = self.load(model)
         model.to(self.device)
         self.model = DDP(model, device_ids=[self.local_rank] if self.cuda else None)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg["lr"], betas=(0.9, 0.95),
-                                           weight_decay=cfg["weight_decay"])
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=cfg["lr"], betas=(0.9, 0.95), weight_decay=cfg["weight_decay"]
+        )
         if self._pending_optimizer is not None:
             self.optimizer.load_state_dict(self._pending_optimizer)
             self._pending_optimizer = None
@@ -721,8 +782,17 @@ class Smoke:
         total = torch.zeros((), device=self.device)
         with torch.no_grad():
             for i in range(cfg["eval_iters"]):
-                x, y = synthetic_batch(cfg["seed"], i, self.rank, 0, cfg["micro_batch_size"], cfg["seq_length"],
-                                       cfg["vocab_size"], table, stream=stream)
+                x, y = synthetic_batch(
+                    cfg["seed"],
+                    i,
+                    self.rank,
+                    0,
+                    cfg["micro_batch_size"],
+                    cfg["seq_length"],
+                    cfg["vocab_size"],
+                    table,
+                    stream=stream,
+                )
                 logits = self.model(x.to(self.device))
                 total += F.cross_entropy(logits.reshape(-1, cfg["vocab_size"]), y.to(self.device).reshape(-1))
         self.model.train()
@@ -742,21 +812,35 @@ class Smoke:
 
     def _loader(self, start_step: int):
         cfg = self.cfg
-        ds = StepBatches(seed=cfg["seed"], rank=self.rank, start=start_step, iters=cfg["train_iters"],
-                         accum=cfg["grad_accum"], batch=cfg["micro_batch_size"], seq=cfg["seq_length"],
-                         vocab=cfg["vocab_size"], table=bigram_table(cfg["seed"], cfg["vocab_size"]))
+        ds = StepBatches(
+            seed=cfg["seed"],
+            rank=self.rank,
+            start=start_step,
+            iters=cfg["train_iters"],
+            accum=cfg["grad_accum"],
+            batch=cfg["micro_batch_size"],
+            seq=cfg["seq_length"],
+            vocab=cfg["vocab_size"],
+            table=bigram_table(cfg["seed"], cfg["vocab_size"]),
+        )
         workers = cfg["num_workers"]
         init = _WorkerInit(cfg["exit_signal"]) if (workers and cfg["handler_for_dataloader"]) else None
-        return torch.utils.data.DataLoader(ds, batch_size=None, shuffle=False, num_workers=workers,
-                                           persistent_workers=workers > 0, worker_init_fn=init)
+        return torch.utils.data.DataLoader(
+            ds, batch_size=None, shuffle=False, num_workers=workers, persistent_workers=workers > 0, worker_init_fn=init
+        )
 
     def run_loop(self, start_step: int) -> bool:
         """MB train.py's loop; returns True when it exits early (signal, exit interval, duration)."""
         cfg = self.cfg
         iters = cfg["train_iters"]
         params = [p for p in self.model.parameters() if p.requires_grad]
-        accum, mbs, seq, vocab, gbs = (cfg["grad_accum"], cfg["micro_batch_size"], cfg["seq_length"],
-                                       cfg["vocab_size"], cfg["global_batch_size"])
+        accum, mbs, seq, vocab, gbs = (
+            cfg["grad_accum"],
+            cfg["micro_batch_size"],
+            cfg["seq_length"],
+            cfg["vocab_size"],
+            cfg["global_batch_size"],
+        )
         interval = {"loss": 0.0, "n": 0, "time": 0.0, "steps": 0, "skipped": 0, "nan": 0}
         flops_per_step = 6.0 * self.params * gbs * seq
         train_time, exit_reason, should_exit = 0.0, "completed", False
@@ -764,12 +848,15 @@ class Smoke:
         loader = self._loader(start_step) if step < iters else None
         batches = iter(loader) if loader is not None else None
         if self.rank == 0 and step < iters:
-            _note(f"training steps {start_step}..{iters}: global batch {gbs} = micro {mbs} x dp {self.world} "
-                  f"x grad-accum {accum}, seq {seq}, vocab {vocab}")
+            _note(
+                f"training steps {start_step}..{iters}: global batch {gbs} = micro {mbs} x dp {self.world} "
+                f"x grad-accum {accum}, seq {seq}, vocab {vocab}"
+            )
         while step < iters:
             if cfg["fail_at_step"] == step + 1 and cfg["fail_rank"] in (None, self.rank):
-                raise InjectedFailure(cfg["fail_message"]
-                                      or f"smoke.fail_at_step={step + 1}: injected failure on rank {self.rank}")
+                raise InjectedFailure(
+                    cfg["fail_message"] or f"smoke.fail_at_step={step + 1}: injected failure on rank {self.rank}"
+                )
             t0 = time.perf_counter()
             lr = self.lr_at(step + 1)
             for group in self.optimizer.param_groups:
@@ -821,11 +908,21 @@ class Smoke:
                 tflops = flops_per_step / per / self.world / 1e12
                 self.print_rank_0(P.step_time_line(per, tflops))
                 avg = interval["loss"] / interval["n"] if interval["n"] else float("nan")
-                self.print_rank_last(P.iteration_line(
-                    iteration=step, train_iters=iters, consumed=self.consumed, elapsed_ms=per * 1000.0, lr=lr,
-                    global_batch=gbs, losses={P.LOSS_KEY: avg}, loss_scale=1.0,
-                    grad_norm=grad_norm,
-                    skipped=interval["skipped"], nan=interval["nan"]))
+                self.print_rank_last(
+                    P.iteration_line(
+                        iteration=step,
+                        train_iters=iters,
+                        consumed=self.consumed,
+                        elapsed_ms=per * 1000.0,
+                        lr=lr,
+                        global_batch=gbs,
+                        losses={P.LOSS_KEY: avg},
+                        loss_scale=1.0,
+                        grad_norm=grad_norm,
+                        skipped=interval["skipped"],
+                        nan=interval["nan"],
+                    )
+                )
                 interval = {"loss": 0.0, "n": 0, "time": 0.0, "steps": 0, "skipped": 0, "nan": 0}
             if cfg["eval_interval"] and step % cfg["eval_interval"] == 0 and cfg["eval_iters"] > 0:
                 self.evaluate(f"iteration {step}", "valid")
@@ -858,8 +955,13 @@ class Smoke:
                 exit_reason, should_exit = "exit_interval", True
                 break
         # The end-of-training save, unless the last periodic save already has it (MB train.py:760-777).
-        if not should_exit and cfg["save"] and step == iters and self.summary["steps_this_run"] \
-                and (not cfg["save_interval"] or step % cfg["save_interval"] != 0):
+        if (
+            not should_exit
+            and cfg["save"]
+            and step == iters
+            and self.summary["steps_this_run"]
+            and (not cfg["save_interval"] or step % cfg["save_interval"] != 0)
+        ):
             self.save(step)
         del batches, loader  # workers end here, not at interpreter exit
         if train_time > 0 and self.summary["steps_this_run"]:
@@ -868,10 +970,15 @@ class Smoke:
         self.summary["exit_reason"] = exit_reason
         if self.rank == 0:
             s = self.summary
-            ran = (f"steps {s['start_step']}..{s['steps_completed']}" if s["steps_this_run"]
-                   else f"no steps run (at iteration {s['steps_completed']})")
-            _note(f"done: exit_reason={exit_reason} {ran} first_loss={s['first_loss']} "
-                  f"final_loss={s['final_loss']} tokens/s={s['tokens_per_s']} checkpoints={s['checkpoints']}")
+            ran = (
+                f"steps {s['start_step']}..{s['steps_completed']}"
+                if s["steps_this_run"]
+                else f"no steps run (at iteration {s['steps_completed']})"
+            )
+            _note(
+                f"done: exit_reason={exit_reason} {ran} first_loss={s['first_loss']} "
+                f"final_loss={s['final_loss']} tokens/s={s['tokens_per_s']} checkpoints={s['checkpoints']}"
+            )
         return should_exit
 
 
@@ -931,8 +1038,10 @@ if __name__ == "__main__":
     try:
         from torch.distributed.elastic.multiprocessing.errors import record
     except ImportError:  # pragma: no cover - very old torch
+
         def record(fn):
             return fn
+
     exit_code = record(main)()
     # Success: everything is written and fsynced and the process group is destroyed, so skip the
     # interpreter teardown, which takes seconds once DDP has imported torch._dynamo.

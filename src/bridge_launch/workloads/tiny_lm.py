@@ -82,8 +82,6 @@ def synthetic_batch(seed, step, rank, micro, batch, seq, vocab, table, stream="d
     return toks[:, :-1], toks[:, 1:]
 
 
-
-
 class StepBatches(torch.utils.data.Dataset):
     """This rank's training micro-batches from `start` on, in order: item i is micro-batch
     i % accum of step start + i // accum. Read through a torch DataLoader, so its worker

@@ -121,7 +121,12 @@ NO_CHECKPOINT = "No checkpoint found in load directory or pretrained directory"
 ITERATION_DIR_MARKERS = (RUN_CONFIG, TRAIN_STATE, MCORE_METADATA, DIST_METADATA)
 # MB checkpoint_utils.py:167-181, 184-233 (is_hf_checkpoint_dir): config.json plus a weight file
 HF_CONFIG = "config.json"
-HF_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+HF_WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 HF_WEIGHT_GLOBS = ("model-*-of-*.safetensors", "pytorch_model-*-of-*.bin")
 # MB checkpoint_utils.py:91-110: the tracker's "release" names the directory "release", not iter_N
 RELEASE_DIR = "release"
@@ -133,8 +138,10 @@ TRACKER_PARSE_ERROR = "error parsing metadata file {path}"
 # directory -> hf; else UNKNOWN_FORMAT.
 
 CKPT_STEP_KEY = "checkpoint.ckpt_step"
-CKPT_STEP_MISSING = ("ckpt_step={step} specified but checkpoint directory does not exist: {path}\n"
-                     "Available checkpoints can be listed with: ls {load}/iter_*")  # MB :3384-3443
+CKPT_STEP_MISSING = (
+    "ckpt_step={step} specified but checkpoint directory does not exist: {path}\n"
+    "Available checkpoints can be listed with: ls {load}/iter_*"
+)  # MB :3384-3443
 UNKNOWN_FORMAT = "Unknown checkpoint format in {path}"  # MB checkpointing.py:255-287
 
 # A checkpoint loads only into a model of the same shape: torch_dist checks every tensor's global
@@ -144,9 +151,17 @@ UNKNOWN_FORMAT = "Unknown checkpoint format in {path}"  # MB checkpointing.py:25
 # training/checkpointing.py:148-175). The config keys that set parameter shapes (MC
 # transformer/transformer_config.py:65-177, 232, 687, 726; MB models/gpt_provider.py:141, 181):
 MODEL_SHAPE_KEYS = (
-    "model.num_layers", "model.hidden_size", "model.ffn_hidden_size", "model.num_attention_heads",
-    "model.num_query_groups", "model.kv_channels", "model.num_moe_experts", "model.moe_ffn_hidden_size",
-    "model.moe_shared_expert_intermediate_size", "model.vocab_size", "model.make_vocab_size_divisible_by",
+    "model.num_layers",
+    "model.hidden_size",
+    "model.ffn_hidden_size",
+    "model.num_attention_heads",
+    "model.num_query_groups",
+    "model.kv_channels",
+    "model.num_moe_experts",
+    "model.moe_ffn_hidden_size",
+    "model.moe_shared_expert_intermediate_size",
+    "model.vocab_size",
+    "model.make_vocab_size_divisible_by",
     "model.position_embedding_type",
 )
 # Learned absolute position embeddings (MB's default, gpt_provider.py:142) hold one row per
@@ -202,10 +217,25 @@ def _now() -> str:
     return datetime.now().strftime("%Y-%m-%d %H:%M:%S")
 
 
-def iteration_line(*, iteration: int, train_iters: int, consumed: int, elapsed_ms: float, lr: float,
-                   global_batch: int, losses: dict, loss_scale: float, grad_norm: float | None,
-                   skipped: int, nan: int, skipped_samples: int = 0, tflops: float | None = None,
-                   num_zeros: int | None = None, params_norm: float | None = None, stamp: str | None = None) -> str:
+def iteration_line(
+    *,
+    iteration: int,
+    train_iters: int,
+    consumed: int,
+    elapsed_ms: float,
+    lr: float,
+    global_batch: int,
+    losses: dict,
+    loss_scale: float,
+    grad_norm: float | None,
+    skipped: int,
+    nan: int,
+    skipped_samples: int = 0,
+    tflops: float | None = None,
+    num_zeros: int | None = None,
+    params_norm: float | None = None,
+    stamp: str | None = None,
+) -> str:
     """The per-iteration line, printed by the LAST rank every logger.log_interval iterations
     (MB training/utils/train_utils.py:1018, 1088-1140). `losses` in print order; a loss whose
     interval average is below 0 or NaN is left out (:1120-1125); skipped/nan are counts over the
@@ -268,7 +298,9 @@ def validation_lines(prefix: str, losses: dict) -> list:
 
 # MC training/training.py:4536 prints " validation{suffix} loss at {prefix} | ", suffix "-<name>" for
 # several validation sets (:4515-4520); prefixes as above (MC :1540, :1571, :4135).
-VALIDATION_RE = re.compile(r"validation(?:-[\w.-]+)? loss at (iteration (\d+)(?: on (validation|test) set)?) \|(.*)$", re.M)
+VALIDATION_RE = re.compile(
+    r"validation(?:-[\w.-]+)? loss at (iteration (\d+)(?: on (validation|test) set)?) \|(.*)$", re.M
+)
 
 
 def saving_line(step: int, save_dir: str, ckpt_format: str = "torch_dist") -> str:
@@ -279,8 +311,9 @@ def saving_line(step: int, save_dir: str, ckpt_format: str = "torch_dist") -> st
 def saved_line(step: int, save: str, tp: tuple = (1, 1), pp: tuple = (1, 1)) -> str:
     """Rank 0, after the tracker (MB checkpointing.py:1502-1509); t/p 1-based; prints
     checkpoint.save even for a non-persistent save."""
-    return (f"  successfully saved checkpoint from iteration {step:7d} to {save} "
-            f"[ t {tp[0]}/{tp[1]}, p {pp[0]}/{pp[1]} ]")
+    return (
+        f"  successfully saved checkpoint from iteration {step:7d} to {save} [ t {tp[0]}/{tp[1]}, p {pp[0]}/{pp[1]} ]"
+    )
 
 
 # The same two lines as POSIX extended regular expressions, for the chain's grep -E.
@@ -297,8 +330,9 @@ def loading_line(load_dir: str, iteration: int) -> str:
 def loaded_line(load_dir: str, step: int, tp: tuple = (0, 1), pp: tuple = (0, 1)) -> str:
     """Rank 0, MB checkpointing.py:3263-3268 (t/p 0-based). Megatron-LM prints the same sentence
     with 1-based ranks and a gtp_remat field (MC training/checkpointing.py:2900-2906)."""
-    return (f"  successfully loaded checkpoint from {load_dir} [ t {tp[0]}/{tp[1]}, p {pp[0]}/{pp[1]} ] "
-            f"at iteration {step}")
+    return (
+        f"  successfully loaded checkpoint from {load_dir} [ t {tp[0]}/{tp[1]}, p {pp[0]}/{pp[1]} ] at iteration {step}"
+    )
 
 
 LOADED_RE = re.compile(r"successfully loaded checkpoint from (\S+) .*?at iteration (\d+)")
@@ -317,8 +351,10 @@ EXIT_SIGNAL = "exiting program after receiving SIGTERM."  # MB train.py:1426 (fi
 EXIT_DURATION = "exiting program after {minutes} minutes"  # MB train.py:1490
 EXIT_INTERVAL = "exiting program at iteration {step}"  # MB train.py:1509
 TRAINING_DONE = "after training is done"  # MB pretrain.py:164
-EXIT_RE = re.compile(r"\[(exiting program (?:after receiving SIGTERM\.|after [\d.]+ minutes|at iteration \d+)"
-                     r"|Exiting program due to straggler detection\.)\] datetime: ")
+EXIT_RE = re.compile(
+    r"\[(exiting program (?:after receiving SIGTERM\.|after [\d.]+ minutes|at iteration \d+)"
+    r"|Exiting program due to straggler detection\.)\] datetime: "
+)
 
 
 def received_signal_line(signum: int) -> str:
@@ -328,8 +364,10 @@ def received_signal_line(signum: int) -> str:
 # MB pretrain.py:201-214: sys.exit(0) after the signal save is a SystemExit that _pretrain's
 # `except BaseException` logs (logger.exception, every rank, with a traceback ending
 # "SystemExit: 0") and re-raises, so the exit status stays 0. Not a failure.
-PRETRAIN_FAILED = ("Pretrain failed on rank={rank} with {kind}: {error}. Bridge is aborting framework-owned "
-                   "distributed resources because peer ranks may be blocked in collectives.")
+PRETRAIN_FAILED = (
+    "Pretrain failed on rank={rank} with {kind}: {error}. Bridge is aborting framework-owned "
+    "distributed resources because peer ranks may be blocked in collectives."
+)
 BENIGN_EXIT_RE = re.compile(r"Pretrain failed on rank=\d+ with SystemExit: 0\b|^SystemExit: 0$")
 
 # ---------------------------------------------------------------------------------------------
@@ -360,12 +398,28 @@ FIELD_GRAD_NORM = "grad norm"  # "{:.3f}": nan and inf print as "nan" / "inf"
 FIELD_NUM_ZEROS = "num zeros"
 FIELD_PARAMS_NORM = "params norm"
 FIELD_SKIPPED = "number of skipped iterations"  # per log interval, reset after each line (MB :1137-1139)
-FIELD_NAN = "number of nan iterations"  # per log interval: MC counts a NaN/inf loss of a SKIPPED iteration (MC :2724-2735)
-NOT_LOSSES = frozenset({
-    FIELD_CONSUMED, FIELD_SKIPPED_SAMPLES, FIELD_ELAPSED_MS, FIELD_TFLOPS, "energy per GPU (J/iter/GPU)",
-    "power per GPU (W/GPU)", FIELD_LR, FIELD_GBS, FIELD_LOSS_SCALE, FIELD_GRAD_NORM, FIELD_NUM_ZEROS,
-    FIELD_PARAMS_NORM, "max attention logit", FIELD_SKIPPED, FIELD_NAN,
-})
+FIELD_NAN = (
+    "number of nan iterations"  # per log interval: MC counts a NaN/inf loss of a SKIPPED iteration (MC :2724-2735)
+)
+NOT_LOSSES = frozenset(
+    {
+        FIELD_CONSUMED,
+        FIELD_SKIPPED_SAMPLES,
+        FIELD_ELAPSED_MS,
+        FIELD_TFLOPS,
+        "energy per GPU (J/iter/GPU)",
+        "power per GPU (W/GPU)",
+        FIELD_LR,
+        FIELD_GBS,
+        FIELD_LOSS_SCALE,
+        FIELD_GRAD_NORM,
+        FIELD_NUM_ZEROS,
+        FIELD_PARAMS_NORM,
+        "max attention logit",
+        FIELD_SKIPPED,
+        FIELD_NAN,
+    }
+)
 # A loss average is "{:.6E}" (NAN / INF when not finite, though NaN averages are not printed:
 # MB :1122-1124); norms are "{:.3f}" (nan / inf). A number never ends in a letter, so a value that
 # is not finite is a letter right before " |".
@@ -377,8 +431,10 @@ ZERO_NAN = f"{FIELD_NAN}:   0 |"
 ZERO_COUNTERS = f"{ZERO_SKIPPED} {ZERO_NAN}"
 # A loss ("lm loss: ", "load_balancing_loss: ", "mtp_1 loss: ") or a norm ("grad norm: ", "params
 # norm: ") whose value is not finite; as str and as bytes patterns.
-NONFINITE_RES = tuple((re.compile(p), re.compile(p.encode()))
-                      for p in (r"loss: [-+]?(?:nan|inf|NAN|INF)\b", r"norm: [-+]?(?:nan|inf|NAN|INF)\b"))
+NONFINITE_RES = tuple(
+    (re.compile(p), re.compile(p.encode()))
+    for p in (r"loss: [-+]?(?:nan|inf|NAN|INF)\b", r"norm: [-+]?(?:nan|inf|NAN|INF)\b")
+)
 
 # Memory after the first iterations, by the first data-parallel rank of each model-parallel group:
 # MB train_utils.py:1141-1150 "[Rank R] (after N iterations) memory (GB) | mem-allocated-gigabytes: V | ..."
@@ -395,7 +451,8 @@ MEMORY_RE = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \((GB|
 NAN_CHECK_MARK = "Unexpected result"
 NAN_CHECK_RE = re.compile(
     r"(?:Rank (\d+), node \S+, device \d+, iteration #?(-?\d+): Unexpected result (\S+) \(message='([^']*)'\)"
-    r"|Unexpected result (\S+) on rank (\d+) at iteration #(-?\d+) invocation #\d+ \(message='([^']*)'\))")
+    r"|Unexpected result (\S+) on rank (\d+) at iteration #(-?\d+) invocation #\d+ \(message='([^']*)'\))"
+)
 
 # The older save line (Megatron-LM before cbb9c05c06, May 2024: megatron/training/checkpointing.py:345
 # "  successfully saved checkpoint at iteration {:7d} to {}"); SAVED_RE above reads both forms, and MC
@@ -405,8 +462,12 @@ LOADED_MARK = "successfully loaded checkpoint"
 STARTING_RE = re.compile(r"Starting training loop at iteration (\d+)")  # MB train.py:337
 VALIDATION_MARK = " loss at iteration "
 EXIT_MARK = "xiting program"  # "exiting program ..." (MB train.py:1426,1490,1509) and "Exiting program due to straggler detection."
-EXIT_KINDS = (("after receiving SIGTERM", "signal"), ("minutes", "duration"), ("at iteration", "interval"),
-              ("straggler", "straggler"))
+EXIT_KINDS = (
+    ("after receiving SIGTERM", "signal"),
+    ("minutes", "duration"),
+    ("at iteration", "interval"),
+    ("straggler", "straggler"),
+)
 
 # Rank prefixes in front of each line of the job's output:
 #  - torchrun --tee with TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[rank${rank}]: " (what bridge-launch's
@@ -423,5 +484,7 @@ SRUN_LABEL_RE = re.compile(r"\s*(\d+): ")
 # torchrun's summary when a worker fails (T distributed/elastic/multiprocessing/errors/__init__.py:184-202):
 # "Root Cause (first observed failure):" then "[0]:", "  time      : ...", "  host      : ...",
 # "  rank      : R (local_rank: L)", "  exitcode  : C (pid: P)" ...; a negative exit code is a signal.
-ROOT_CAUSE_RE = re.compile(r"Root Cause \(first observed failure\):\s*\n(?:[^\n]*\n){0,3}?\s*rank\s*: (\d+) "
-                           r"\(local_rank: \d+\)\s*\n\s*exitcode\s*: (-?\d+)")
+ROOT_CAUSE_RE = re.compile(
+    r"Root Cause \(first observed failure\):\s*\n(?:[^\n]*\n){0,3}?\s*rank\s*: (\d+) "
+    r"\(local_rank: \d+\)\s*\n\s*exitcode\s*: (-?\d+)"
+)

@@ -20,7 +20,19 @@ from bridge_launch.core.upstream import BRIDGE_IN_CONTAINER
 from bridge_launch.workloads import trainer_protocol as P
 from bridge_launch.backends import torchrun as T
 from bridge_launch.backends.base import stage_locally
-from bridge_launch.backends.base import RANK_PREFIX_ENV, Artifact, Tree, entry_command, export_lines, header, log_tail, numa_wrapper, progress, q, runtime_env
+from bridge_launch.backends.base import (
+    RANK_PREFIX_ENV,
+    Artifact,
+    Tree,
+    entry_command,
+    export_lines,
+    header,
+    log_tail,
+    numa_wrapper,
+    progress,
+    q,
+    runtime_env,
+)
 from bridge_launch.backends.slurm import secrets as slurm_secrets
 from bridge_launch.core.hardware import segment_size
 from bridge_launch.core.ports import EPHEMERAL_PORTS
@@ -64,8 +76,10 @@ def directives(job) -> list[tuple[str, str | None]]:
         out.append((name, value if sep else None))
     for name, value in out:
         if value is not None and not _DIRECTIVE_SAFE.match(value):
-            raise UsageError(f"sbatch --{name} value {value!r} contains whitespace, quotes or backslashes, "
-                             "which #SBATCH lines cannot carry")
+            raise UsageError(
+                f"sbatch --{name} value {value!r} contains whitespace, quotes or backslashes, "
+                "which #SBATCH lines cannot carry"
+            )
     return out
 
 
@@ -101,8 +115,10 @@ def _node_args(job) -> str:
     of the allocation (SLURM_NODEID 0, the batch host whose address the script resolved) hosts
     the c10d store."""
     conf = T.rdzv_conf(job, is_host='$([ "$SLURM_NODEID" = 0 ] && echo 1 || echo 0)')
-    return (f'--node-rank="$SLURM_NODEID" --log-dir={q(T.log_dir(job))}/"$SLURM_JOB_ID/node$SLURM_NODEID" '
-            f'--rdzv-conf="{conf}"')
+    return (
+        f'--node-rank="$SLURM_NODEID" --log-dir={q(T.log_dir(job))}/"$SLURM_JOB_ID/node$SLURM_NODEID" '
+        f'--rdzv-conf="{conf}"'
+    )
 
 
 def torchrun_command(job) -> list:
@@ -111,15 +127,28 @@ def torchrun_command(job) -> list:
     launcher = "torchrun" if job.container else f"{q(job.python)} -m torch.distributed.run"
     # --bridge-src: the mounted checkout's src and Megatron-LM ahead of the image's install (as
     # Megatron-Bridge's own NeMo-Run launchers set PYTHONPATH), expanded inside the container
-    prefix = (f"export PYTHONPATH={BRIDGE_IN_CONTAINER}/src:{BRIDGE_IN_CONTAINER}/3rdparty/Megatron-LM"
-              "${PYTHONPATH:+:$PYTHONPATH}; " if job.bridge_src else "")
+    prefix = (
+        f"export PYTHONPATH={BRIDGE_IN_CONTAINER}/src:{BRIDGE_IN_CONTAINER}/3rdparty/Megatron-LM"
+        "${PYTHONPATH:+:$PYTHONPATH}; "
+        if job.bridge_src
+        else ""
+    )
     # every job: a cancel (or a chain's time limit) reaches the training processes, never torchrun
-    head = ["bash", "-c", prefix + _NODE_CHAIN.format(launcher=launcher, node_args=_node_args(job)), "node-launch",
-            Raw('"$stop_file"'), job.chain["exit_signal"] if job.chain else "TERM"]
+    head = [
+        "bash",
+        "-c",
+        prefix + _NODE_CHAIN.format(launcher=launcher, node_args=_node_args(job)),
+        "node-launch",
+        Raw('"$stop_file"'),
+        job.chain["exit_signal"] if job.chain else "TERM",
+    ]
     cmd = [
         *head,
-        f"--nnodes={job.nodes}", f"--nproc-per-node={job.gpus_per_node}",
-        "--rdzv-backend=c10d", Raw('--rdzv-endpoint="$rdzv_host:$rdzv_port"'), Raw('--rdzv-id="$SLURM_JOB_ID"'),
+        f"--nnodes={job.nodes}",
+        f"--nproc-per-node={job.gpus_per_node}",
+        "--rdzv-backend=c10d",
+        Raw('--rdzv-endpoint="$rdzv_host:$rdzv_port"'),
+        Raw('--rdzv-id="$SLURM_JOB_ID"'),
         "--tee=3",
     ]
     wrapper = numa_wrapper(job)
@@ -135,13 +164,13 @@ def _single_block(job, srun) -> list[str]:
     """One job: `bridge-launch cancel` sends USR1 to this shell alone (scancel --batch), which has
     the launcher on every node send SIGTERM to the training processes (torchrun left alone)."""
     return [
-        f"stop_file={q(job.run_dir + '/exit')}/stop-\"$SLURM_JOB_ID\"",
+        f'stop_file={q(job.run_dir + "/exit")}/stop-"$SLURM_JOB_ID"',
         "trap 'echo \"bridge-launch: cancelled: SIGTERM to the training processes on every node (torchrun is left "
-        "alone)\" >&2; echo cancel > \"$stop_file\"' USR1",
+        'alone)" >&2; echo cancel > "$stop_file"\' USR1',
         " \\\n    ".join(_arg(a) for a in [*srun, *torchrun_command(job)]) + " &",
         "step=$!",
         'while :; do wait "$step"; rc=$?; kill -0 "$step" 2>/dev/null || break; done',
-        f"printf '%s\\n' \"$rc\" > {q(job.run_dir + '/exit')}/\"$SLURM_JOB_ID\"",
+        f'printf \'%s\\n\' "$rc" > {q(job.run_dir + "/exit")}/"$SLURM_JOB_ID"',
         'exit "$rc"',
     ]
 
@@ -167,7 +196,7 @@ def _checkpoint_functions(c: dict) -> list[str]:
         'complete "$d" || continue; if [ -z "$best" ] || [ "$it" -gt "$best" ]; then best=$it; fi; done; echo "$best"; }',
         "resume_point() {",
         '    resume_it=0; resume_args=(); resume_note=""',
-        '    local p np choice dir m',
+        "    local p np choice dir m",
         '    p=$(tracked "$save_dir") || p=""; np=""',
         '    if [ -n "$np_dir" ]; then np=$(tracked "$np_dir") || np=""; fi',
         '    [ -n "$p$np" ] || return 0',
@@ -199,7 +228,7 @@ def _chain_block(job, srun) -> list[str]:
     step_cmd = " \\\n    ".join(_arg(a) for a in [*srun, *torchrun_command(job)])
     successor = [
         f'    next=$(BRIDGE_LAUNCH_SEGMENT=$((segment + 1)) sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID" {script}) || next=""',
-        '    next=${next%%;*}',
+        "    next=${next%%;*}",
         '    if [ -n "$next" ]; then echo "$next" >> "$chain/jobs"; fi',
     ]
     if c.get("max_segments"):
@@ -222,7 +251,7 @@ def _chain_block(job, srun) -> list[str]:
         "# ASKED: it was told to save (USR1); RC: the step's exit code, ? if unknown; ENDED: Slurm sent TERM",
         "judge() {",
         '    why=""; [ "$3" -gt "$2" ] && return 0',
-        '    local started finished',
+        "    local started finished",
         f'    started=$(cat "$logs/sbatch-$1.out" "$logs/$1"-*.log 2>/dev/null | grep -cE {q(P.SAVING_GREP)})',
         f'    finished=$(cat "$logs/sbatch-$1.out" "$logs/$1"-*.log 2>/dev/null | grep -cE {q(P.SAVED_GREP)})',
         f'    if [ "$4" = 1 ] && [ "$started" -gt "$finished" ]; then why="the save did not finish within the signal lead of {lead} s"',
@@ -258,15 +287,15 @@ def _chain_block(job, srun) -> list[str]:
         *successor,
         'echo "$SLURM_JOB_ID $before" > "$chain/open"',
         "asked=0 ended=0",
-        f"trap 'asked=1; if [ -e \"$chain/stopped\" ]; then echo \"bridge-launch: cancelled: the training "
-        "processes are told to save and exit\" >&2; echo cancel > \"$stop_file\"; else echo \"bridge-launch: time "
-        f"limit in {lead}s: the training processes are told to save and exit\" >&2; touch \"$stop_file\"; fi' USR1",
+        f'trap \'asked=1; if [ -e "$chain/stopped" ]; then echo "bridge-launch: cancelled: the training '
+        'processes are told to save and exit" >&2; echo cancel > "$stop_file"; else echo "bridge-launch: time '
+        f'limit in {lead}s: the training processes are told to save and exit" >&2; touch "$stop_file"; fi\' USR1',
         "trap 'ended=1' TERM",
         step_cmd + " &",
         "step=$!",
         'while :; do wait "$step"; rc=$?; kill -0 "$step" 2>/dev/null || break; done',
-        f"printf '%s\\n' \"$rc\" > {q(job.run_dir + '/exit')}/\"$SLURM_JOB_ID\"",
-        'resume_point || true',
+        f'printf \'%s\\n\' "$rc" > {q(job.run_dir + "/exit")}/"$SLURM_JOB_ID"',
+        "resume_point || true",
         "after=$resume_it",
         "# the spare successor goes before the chain says it is done, so no status shows it pending after",
         f'if [ "$after" -ge {iters} ]; then if [ -n "$next" ]; then scancel "$next" 2>/dev/null; next=""; fi; '
@@ -299,9 +328,9 @@ def _chain_block(job, srun) -> list[str]:
 # the other nodes cannot reach); the name itself when neither answers.
 _HEAD_LINES = [
     'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-    'head_addr=$(scontrol show node "$head_node" 2>/dev/null | sed -n \'s/.*NodeAddr=\\([^ ]*\\).*/\\1/p\' | head -n 1)',
-    'rdzv_host=$(getent ahostsv4 "${head_addr:-$head_node}" 2>/dev/null | awk \'$1 !~ /^127\\./ {print $1; exit}\')',
-    'rdzv_host=${rdzv_host:-${head_addr:-$head_node}}',
+    "head_addr=$(scontrol show node \"$head_node\" 2>/dev/null | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p' | head -n 1)",
+    "rdzv_host=$(getent ahostsv4 \"${head_addr:-$head_node}\" 2>/dev/null | awk '$1 !~ /^127\\./ {print $1; exit}')",
+    "rdzv_host=${rdzv_host:-${head_addr:-$head_node}}",
 ]
 _RDZV_NOTE = 'echo "bridge-launch: rendezvous on $rdzv_host:$rdzv_port ($head_node hosts the store)" >&2'
 
@@ -314,8 +343,13 @@ def render(job) -> Artifact:
     env.update(T.triage_env(job))  # NCCL hang triage: flight recorder on, dumped on a timeout
     trace = T.sets_trace_file(job)
     s = job.scheduler
-    srun = ["srun", f"--nodes={job.nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-            f"--output={run_dir}/logs/%j-%N.log"]
+    srun = [
+        "srun",
+        f"--nodes={job.nodes}",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=1",
+        f"--output={run_dir}/logs/%j-%N.log",
+    ]
     if job.container:
         srun += [f"--container-image={pyxis_ref(job.container)}"]
         if job.mounts:
@@ -334,9 +368,12 @@ def render(job) -> Artifact:
     through_env = [n for n in job.secrets if n not in (job.secret_sources or {})]
     if through_env:
         lines.append(f"# Secrets passed by name from the submitting environment: {' '.join(through_env)}")
-    port = (f"rdzv_port={s['rdzv_port']}" if s.get("rdzv_port") else
-            f"rdzv_port=$(({T.RDZV_PORT_BASE} + SLURM_JOB_ID % {T.RDZV_PORT_SPAN}))  "
-            f"# below Linux's ephemeral ports ({EPHEMERAL_PORTS[0]}-{EPHEMERAL_PORTS[1]})")
+    port = (
+        f"rdzv_port={s['rdzv_port']}"
+        if s.get("rdzv_port")
+        else f"rdzv_port=$(({T.RDZV_PORT_BASE} + SLURM_JOB_ID % {T.RDZV_PORT_SPAN}))  "
+        f"# below Linux's ephemeral ports ({EPHEMERAL_PORTS[0]}-{EPHEMERAL_PORTS[1]})"
+    )
     mkdirs = [run_dir + "/logs", run_dir + "/exit"]
     lines += [
         "set -uo pipefail",
@@ -362,13 +399,30 @@ def render(job) -> Artifact:
 
 # Slurm job state -> registry state.
 _STATES = {
-    "PENDING": "PENDING", "CONFIGURING": "PENDING", "REQUEUED": "PENDING", "REQUEUE_HOLD": "PENDING",
-    "REQUEUE_FED": "PENDING", "SUSPENDED": "PENDING", "RESV_DEL_HOLD": "PENDING",
-    "RUNNING": "RUNNING", "COMPLETING": "RUNNING", "STAGE_OUT": "RUNNING", "SIGNALING": "RUNNING",
-    "RESIZING": "RUNNING", "STOPPED": "RUNNING",
-    "COMPLETED": "COMPLETED", "CANCELLED": "CANCELLED", "TIMEOUT": "TIMEOUT", "DEADLINE": "TIMEOUT",
-    "PREEMPTED": "PREEMPTED", "FAILED": "FAILED", "NODE_FAIL": "FAILED", "BOOT_FAIL": "FAILED",
-    "OUT_OF_MEMORY": "FAILED", "SPECIAL_EXIT": "FAILED", "REVOKED": "CANCELLED",
+    "PENDING": "PENDING",
+    "CONFIGURING": "PENDING",
+    "REQUEUED": "PENDING",
+    "REQUEUE_HOLD": "PENDING",
+    "REQUEUE_FED": "PENDING",
+    "SUSPENDED": "PENDING",
+    "RESV_DEL_HOLD": "PENDING",
+    "RUNNING": "RUNNING",
+    "COMPLETING": "RUNNING",
+    "STAGE_OUT": "RUNNING",
+    "SIGNALING": "RUNNING",
+    "RESIZING": "RUNNING",
+    "STOPPED": "RUNNING",
+    "COMPLETED": "COMPLETED",
+    "CANCELLED": "CANCELLED",
+    "TIMEOUT": "TIMEOUT",
+    "DEADLINE": "TIMEOUT",
+    "PREEMPTED": "PREEMPTED",
+    "FAILED": "FAILED",
+    "NODE_FAIL": "FAILED",
+    "BOOT_FAIL": "FAILED",
+    "OUT_OF_MEMORY": "FAILED",
+    "SPECIAL_EXIT": "FAILED",
+    "REVOKED": "CANCELLED",
 }
 # sbatch --segment: added in 24.05 (SchedMD/slurm 47e72dea, "Add segment_size to slurm_opt_t"), but
 # until 24.05.3 its option entry carried --send-libs' code (slurm_opt.c `.val = LONG_OPT_SEND_LIBS`,
@@ -394,8 +448,19 @@ class Backend:
         ctl.mkdir(mode=0o700, exist_ok=True)
         if ctl.stat().st_uid != os.getuid() or ctl.stat().st_mode & 0o077:
             raise LaunchError(f"{ctl} must be a directory only you can use (it holds SSH control sockets)")
-        cmd = ["ssh", "-o", "BatchMode=yes", "-o", "ControlMaster=auto", "-o", f"ControlPath={ctl}/%C",
-               "-o", "ControlPersist=120", "-o", "ConnectTimeout=15"]
+        cmd = [
+            "ssh",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ControlMaster=auto",
+            "-o",
+            f"ControlPath={ctl}/%C",
+            "-o",
+            "ControlPersist=120",
+            "-o",
+            "ConnectTimeout=15",
+        ]
         if s.get("ssh_config"):
             cmd += ["-F", s["ssh_config"]]
         if s.get("ssh_port") and s["ssh_port"] != 22:
@@ -405,8 +470,16 @@ class Backend:
         host = s["login_host"] if not s.get("ssh_user") else f"{s['ssh_user']}@{s['login_host']}"
         return [*cmd, host]
 
-    def command(self, s: dict, argv: list[str], *, stdin: str | bytes | None = None, env: dict | None = None,
-             timeout: float = 120, drop=()) -> subprocess.CompletedProcess:
+    def command(
+        self,
+        s: dict,
+        argv: list[str],
+        *,
+        stdin: str | bytes | None = None,
+        env: dict | None = None,
+        timeout: float = 120,
+        drop=(),
+    ) -> subprocess.CompletedProcess:
         """Run a Slurm client command where the profile says: here, or on its login host. `drop`:
         variables (secret names) the command must not have in its environment."""
         conf = s.get("slurm_conf")
@@ -417,16 +490,22 @@ class Backend:
                     remote = f"SLURM_CONF={q(conf)} {remote}"
                 if drop:
                     remote = f"unset {' '.join(drop)}; {remote}"
-                return subprocess.run([*self._ssh(s), remote], input=stdin, capture_output=True, timeout=timeout,
-                                      text=not isinstance(stdin, bytes))
+                return subprocess.run(
+                    [*self._ssh(s), remote],
+                    input=stdin,
+                    capture_output=True,
+                    timeout=timeout,
+                    text=not isinstance(stdin, bytes),
+                )
             full = dict(os.environ)
             if conf:
                 full["SLURM_CONF"] = conf
             full.update(env or {})
             for name in drop:
                 full.pop(name, None)
-            return subprocess.run(argv, input=stdin, capture_output=True, text=not isinstance(stdin, bytes),
-                                  env=full, timeout=timeout)
+            return subprocess.run(
+                argv, input=stdin, capture_output=True, text=not isinstance(stdin, bytes), env=full, timeout=timeout
+            )
         except FileNotFoundError:
             raise LaunchError(f"'{argv[0]}' is not installed here; is this a Slurm login node?") from None
         except subprocess.TimeoutExpired:
@@ -464,8 +543,10 @@ class Backend:
         script = f"{guard}umask 077; mkdir -p {d}/logs {d}/launch {d}/exit && tar -C {d} -xf -"
         proc = subprocess.run([*self._ssh(s), script], input=buf.getvalue(), capture_output=True, timeout=120)
         if proc.returncode:
-            raise LaunchError(f"could not create the run dir on {s['login_host']}: "
-                              f"{self.first_error(proc) if isinstance(proc.stderr, str) else proc.stderr.decode().strip()}")
+            raise LaunchError(
+                f"could not create the run dir on {s['login_host']}: "
+                f"{self.first_error(proc) if isinstance(proc.stderr, str) else proc.stderr.decode().strip()}"
+            )
 
     def unstage(self, job) -> None:
         s = job.scheduler
@@ -482,9 +563,11 @@ class Backend:
         if segment:
             ver = self.command(s, ["sbatch", "--version"])
             if ver.returncode or _version(ver.stdout) < _MIN_SEGMENT_VERSION:
-                raise UsageError(f"cluster '{job.cluster}' runs {(ver.stdout or '').strip() or 'an unknown Slurm'}, "
-                                 "whose sbatch has no working --segment (needs 24.05.3 with topology/block); set "
-                                 "[slurm] segment = false in the profile")
+                raise UsageError(
+                    f"cluster '{job.cluster}' runs {(ver.stdout or '').strip() or 'an unknown Slurm'}, "
+                    "whose sbatch has no working --segment (needs 24.05.3 with topology/block); set "
+                    "[slurm] segment = false in the profile"
+                )
         from bridge_launch.backends.slurm import topology_plugin as slurm_topology
 
         slurm_topology.emit(slurm_topology.check(self, job, int(segment.group(1)) if segment else None))
@@ -501,8 +584,9 @@ class Backend:
             if s.get("slurm_conf"):
                 lines.append(f"export SLURM_CONF={q(s['slurm_conf'])}")
             lines.append(f"exec sbatch --parsable {q(script)}")
-            proc = subprocess.run([*self._ssh(s), "bash -s"], input="\n".join(lines) + "\n", capture_output=True,
-                                  text=True, timeout=120)
+            proc = subprocess.run(
+                [*self._ssh(s), "bash -s"], input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120
+            )
         else:
             proc = self.command(s, ["sbatch", "--parsable", script], env=values, drop=hidden)
         if proc.returncode:
@@ -532,8 +616,9 @@ class Backend:
         for name, spec in sources.items():
             code, why = got.get(name, (None, ""))
             if code is None:
-                raise LaunchError(f"could not check the secret sources{where.replace('checked ', '')}: "
-                                  f"{self.first_error(proc)}")
+                raise LaunchError(
+                    f"could not check the secret sources{where.replace('checked ', '')}: {self.first_error(proc)}"
+                )
             if code == slurm_secrets.OK:
                 continue
             if code == slurm_secrets.MISSING and spec["optional"]:
@@ -562,7 +647,9 @@ class Backend:
             s = job.scheduler
             ids = [r.job_ids[-1] for r in group]
             seen = self.squeue(s, ids)
-            missing = [i for i in ids if i not in seen or seen[i]["state"] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")]
+            missing = [
+                i for i in ids if i not in seen or seen[i]["state"] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+            ]
             if missing:
                 for jid, info in self.sacct(s, missing).items():
                     seen[jid] = info
@@ -596,10 +683,17 @@ class Backend:
         states = self.squeue(s, ids)
         missing = [i for i in ids if i not in states or states[i]["state"] not in ("PENDING", "RUNNING")]
         if missing:
-            states.update({k: v for k, v in self.sacct(s, missing).items() if k not in states or
-                           states[k]["state"] not in ("PENDING", "RUNNING")})
+            states.update(
+                {
+                    k: v
+                    for k, v in self.sacct(s, missing).items()
+                    if k not in states or states[k]["state"] not in ("PENDING", "RUNNING")
+                }
+            )
         outcomes = _outcomes(self.read_file(s, f"{chain_dir}/outcomes") or "")
-        segments = [{"job_id": i, "state": states.get(i, {}).get("state", "UNKNOWN"), **outcomes.get(i, {})} for i in ids]
+        segments = [
+            {"job_id": i, "state": states.get(i, {}).get("state", "UNKNOWN"), **outcomes.get(i, {})} for i in ids
+        ]
         restarts = (self.read_file(s, f"{chain_dir}/restarts") or "0").strip()
         out = dict(st, job_ids=ids, segments=segments, restarts=int(restarts) if restarts.isdigit() else 0)
         saved = [x["checkpoint"] for x in segments if x.get("checkpoint")]
@@ -616,8 +710,10 @@ class Backend:
             out.update(state="PENDING", reason=states.get(active[0]["job_id"], {}).get("reason", ""))
         elif segments:
             last = segments[-1]["state"]
-            out.update(state=last if last != "COMPLETED" else "FAILED",
-                       reason="" if last != "COMPLETED" else "the chain ended below train_iters")
+            out.update(
+                state=last if last != "COMPLETED" else "FAILED",
+                reason="" if last != "COMPLETED" else "the chain ended below train_iters",
+            )
         return out
 
     def squeue(self, s, ids) -> dict:
@@ -631,12 +727,18 @@ class Backend:
                 continue
             jid, state, reason, elapsed, nnodes, nodelist = parts[:6]
             st = _STATES.get(state, "UNKNOWN")
-            seen[jid.split("_")[0]] = {"state": st, "reason": reason if st == "PENDING" and reason != "None" else "",
-                                       "elapsed": elapsed, "nodes": nodelist or nnodes}
+            seen[jid.split("_")[0]] = {
+                "state": st,
+                "reason": reason if st == "PENDING" and reason != "None" else "",
+                "elapsed": elapsed,
+                "nodes": nodelist or nnodes,
+            }
         return seen
 
     def sacct(self, s, ids) -> dict:
-        proc = self.command(s, ["sacct", "-n", "-P", "-X", "-j", ",".join(ids), "-o", "JobID,State,ExitCode,Elapsed,NodeList"])
+        proc = self.command(
+            s, ["sacct", "-n", "-P", "-X", "-j", ",".join(ids), "-o", "JobID,State,ExitCode,Elapsed,NodeList"]
+        )
         if proc.returncode:
             return {}
         seen = {}
@@ -739,8 +841,11 @@ class Backend:
         names = {p.name for p in cache.iterdir()}
         files = []
         for jid in run.job_ids:
-            files += [cache / n for n in [f"sbatch-{jid}.out", *sorted(n for n in names if n.startswith(f"{jid}-"))]
-                      if n in names and _LOG_NAME.match(n)]
+            files += [
+                cache / n
+                for n in [f"sbatch-{jid}.out", *sorted(n for n in names if n.startswith(f"{jid}-"))]
+                if n in names and _LOG_NAME.match(n)
+            ]
         return files
 
     def _remote_logs(self, s, run, *, offsets: dict | None = None, tail: int | None = None) -> dict[str, bytes]:
@@ -751,11 +856,12 @@ class Backend:
         globs = " ".join(f"sbatch-{j}.out {j}-*.log" for j in run.job_ids if str(j).isdigit())
         script = (
             f"cd {q(run.run_dir + '/logs')} 2>/dev/null || exit 0; for f in {globs}; do "
-            "[ -f \"$f\" ] || continue; off=0; " + (f"case \"$f\" in {cases}esac; " if cases else "")
-            + "size=$(stat -c %s -- \"$f\") || continue; "
+            '[ -f "$f" ] || continue; off=0; '
+            + (f'case "$f" in {cases}esac; ' if cases else "")
+            + 'size=$(stat -c %s -- "$f") || continue; '
             + (f"[ $size -gt {int(tail)} ] && off=$((size-{int(tail)})); " if tail else "")
             + "[ $size -gt $off ] || continue; n=$((size-off)); printf '@@bridge-launch %d %s\\n' $n \"$f\"; "
-            "tail -c +$((off+1)) -- \"$f\" | head -c $n; done"
+            'tail -c +$((off+1)) -- "$f" | head -c $n; done'
         )
         try:
             proc = subprocess.run([*self._ssh(s), f"sh -c {q(script)}"], capture_output=True, timeout=120)
@@ -783,8 +889,14 @@ class Backend:
                 with open(f"{chain_dir}/stopped", "w") as fh:
                     fh.write("cancelled by user\n")
             else:
-                subprocess.run([*self._ssh(s), f"mkdir -p {q(chain_dir)} && echo 'cancelled by user' > "
-                                f"{q(chain_dir + '/stopped')}"], capture_output=True, timeout=60)
+                subprocess.run(
+                    [
+                        *self._ssh(s),
+                        f"mkdir -p {q(chain_dir)} && echo 'cancelled by user' > {q(chain_dir + '/stopped')}",
+                    ],
+                    capture_output=True,
+                    timeout=60,
+                )
             later = (self.read_file(s, f"{chain_dir}/jobs") or "").split()
             ids = list(dict.fromkeys([*ids, *[x for x in later if x.isdigit()]]))
         running = [i for i, st in self.squeue(s, ids).items() if st["state"] == "RUNNING"]
@@ -816,8 +928,11 @@ def _outcomes(text: str) -> dict:
     for line in text.splitlines():
         parts = line.split(" ", 4)
         if len(parts) >= 4 and parts[0].isdigit() and parts[3].isdigit():
-            out[parts[0]] = {"outcome": parts[1], "checkpoint": int(parts[3]),
-                             "detail": parts[4].strip() if len(parts) > 4 else ""}
+            out[parts[0]] = {
+                "outcome": parts[1],
+                "checkpoint": int(parts[3]),
+                "detail": parts[4].strip() if len(parts) > 4 else "",
+            }
     return out
 
 
@@ -851,11 +966,9 @@ def _frames(out: bytes) -> dict[str, bytes]:
         if len(head) != 3 or head[0] != b"@@bridge-launch" or not head[1].isdigit():
             break
         n, name = int(head[1]), head[2].decode("utf-8", "replace")
-        body = out[nl + 1:nl + 1 + n]
+        body = out[nl + 1 : nl + 1 + n]
         if len(body) != n or not _LOG_NAME.match(name):
             break
         got[name] = body
         pos = nl + 1 + n
     return got
-
-

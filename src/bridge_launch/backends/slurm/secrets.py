@@ -41,7 +41,7 @@ OK, UNUSABLE, MISSING, LEFT_OUT = 0, 1, 3, 4
 
 # --- the shell side: one function for the job's first lines, each job step, and the submit check ---
 
-_READER = r'''bl_secret() { # NAME KIND PATH [MACHINE] [optional]: the value on stdout; else why on stderr and 1 (3: missing, 4: optional and missing)
+_READER = r"""bl_secret() { # NAME KIND PATH [MACHINE] [optional]: the value on stdout; else why on stderr and 1 (3: missing, 4: optional and missing)
     local name=$1 kind=$2 path=$3 machine=${4:-} mode value="" m="" i
     local -a w
     if [ ! -e "$path" ]; then
@@ -79,7 +79,7 @@ _READER = r'''bl_secret() { # NAME KIND PATH [MACHINE] [optional]: the value on 
 bl_absent() { # NAME WHY: an optional secret whose source is not there
     if [ -n "${!1:-}" ]; then echo "bridge-launch: note: secret $1: $2; the value from sbatch's environment is used" >&2
     else echo "bridge-launch: note: secret $1: $2; the job runs without it" >&2; fi
-}'''
+}"""
 
 
 def _call(name: str, spec: dict, *, optional: bool) -> str:
@@ -103,13 +103,17 @@ def script_lines(job) -> list[str]:
         return []
     loads = []
     for name, spec in sources.items():
-        loads.append(f'    v=$({_call(name, spec, optional=spec["optional"])}); '
-                     f'case $? in 0) export {name}="$v";; 4) ;; *) rc=1;; esac')
+        loads.append(
+            f"    v=$({_call(name, spec, optional=spec['optional'])}); "
+            f'case $? in 0) export {name}="$v";; 4) ;; *) rc=1;; esac'
+        )
     fail = []
     if job.chain:  # the chain's own verdict, which status reports
         chain_dir = q(f"{job.run_dir}/chain/{job.run_id}")
-        fail.append(f"    mkdir -p {chain_dir} && [ ! -e {chain_dir}/stopped ] && printf '%s\\n' \"$why\" "
-                    f"| grep -m 1 '^bridge-launch: secret ' | sed 's/^bridge-launch: //' > {chain_dir}/stopped")
+        fail.append(
+            f"    mkdir -p {chain_dir} && [ ! -e {chain_dir}/stopped ] && printf '%s\\n' \"$why\" "
+            f"| grep -m 1 '^bridge-launch: secret ' | sed 's/^bridge-launch: //' > {chain_dir}/stopped"
+        )
     return [
         "# Secrets: read here, on the cluster, from files only their owner can read, when each job step starts",
         "# (with_secrets); their values are in neither this script, sbatch's environment nor Slurm's job record.",
@@ -120,11 +124,11 @@ def script_lines(job) -> list[str]:
         '    return "$rc"',
         "}",
         'with_secrets() ( load_secrets || exit 1; exec "$@" )',
-        'why=$( (load_secrets) 2>&1 >/dev/null ); rc=$?',
+        "why=$( (load_secrets) 2>&1 >/dev/null ); rc=$?",
         'if [ -n "$why" ]; then printf \'%s\\n\' "$why" >&2; fi',
         'if [ "$rc" -ne 0 ]; then',
         *fail,
-        f"    printf '%s\\n' \"$rc\" > {q(job.run_dir + '/exit')}/\"$SLURM_JOB_ID\"",
+        f'    printf \'%s\\n\' "$rc" > {q(job.run_dir + "/exit")}/"$SLURM_JOB_ID"',
         '    exit "$rc"',
         "fi",
     ]
@@ -133,8 +137,11 @@ def script_lines(job) -> list[str]:
 def check_script(sources: dict) -> str:
     """A bash script (stdin of `bash -s`, here or on the login host) that checks every source with
     the job's own reader and prints `NAME<TAB>CODE<TAB>WHY` per secret; never a value."""
-    lines = [_READER, 'check() { local why rc; why=$("$@" 2>&1 >/dev/null); rc=$?; why=${why//$\'\\n\'/ }; '
-             'printf \'%s\\t%s\\t%s\\n\' "$2" "$rc" "${why#bridge-launch: }"; }']
+    lines = [
+        _READER,
+        "check() { local why rc; why=$(\"$@\" 2>&1 >/dev/null); rc=$?; why=${why//$'\\n'/ }; "
+        'printf \'%s\\t%s\\t%s\\n\' "$2" "$rc" "${why#bridge-launch: }"; }',
+    ]
     for name, spec in sources.items():
         lines.append("check " + _call(name, spec, optional=False))
     return "\n".join(lines) + "\n"
@@ -214,23 +221,32 @@ def cluster_config(s: dict, run) -> dict:
 def env_warning(names: list, conf: dict, job_id: str, chain: bool) -> str:
     """Where Slurm keeps values that went through sbatch's environment, as precisely as the cluster says."""
     loc = conf.get("StateSaveLocation")
-    where = (f"{loc}/hash.{int(job_id) % 10}/job.{job_id}/environment" if loc and job_id.isdigit()
-             else "its StateSaveLocation (hash.N/job.N/environment)")
+    where = (
+        f"{loc}/hash.{int(job_id) % 10}/job.{job_id}/environment"
+        if loc and job_id.isdigit()
+        else "its StateSaveLocation (hash.N/job.N/environment)"
+    )
     age = conf.get("MinJobAge", "").replace(" sec", " s")
-    text = (f"{', '.join(names)} went to the job through sbatch's environment: slurmctld keeps "
-            f"{'it' if len(names) == 1 else 'them'} in {where} until the job record is purged"
-            + (f" (MinJobAge, {age} after the job ends)" if age else ""))
+    text = (
+        f"{', '.join(names)} went to the job through sbatch's environment: slurmctld keeps "
+        f"{'it' if len(names) == 1 else 'them'} in {where} until the job record is purged"
+        + (f" (MinJobAge, {age} after the job ends)" if age else "")
+    )
     if stores_job_env(conf):
-        text += (", and this cluster also stores job environments in its accounting database "
-                 "(AccountingStoreFlags=job_env), where sacct --env-vars shows them for as long as it keeps accounting")
+        text += (
+            ", and this cluster also stores job environments in its accounting database "
+            "(AccountingStoreFlags=job_env), where sacct --env-vars shows them for as long as it keeps accounting"
+        )
     if chain:
         text += "; every segment of the chain is submitted with them again"
     return text + f"; give each a source on the cluster instead: --secret NAME={FILE_HINT} or [slurm] secret_sources"
 
 
 def job_env_note(file_names: list) -> str:
-    text = ("this cluster stores each job's environment (sbatch's: your submitting environment) in its accounting "
-            "database (AccountingStoreFlags=job_env), where sacct --env-vars shows it")
+    text = (
+        "this cluster stores each job's environment (sbatch's: your submitting environment) in its accounting "
+        "database (AccountingStoreFlags=job_env), where sacct --env-vars shows it"
+    )
     if file_names:
         text += f"; {', '.join(file_names)} {'is' if len(file_names) == 1 else 'are'} read from files on the cluster and not in it"
     return text

@@ -98,8 +98,11 @@ def nvlink_spans(job) -> list[dict] | None:
         sp, facts, _, _ = topology.placement(job, par, topology.rank_groups(par))
     except UsageError:
         return None
-    return [{"label": topology._LABEL[k], "size": sp[k]["size"], "nodes": sp[k]["max_nodes"]}
-            for k in facts["nvlink_groups"] if sp[k]["max_nodes"] > 1]
+    return [
+        {"label": topology._LABEL[k], "size": sp[k]["size"], "nodes": sp[k]["max_nodes"]}
+        for k in facts["nvlink_groups"]
+        if sp[k]["max_nodes"] > 1
+    ]
 
 
 def _groups_text(spans: list[dict]) -> str:
@@ -117,23 +120,37 @@ def warning(job, *, segment: int | None, plugin: str | None, source: str, spans)
         return None
     spans = spans() if callable(spans) else spans
     need = f"; {_groups_text(spans)} and need one NVLink domain each" if spans else ""
-    where = f"the cluster's TopologyPlugin is {plugin} ({source})" if plugin else f"its TopologyPlugin is unknown ({source})"
+    where = (
+        f"the cluster's TopologyPlugin is {plugin} ({source})"
+        if plugin
+        else f"its TopologyPlugin is unknown ({source})"
+    )
     if segment:
         if plugin is None and spans == []:
             return None
-        head = (f"cluster '{job.cluster}': --segment={segment} may be ignored: {where}, and only "
-                f"{', '.join(SEGMENT_PLUGINS)} read --segment (Slurm src/plugins/topology/*/eval_nodes_*.c), so "
-                f"nothing keeps the job's {job.nodes} nodes inside {domain}-node NVLink domains")
-        fix = ("ask the admins for topology/block with BlockSizes of the NVLink domain, or state the plugin as "
-               "[slurm] topology_plugin in the profile" if plugin is None else
-               "ask the admins for topology/block with BlockSizes of the NVLink domain")
+        head = (
+            f"cluster '{job.cluster}': --segment={segment} may be ignored: {where}, and only "
+            f"{', '.join(SEGMENT_PLUGINS)} read --segment (Slurm src/plugins/topology/*/eval_nodes_*.c), so "
+            f"nothing keeps the job's {job.nodes} nodes inside {domain}-node NVLink domains"
+        )
+        fix = (
+            "ask the admins for topology/block with BlockSizes of the NVLink domain, or state the plugin as "
+            "[slurm] topology_plugin in the profile"
+            if plugin is None
+            else "ask the admins for topology/block with BlockSizes of the NVLink domain"
+        )
         return f"{head}{need}; {fix}"
     if not spans:
         return None
-    fix = ("it runs a block topology: set [slurm] segment = true in the profile (sbatch >= 24.05.3)"
-           if plugin in SEGMENT_PLUGINS else "nothing else in the request keeps them together")
-    return (f"cluster '{job.cluster}' requests no --segment ([slurm] segment = false): Slurm may spread the job's "
-            f"{job.nodes} nodes over several {domain}-node NVLink domains{need}; {where}: {fix}")
+    fix = (
+        "it runs a block topology: set [slurm] segment = true in the profile (sbatch >= 24.05.3)"
+        if plugin in SEGMENT_PLUGINS
+        else "nothing else in the request keeps them together"
+    )
+    return (
+        f"cluster '{job.cluster}' requests no --segment ([slurm] segment = false): Slurm may spread the job's "
+        f"{job.nodes} nodes over several {domain}-node NVLink domains{need}; {where}: {fix}"
+    )
 
 
 def check(backend, job, segment: int | None) -> str | None:

@@ -62,14 +62,24 @@ def closest(key: str, extra=(), n: int = 3) -> list[str]:
     return hits
 
 
-_TYPE_NAMES = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
-               "list": "a list", "dict": "a dict"}
+_TYPE_NAMES = {
+    "int": "an integer",
+    "float": "a number",
+    "bool": "true or false",
+    "str": "a string",
+    "list": "a list",
+    "dict": "a dict",
+}
 
 
 def type_error(spec: dict, value) -> str | None:
     """None if value fits the field spec, else what is expected (for an error line)."""
     if value is None:
-        return None if spec.get("nullable") or spec["type"] == "any" else f"{_TYPE_NAMES.get(spec['type'], spec['type'])} (not null)"
+        return (
+            None
+            if spec.get("nullable") or spec["type"] == "any"
+            else f"{_TYPE_NAMES.get(spec['type'], spec['type'])} (not null)"
+        )
     t = spec["type"]
     ok = {
         "any": True,
