@@ -90,7 +90,8 @@ def populate_registry(home: str, n: int, info: str = "{}") -> None:
     with reg.db:
         reg.db.execute("BEGIN")
         reg.db.executemany(
-            "INSERT INTO runs (run_id, created, updated, recipe, cluster, backend, state, job_ids, run_dir, chain, info)"
+            "INSERT INTO runs (run_id, created, updated, recipe, cluster, backend, state, job_ids, run_dir, chain, "
+            "info)"
             " VALUES (?, ?, ?, 'smoke', 'local-slurm', 'slurm', 'COMPLETED', ?, ?, ?, ?)",
             [
                 (

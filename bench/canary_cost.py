@@ -7,8 +7,9 @@ on local-slurm-pyxis (2 nodes x 2 CPU processes, the local image with its Megatr
       (the real job never starts).
 
 Prints the medians of each, the ratio with/without canary (anchor: the job without it), and the
-canary's own time inside the container from its report, check by check. On a GB200 cluster the figure that matters is the other side: a failure found on 2 nodes in
-minutes instead of on the full allocation after its start (see README).
+canary's own time inside the container from its report, check by check. On a GB200 cluster
+the figure that matters is the other side: a failure found on 2 nodes in minutes instead of
+on the full allocation after its start (see README).
 
 Needs root and the cluster with containers (scripts/local-slurm start --containers).
 Run: .venv/bin/python bench/canary_cost.py [--repeats N]

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import bench_env, compare, report  # noqa: E402
+from _timing import bench_env, compare, report
 
 PY = sys.executable
 BL = [PY, "-m", "bridge_launch.cli.app"]
@@ -70,7 +70,7 @@ def main() -> int:
             import importlib.util
 
             have_nemo_run = importlib.util.find_spec("nemo_run") is not None
-        except Exception:
+        except (ImportError, ValueError):
             have_nemo_run = False
         if have_nemo_run:
             cases["nemo-run dry run"] = [PY, "-c", f"JOB_DIR={job_dir!r}\n" + NEMO_RUN_DRY_RUN]

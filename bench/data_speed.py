@@ -172,7 +172,8 @@ def main():
         pr = bench_prepare(work, a.samples, a.rounds, a.large_images)
         print(json.dumps({"prepare": pr}, indent=2))
         print(
-            f"prepare vs tar cf: {pr['prepare_vs_tar_w2']:.2f}x (2 workers), {pr['prepare_vs_tar_w1']:.2f}x (1 worker); goal >= 0.5x"
+            f"prepare vs tar cf: {pr['prepare_vs_tar_w2']:.2f}x (2 workers), {pr['prepare_vs_tar_w1']:.2f}x (1 "
+            "worker); goal >= 0.5x"
         )
         print(f"1 -> 2 workers: {pr['speedup_1_to_2_workers']:.2f}x")
         print(f"packing report vs numpy sort: {pk['report_vs_sort']:.2f}x; goal <= 5x")

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import bench_env, report  # noqa: E402
+from _timing import bench_env, report
 
 PY = sys.executable
 BL = [PY, "-m", "bridge_launch.cli.app"]
@@ -98,7 +98,8 @@ def main() -> int:
         ("submit qwen35-vl-sft -c gb200-32 --dry-run  vs  import typer", t["dry-run"], t["import typer"], 3.0, "max"),
     ]
     print(
-        f"(medians of {args.repeats} interleaved runs; CPU time: plan {c['plan']:.2f} s vs {c['import parallel_state']:.2f} s "
+        f"(medians of {args.repeats} interleaved runs; CPU time: plan {c['plan']:.2f} s vs "
+        f"{c['import parallel_state']:.2f} s "
         f"= {c['plan'] / c['import parallel_state']:.2f}x, dry-run {c['dry-run']:.3f} s vs {c['import typer']:.3f} s "
         f"= {c['dry-run'] / c['import typer']:.2f}x)"
     )

@@ -10,14 +10,13 @@ ones, so the registry's size should not show. Run: .venv/bin/python bench/status
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-from _timing import bench_env, compare, populate_registry, report  # noqa: E402
+from _timing import bench_env, compare, populate_registry, report
 
 PY = sys.executable
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import bench_env, report  # noqa: E402
+from _timing import bench_env, report
 
 PY = sys.executable
 REPO = Path(__file__).resolve().parent.parent

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-from _timing import bench_env, compare, populate_registry, report  # noqa: E402
+from _timing import bench_env, compare, populate_registry, report
 
 PY = sys.executable
 BL = [PY, "-m", "bridge_launch.cli.app"]
@@ -70,8 +70,8 @@ def finished_run(home: str, steps: int) -> str:
     """A finished local run of `steps` iterations, recorded as submit and status leave it."""
     os.environ["BRIDGE_LAUNCH_HOME"] = home
     os.environ["XDG_CONFIG_HOME"] = os.path.join(home, "config")
-    from bridge_launch.runs import lifecycle as launch
     from bridge_launch.resolve import resolver as resolve
+    from bridge_launch.runs import lifecycle as launch
     from bridge_launch.runs.registry import Registry
 
     reg = Registry(Path(home))
@@ -102,7 +102,8 @@ def main() -> int:
         big = Path(logs) / "train.log"
         write_log(big, 100_000)
         print(
-            f"(a 10,000-step log: {(Path(one) / 'runs' / run_id / 'logs' / (run_id + '.log')).stat().st_size / 1e6:.1f} MB;"
+            "(a 10,000-step log: "
+            f"{(Path(one) / 'runs' / run_id / 'logs' / (run_id + '.log')).stat().st_size / 1e6:.1f} MB;"
             f" the 100,000-iteration log: {big.stat().st_size / 1e6:.1f} MB)"
         )
         env_many, env_one = bench_env(many), bench_env(one)

@@ -208,7 +208,7 @@ class Tree:
                 entries.append((mod, rel, sha))
         out = _git(self.path, "cat-file", "--batch", input_="".join(f"{s}\n" for _, _, s in entries).encode())
         pos = 0
-        for mod, rel, sha in entries:
+        for mod, _rel, _sha in entries:
             nl = out.index(b"\n", pos)
             size = int(out[pos:nl].split()[2])
             self.files[mod] = out[nl + 1 : nl + 1 + size].decode("utf-8", "replace")
@@ -659,7 +659,7 @@ class Mapper:
                 return T(typ, notes=[f"{sym.name} ({base.name} subclass)"])
         return T("any", notes=[f"class {sym.name}"])
 
-    def literal(self, modname, args) -> T:
+    def literal(self, _modname, args) -> T:
         values = []
         nullable = False
         for a in args:

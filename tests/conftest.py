@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -11,9 +12,22 @@ REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "bridge_launch.cli.app"]
 
 
+def local_slurm(*args, check=True):
+    """scripts/local-slurm, the two-node Slurm cluster on this machine (root)."""
+    return subprocess.run(
+        [str(REPO / "scripts" / "local-slurm"), *args], capture_output=True, text=True, check=check, timeout=600
+    )
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """The local Slurm cluster, started (or found running) once per module: its SLURM_CONF."""
+    local_slurm("start")
+    return re.search(r"SLURM_CONF=(\S+)", local_slurm("env").stdout).group(1).strip("'\"")
+
+
 def _clear_caches():
-    from bridge_launch.spec import clusters
-    from bridge_launch.spec import recipes
+    from bridge_launch.spec import clusters, recipes
 
     clusters.catalog.cache_clear()
     recipes.catalog.cache_clear()
@@ -50,18 +64,18 @@ class Result:
         return json.loads(self.out)
 
 
-def run_cli(*args, env=None, timeout=120, input=None) -> Result:
+def run_cli(*args, env=None, timeout=120, stdin=None) -> Result:
     """The CLI as a user runs it: a fresh process, its own stdout/stderr and exit code."""
     full = dict(os.environ)
     full.update(env or {})
     proc = subprocess.run(
-        [*CLI, *map(str, args)], capture_output=True, text=True, env=full, timeout=timeout, input=input, cwd=REPO
+        [*CLI, *map(str, args)], capture_output=True, text=True, env=full, timeout=timeout, input=stdin, cwd=REPO
     )
     return Result(proc)
 
 
 @pytest.fixture
-def cli(home):
+def cli(home):  # noqa: ARG001 - requesting home gives each CLI run its own state dir
     return run_cli
 
 

@@ -105,7 +105,7 @@ class Contract:
         self.staged.setdefault(d, {}).update(files)
 
     # ---------------------------------------------------------------- Lepton
-    def lepton(self, method, path, query, body, auth):
+    def lepton(self, method, path, body, auth):
         if auth != f"Bearer {LEPTON_TOKEN}":
             return 401, {"code": "Unauthorized", "message": "invalid token"}
         if method == "GET" and path == "/dedicated-node-groups":
@@ -182,7 +182,7 @@ class Contract:
             need(all("wget" not in a and "curl" not in a for a in c["command"]), "the job must not download anything")
 
     # ---------------------------------------------------------------- DGX Cloud
-    def dgx(self, method, path, query, body, auth):
+    def dgx(self, method, path, body, auth):
         if method == "POST" and path == "/token":
             need(body.get("grantType") == "client_credentials", "grantType")
             if (body.get("clientId"), body.get("clientSecret")) != DGX_CLIENT:
@@ -305,13 +305,9 @@ def _handler(contract: Contract):
             try:
                 with contract.lock:
                     if url.path.startswith("/lepton/"):
-                        code, out = contract.lepton(
-                            self.command, url.path[7:], url.query, body, self.headers.get("Authorization")
-                        )
+                        code, out = contract.lepton(self.command, url.path[7:], body, self.headers.get("Authorization"))
                     elif url.path.startswith("/dgx/"):
-                        code, out = contract.dgx(
-                            self.command, url.path[4:], url.query, body, self.headers.get("Authorization")
-                        )
+                        code, out = contract.dgx(self.command, url.path[4:], body, self.headers.get("Authorization"))
                     else:
                         code, out = 404, {"message": "unknown API"}
             except ShapeError as exc:

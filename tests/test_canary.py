@@ -38,7 +38,8 @@ def _dry(*args):
 # ------------------------------------------------------------------ settings and rendering
 
 
-def test_slurm_canary_is_a_short_job_in_the_same_image_the_real_job_waits_for(home):
+@pytest.mark.usefixtures("home")
+def test_slurm_canary_is_a_short_job_in_the_same_image_the_real_job_waits_for():
     d = _dry("qwen35-vl-sft", "-c", "gb200-32", "--canary", *VL_ARGS)
     main, c = d["artifact"]["text"], d["canary"]
     assert "#SBATCH --dependency=afterok:@CANARY_JOB_ID@\n#SBATCH --kill-on-invalid-dep=yes\n" in main
@@ -75,7 +76,8 @@ def test_slurm_canary_is_a_short_job_in_the_same_image_the_real_job_waits_for(ho
     assert d["provenance"]["job"]["canary"] == "cli"
 
 
-def test_dry_run_text_shows_the_canary_job_and_spec(home):
+@pytest.mark.usefixtures("home")
+def test_dry_run_text_shows_the_canary_job_and_spec():
     r = run_cli("submit", "qwen35-vl-sft", "-c", "gb200-32", "--canary", *VL_ARGS, "--dry-run")
     assert r.code == 0, r.err
     assert "Canary     a job on 2 nodes of the same partition, time 00:30:00, submitted first" in r.out
@@ -86,7 +88,8 @@ def test_dry_run_text_shows_the_canary_job_and_spec(home):
     assert "busbw >= 80% of 700 GB/s (gb200)" in r.out
 
 
-def test_with_until_done_only_the_first_segment_waits_for_the_canary(home):
+@pytest.mark.usefixtures("home")
+def test_with_until_done_only_the_first_segment_waits_for_the_canary():
     d = _dry("smoke", "-c", "gb200-8", "--canary", "--until-done", "--step-time", "1", "checkpoint.save=/lustre/ck")
     text = d["artifact"]["text"]
     assert "#SBATCH --dependency=afterok:@CANARY_JOB_ID@" in text
@@ -105,7 +108,8 @@ def test_profile_default_and_no_canary(home):
     assert "canary" not in d and "--dependency" not in d["artifact"]["text"]
 
 
-def test_no_canary_means_no_change_to_the_job(home):
+@pytest.mark.usefixtures("home")
+def test_no_canary_means_no_change_to_the_job():
     plain = _dry("qwen35-vl-sft", "-c", "gb200-32", *VL_ARGS)
     assert "canary" not in plain and "dependency" not in plain["artifact"]["text"]
 
@@ -140,7 +144,9 @@ FAKE_TORCHRUN = """#!/bin/bash
 # records what it was asked to run; the canary fails when CANARY_RC says so
 echo "$*" >> "$CALLS"
 case "$*" in
-  *--rdzv-id=*-canary*) echo "bridge-launch canary: FAIL at data: dataset.path /x does not exist in the container; report r"; exit "${CANARY_RC:-0}";;
+  *--rdzv-id=*-canary*)
+    echo "bridge-launch canary: FAIL at data: dataset.path /x does not exist in the container; report r"
+    exit "${CANARY_RC:-0}";;
   *) echo "training ran"; exit 0;;
 esac
 """
@@ -149,8 +155,8 @@ esac
 @pytest.mark.parametrize("cluster", ["lepton-gb200", "dgxc-gb200"])
 @pytest.mark.parametrize("canary_rc", [0, 1])
 def test_cloud_jobs_run_the_canary_first_and_stop_when_it_fails(home, tmp_path, cluster, canary_rc):
-    from bridge_launch.resolve import resolver as resolve
     from bridge_launch.backends import cloud, lepton
+    from bridge_launch.resolve import resolver as resolve
 
     write(home / "clusters" / "c.toml", f'extends = "{cluster}"\njob_root = "{tmp_path}/runs"\n')
     job = resolve.resolve("smoke", resolve.Options(cluster="c", nodes=2, canary=True)).with_run_id("r1")
@@ -364,7 +370,8 @@ def _subcheck(name, spec_path):
             "qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config",
             [],
             "fail",
-            "recipe lookup failed: AttributeError: Recipe 'qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config' not "
+            "recipe lookup failed: AttributeError: Recipe "
+            "'qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config' not "
             "found in megatron.bridge.recipes or megatron.bridge.perf_recipes.",
         ),
         (
@@ -410,7 +417,7 @@ def test_trainer_check_reports_a_version_skew(tmp_path):
     )
 
 
-def test_trainer_check_skips_the_smoke_workload(canary_mod, tmp_path):
+def test_trainer_check_skips_the_smoke_workload(canary_mod):
     assert canary_mod.check_trainer({"workload": "smoke"}, "x")["status"] == "skip"
 
 
@@ -545,11 +552,10 @@ def test_canary_under_torchrun_writes_its_report(tmp_path, energon_dataset):
 def test_lepton_run_with_a_canary_stages_it_and_status_names_the_failing_check(home, tmp_path, monkeypatch):
     """Through the Lepton contract server: the canary's files reach the run dir, the job's script
     runs it first, and a job its canary stopped is FAILED with the check in `status`."""
-    from contract_server import LEPTON_TOKEN, Server
-
-    from bridge_launch.runs import lifecycle as launch
     from bridge_launch.resolve import resolver as resolve
+    from bridge_launch.runs import lifecycle as launch
     from bridge_launch.runs.registry import Registry
+    from contract_server import LEPTON_TOKEN, Server
 
     with Server() as server:
         monkeypatch.setenv("HOME", str(tmp_path / "userhome"))

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from conftest import run_cli, write
 from test_containers_e2e import STATE, _submit, _wait, cluster  # noqa: F401 (the fixture)
 
@@ -116,7 +117,8 @@ def _never_started(st: dict) -> None:
     assert not (run_dir / "probe").exists()
 
 
-def test_a_canary_that_passes_lets_the_job_start(cluster, vl, inputs):  # noqa: F811
+@pytest.mark.usefixtures("cluster")
+def test_a_canary_that_passes_lets_the_job_start(vl, inputs):
     sub = _submit("canary-vl", "-c", "pyxis-canary", *vl)
     st = _wait(sub["run_id"], timeout=600)
     c = st["info"]["canary"]
@@ -154,8 +156,9 @@ def test_a_canary_that_passes_lets_the_job_start(cluster, vl, inputs):  # noqa: 
     assert logs.index("bridge-launch canary: PASS") < logs.index("probe: rank")
 
 
+@pytest.mark.usefixtures("cluster", "inputs")
 @pytest.mark.parametrize("case", ["data", "image", "trainer"])
-def test_a_canary_that_fails_leaves_the_job_never_started(cluster, vl, inputs, case):  # noqa: F811
+def test_a_canary_that_fails_leaves_the_job_never_started(vl, case):
     args = list(vl)
     if case == "data":
         args[0] = "dataset.path=/nonexistent/clevr2"
@@ -182,7 +185,8 @@ def test_a_canary_that_fails_leaves_the_job_never_started(cluster, vl, inputs, c
     assert f"canary      job {c['job_id']}: FAILED at {case}: " in shown
 
 
-def test_cancel_takes_the_canary_with_the_run(cluster, vl):  # noqa: F811
+@pytest.mark.usefixtures("cluster")
+def test_cancel_takes_the_canary_with_the_run(vl):
     sub = _submit("canary-vl", "-c", "pyxis-canary", *vl)
     r = run_cli("cancel", sub["run_id"])
     assert r.code == 0, r.err
@@ -198,7 +202,8 @@ def test_cancel_takes_the_canary_with_the_run(cluster, vl):  # noqa: F811
     assert st["state"] == "CANCELLED"
 
 
-def test_a_later_segments_own_dependency_replaces_the_canarys(cluster, tmp_path):  # noqa: F811
+@pytest.mark.usefixtures("cluster")
+def test_a_later_segments_own_dependency_replaces_the_canarys(tmp_path):
     """--until-done: the first segment's script holds the canary's dependency; a later segment is
     submitted from it with --dependency=afterany on the command line, which replaces the script's
     #SBATCH line, so the canary (long gone, or failed) never holds it."""
@@ -227,7 +232,8 @@ def test_a_later_segments_own_dependency_replaces_the_canarys(cluster, tmp_path)
     assert states[first].startswith("CANCELLED") and not (tmp_path / f"{first}.out").exists(), states
 
 
-def test_through_the_login_host(cluster, vl, home):  # noqa: F811
+@pytest.mark.usefixtures("cluster")
+def test_through_the_login_host(vl, home):
     """The canary's files staged over SSH, its report and logs read back over SSH."""
     write(
         home / "clusters" / "pyxis-canary-ssh.toml",

@@ -7,11 +7,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import run_cli
 
-from bridge_launch.resolve import resolver as resolve
 from bridge_launch.backends.slurm import backend as slurm
 from bridge_launch.core.errors import UsageError
+from bridge_launch.resolve import resolver as resolve
+from conftest import run_cli
 
 VL = ("dataset.path=/lustre/fsw/data/clevr2", "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt/qwen35")
 
@@ -22,7 +22,8 @@ def _chain(recipe="smoke", cluster="local-slurm", overrides=(), **opts):
     )
 
 
-def test_the_chain_turns_on_bridges_exit_handler_and_loads_its_own_saves(home):
+@pytest.mark.usefixtures("home")
+def test_the_chain_turns_on_bridges_exit_handler_and_loads_its_own_saves():
     job = _chain()
     assert job.config["train.exit_signal_handler"] is True  # the smoke workload too: it follows Bridge
     assert job.config["checkpoint.load"] == job.config["checkpoint.save"] == job.chain["save"]
@@ -32,6 +33,7 @@ def test_the_chain_turns_on_bridges_exit_handler_and_loads_its_own_saves(home):
     assert _chain(overrides=["train.exit_signal=SIGUSR2"]).chain["exit_signal"] == "USR2"
 
 
+@pytest.mark.usefixtures("home")
 @pytest.mark.parametrize(
     "overrides,opts,message",
     [
@@ -42,19 +44,21 @@ def test_the_chain_turns_on_bridges_exit_handler_and_loads_its_own_saves(home):
         ([], {"step_time": -1.0}, "--step-time must be a positive number"),
     ],
 )
-def test_the_chain_refuses(home, overrides, opts, message):
+def test_the_chain_refuses(overrides, opts, message):
     with pytest.raises(UsageError, match=re.escape(message)):
         _chain(overrides=overrides, **opts)
 
 
-def test_sizing_flags_need_until_done(home):
+@pytest.mark.usefixtures("home")
+def test_sizing_flags_need_until_done():
     with pytest.raises(UsageError, match="--max-segments sizes an --until-done chain"):
         resolve.resolve("smoke", resolve.Options(cluster="local-slurm", max_segments=3))
     r = run_cli("submit", "smoke", "-c", "local-slurm", "--step-time", "3", "--dry-run")
     assert r.code == 2 and "--step-time sizes an --until-done chain" in r.err and "Traceback" not in r.err
 
 
-def test_sizing_of_the_vl_recipe_on_gb200_32(home):
+@pytest.mark.usefixtures("home")
+def test_sizing_of_the_vl_recipe_on_gb200_32():
     """plan estimates ~35 s a step for qwen35-vl-sft-mxfp8 on gb200-32 (it has an MXFP8 throughput
     figure; none is published for BF16): the shipped save_interval of 500 is longer than a 4 h
     segment, and a 120 s lead cannot hold a step, a save and an evaluation."""
@@ -73,7 +77,8 @@ def test_sizing_of_the_vl_recipe_on_gb200_32(home):
     assert not [w for w in ok.warnings if "signal-lead" in w or "save_interval" in w], ok.warnings
 
 
-def test_a_lead_shorter_than_one_step_is_refused_only_with_an_estimate(home):
+@pytest.mark.usefixtures("home")
+def test_a_lead_shorter_than_one_step_is_refused_only_with_an_estimate():
     job = _chain("qwen35-vl-sft-mxfp8", "gb200-32", VL, signal_lead=30)
     assert any(
         e.startswith("--signal-lead 30 s is shorter than one training step (~35 s, plan's estimate)")
@@ -87,7 +92,8 @@ def test_a_lead_shorter_than_one_step_is_refused_only_with_an_estimate(home):
     assert given.errors and "--step-time" in given.errors[0]
 
 
-def test_dry_run_shows_the_mechanism_and_the_estimate(home):
+@pytest.mark.usefixtures("home")
+def test_dry_run_shows_the_mechanism_and_the_estimate():
     r = run_cli(
         "submit", "qwen35-vl-sft-mxfp8", "-c", "gb200-32", *VL, "--until-done", "--max-segments", "900", "--dry-run"
     )

@@ -4,6 +4,7 @@ import json
 import os
 
 import pytest
+
 from conftest import write
 
 ERROR_CASES = [
@@ -206,7 +207,8 @@ def test_cli_flags_override_the_profile(cli):
     assert d["provenance"]["job"]["time"] == "cli" and d["provenance"]["job"]["container"] == "cli"
 
 
-def test_secret_values_never_appear(cli, home):
+@pytest.mark.usefixtures("home")
+def test_secret_values_never_appear(cli):
     value = "s3cr3t-VALUE-do-not-print"
     env = {"HF_TOKEN": value, "WANDB_API_KEY": value, "MY_KEY": value}
     for out in ("text", "json"):

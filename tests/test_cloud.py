@@ -170,8 +170,11 @@ def test_failure(env, cluster):
     assert "Failed" in _refresh(run).reason
 
 
-@pytest.mark.parametrize("cluster,pattern", [("lep", r"DELETE"), ("dgx", r"suspend")])
-def test_cancel(env, cluster, pattern):
+@pytest.mark.parametrize(
+    "cluster,method,path",
+    [("lep", "DELETE", "^/lepton/jobs/{}$"), ("dgx", "POST", "^/dgx/workloads/distributed/{}/suspend$")],
+)
+def test_cancel(env, cluster, method, path):
     from bridge_launch.runs import lifecycle as launch
     from bridge_launch.runs.registry import Registry
 
@@ -179,10 +182,7 @@ def test_cancel(env, cluster, pattern):
     run = _submit(cluster)
     done = launch.cancel(Registry(), run)
     assert done.state == "CANCELLED"
-    if cluster == "lep":
-        assert env.calls("DELETE", rf"^/lepton/jobs/{run.job_ids[0]}$")
-    else:
-        assert env.calls("POST", rf"^/dgx/workloads/distributed/{run.job_ids[0]}/suspend$")
+    assert env.calls(method, path.format(run.job_ids[0]))
 
 
 def test_resume_reuses_run_dir(env):
@@ -212,7 +212,8 @@ def test_dgx_auth_failure_is_one_clear_error(env, monkeypatch):
     assert len(env.calls("POST", "/dgx/token")) == 1  # a 401 is not retried
 
 
-def test_lepton_auth_failure(env, monkeypatch):
+@pytest.mark.usefixtures("env")
+def test_lepton_auth_failure(monkeypatch):
     from bridge_launch.core.errors import LaunchError
 
     monkeypatch.setenv("LEPTON_WORKSPACE_TOKEN", "bad-token")
@@ -220,7 +221,8 @@ def test_lepton_auth_failure(env, monkeypatch):
         _submit("lep")
 
 
-def test_dgx_missing_credentials(env, monkeypatch):
+@pytest.mark.usefixtures("env")
+def test_dgx_missing_credentials(monkeypatch):
     from bridge_launch.core.errors import UsageError
 
     monkeypatch.delenv("DGXC_CLIENT_SECRET")
@@ -251,7 +253,7 @@ def test_timeout(env, cluster, pattern):
         _refresh(run)
 
 
-def test_dgx_payload_matches_nemo_run_but_for_the_pod_count(env, tmp_path):
+def test_dgx_payload_matches_nemo_run_but_for_the_pod_count(env):
     """nemo-run's DGXCloudExecutor.create_training_job, given our command/args/env through
     custom_spec, sends our body except for the pods: it asks for numWorkers = nodes (plus
     min/maxReplicas) and leaves the master to Run:ai's default, which with the master pod is one
@@ -304,7 +306,8 @@ def test_dgx_workload_is_exactly_nodes_pods(env, nodes):
     assert f"--nnodes={nodes}" in body["spec"]["args"]
 
 
-def test_render_is_light_and_masks(home):
+@pytest.mark.usefixtures("home")
+def test_render_is_light_and_masks():
     code = (
         "import sys; from bridge_launch import backends; from bridge_launch.resolve import resolver as resolve\n"
         "for c in ('lepton-gb200','dgxc-gb200'):\n"
@@ -369,7 +372,7 @@ def _scan_for_secrets(contract):
             for n in names:
                 data = open(os.path.join(dirpath, n), "rb").read()
                 assert HF_VALUE.encode() not in data and DGX_CLIENT[1].encode() not in data, n
-    for method, path, _, headers, body in contract.requests:
+    for _method, path, _, headers, body in contract.requests:
         blob = json.dumps(body or {})
         assert HF_VALUE not in blob
         if path != "/dgx/token":

@@ -8,15 +8,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import run_cli, write
 
 from bridge_launch import backends
-from bridge_launch.runs import codepack
-from bridge_launch.runs import images
-from bridge_launch.resolve import resolver as resolve
-from bridge_launch.core.errors import UsageError
 from bridge_launch.backends.slurm import image_import
 from bridge_launch.core import image_cache, image_ref
+from bridge_launch.core.errors import UsageError
+from bridge_launch.resolve import resolver as resolve
+from bridge_launch.runs import codepack
+from conftest import run_cli, write
 
 
 @pytest.mark.parametrize(
@@ -52,14 +51,16 @@ def test_registry_reference_forms(given, docker):
     assert image_ref.docker_ref(given) == docker
 
 
-def test_a_bare_squashfs_name_is_refused_not_pulled(home):
+@pytest.mark.usefixtures("home")
+def test_a_bare_squashfs_name_is_refused_not_pulled():
     r = run_cli("submit", "smoke", "-c", "gb200-8", "--container", "nemo.sqsh", "--dry-run")
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "absolute path" in r.err, r.err
     with pytest.raises(UsageError):
         image_ref.docker_ref("/lustre/images/nemo.sqsh")
 
 
-def test_gb200_renders_pyxis_form_workdir_and_no_mpi(home):
+@pytest.mark.usefixtures("home")
+def test_gb200_renders_pyxis_form_workdir_and_no_mpi():
     d = run_cli("submit", "smoke", "-c", "gb200-8", "--dry-run", "-o", "json").json()
     text = d["artifact"]["text"]
     assert d["container"] == "nvcr.io/nvidia/nemo:26.10"  # the job keeps the user's form
@@ -69,7 +70,8 @@ def test_gb200_renders_pyxis_form_workdir_and_no_mpi(home):
     assert f"--container-workdir={d['run_dir']} \\" in text
 
 
-def test_lepton_and_runai_keep_registry_slash_form(home):
+@pytest.mark.usefixtures("home")
+def test_lepton_and_runai_keep_registry_slash_form():
     for cluster in ("lepton-gb200", "dgxc-gb200"):
         d = run_cli(
             "submit", "smoke", "-c", cluster, "--container", "nvcr.io#nvidia/nemo:26.10", "--dry-run", "-o", "json"
@@ -90,7 +92,8 @@ def test_mpi_comes_from_the_profile(home):
     assert r.code == 2 and "[slurm] mpi" in r.err
 
 
-def test_local_slurm_pyxis_uses_the_gb200_code_path(home):
+@pytest.mark.usefixtures("home")
+def test_local_slurm_pyxis_uses_the_gb200_code_path():
     job = resolve.resolve("smoke", resolve.Options(cluster="local-slurm-pyxis"))
     assert job.errors == [] and job.container.endswith("/containers/images/local-torch.sqsh")
     text = backends.render(job).text
@@ -151,7 +154,8 @@ def test_submit_starts_from_the_cached_squashfs(home):
     assert lepton["container"] == "nvcr.io/nvidia/nemo:26.10"
 
 
-def test_a_damaged_record_is_one_line(home):
+@pytest.mark.usefixtures("home")
+def test_a_damaged_record_is_one_line():
     (Path(os.environ["BRIDGE_LAUNCH_HOME"])).mkdir(parents=True, exist_ok=True)
     (Path(os.environ["BRIDGE_LAUNCH_HOME"]) / "images.json").write_text("{not json")
     r = run_cli("submit", "smoke", "-c", "gb200-8", "--dry-run")
@@ -283,20 +287,23 @@ def test_pack_takes_tracked_files_as_edited_with_submodules(tmp_path):
     )
 
 
-def test_bridge_src_dry_run_mounts_the_staged_tree(home, tmp_path):
+@pytest.mark.usefixtures("home")
+def test_bridge_src_dry_run_mounts_the_staged_tree(tmp_path):
     mb = _checkout(tmp_path)
     d = run_cli("submit", "smoke", "-c", "gb200-8", "--bridge-src", str(mb), "--dry-run", "-o", "json").json()
     assert f"{d['run_dir']}/bridge-src:/opt/Megatron-Bridge" in d["mounts"]
     text = d["artifact"]["text"]
     assert f"{d['run_dir']}/bridge-src:/opt/Megatron-Bridge" in text
     assert (
-        "export PYTHONPATH=/opt/Megatron-Bridge/src:/opt/Megatron-Bridge/3rdparty/Megatron-LM${PYTHONPATH:+:$PYTHONPATH}; "
+        "export PYTHONPATH=/opt/Megatron-Bridge/src:/opt/Megatron-Bridge/3rdparty/Megatron-LM"
+        "${PYTHONPATH:+:$PYTHONPATH}; "
         "stop=$1 sig=$2; shift 2; torchrun --node-rank" in text
     )
     plain = run_cli("submit", "smoke", "-c", "gb200-8", "--dry-run", "-o", "json").json()["artifact"]["text"]
     assert "PYTHONPATH" not in plain
 
 
+@pytest.mark.usefixtures("home")
 @pytest.mark.parametrize(
     "args,fragment",
     [
@@ -306,20 +313,20 @@ def test_bridge_src_dry_run_mounts_the_staged_tree(home, tmp_path):
         (["-c", "lepton-gb200", "--bridge-src", "."], "Slurm job"),
     ],
 )
-def test_bridge_src_errors_are_one_line(home, args, fragment):
+def test_bridge_src_errors_are_one_line(args, fragment):
     r = run_cli("submit", "smoke", *args, "--dry-run")
     lines = r.err.strip().splitlines()
     assert r.code == 2 and len(lines) == 1 and fragment in lines[0], r.err
 
 
-def test_bridge_src_inside_a_checkout_asks_for_its_top(home, tmp_path):
+@pytest.mark.usefixtures("home")
+def test_bridge_src_inside_a_checkout_asks_for_its_top(tmp_path):
     mb = _checkout(tmp_path)
     r = run_cli("submit", "smoke", "-c", "gb200-8", "--bridge-src", str(mb / "src"), "--dry-run")
     assert r.code == 2 and "give its top directory" in r.err
 
 
 def test_staging_unpacks_the_tree_in_the_run_dir(tmp_path):
-    from bridge_launch.runs import lifecycle as launch
     from bridge_launch.backends.base import Tree, stage_locally
 
     mb = _checkout(tmp_path)

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
 from conftest import REPO, files_holding, run_cli, write
 from launch_checks import check_torchrun_artifacts
 from test_slurm_e2e import _wait_state
@@ -86,7 +87,8 @@ def _probes(run_dir):
     return [json.loads(p.read_text()) for p in files]
 
 
-def test_smoke_on_two_nodes_in_containers(cluster, home):
+@pytest.mark.usefixtures("home")
+def test_smoke_on_two_nodes_in_containers(cluster):
     sub = _submit("smoke", "-c", "local-slurm-pyxis", *FAST, "train.train_iters=6")
     st = _wait(sub["run_id"])
     assert st["state"] == "COMPLETED", (st, run_cli("logs", sub["run_id"]).out[-3000:])
@@ -107,7 +109,8 @@ def test_smoke_on_two_nodes_in_containers(cluster, home):
     ), logs[-3000:]
 
 
-def test_until_done_across_a_time_limit_in_containers(cluster, home):
+@pytest.mark.usefixtures("cluster", "home")
+def test_until_done_across_a_time_limit_in_containers():
     """The USR1 before the time limit becomes a SIGTERM to the training processes inside the
     container (the per-node launcher runs there too); they save and exit, and the next segment's
     container loads that checkpoint."""
@@ -143,7 +146,8 @@ def test_until_done_across_a_time_limit_in_containers(cluster, home):
     assert s["python"].startswith("/venv/") and s["steps_completed"] == 60  # the image's interpreter, to the end
 
 
-def test_recipe_profile_and_secret_values_reach_the_container_and_a_mount_works(cluster, home, tmp_path):
+@pytest.mark.usefixtures("cluster")
+def test_recipe_profile_and_secret_values_reach_the_container_and_a_mount_works(home, tmp_path):
     """Both kinds of secret reach the container through --container-env: MY_TOKEN read from its file
     on the cluster (in no file Slurm, enroot or pyxis write, nor the run or state dir), LEGACY_TOKEN
     from the submitting environment (only in the environment slurmctld keeps, as the warning says)."""
@@ -228,7 +232,8 @@ def _bridge_checkout(root: Path) -> Path:
     return mb
 
 
-def test_bridge_src_is_mounted_over_the_images_copy_through_the_login_host(cluster, home, tmp_path):
+@pytest.mark.usefixtures("cluster")
+def test_bridge_src_is_mounted_over_the_images_copy_through_the_login_host(home, tmp_path):
     _probe_recipe(home)
     write(
         home / "clusters" / "pyxis-ssh.toml",
@@ -256,7 +261,8 @@ def test_bridge_src_is_mounted_over_the_images_copy_through_the_login_host(clust
     assert f"@ {head} + uncommitted changes" in shown
 
 
-def test_an_image_that_cannot_be_pulled_fails_fast_with_enroots_line(cluster, home):
+@pytest.mark.usefixtures("cluster", "home")
+def test_an_image_that_cannot_be_pulled_fails_fast_with_enroots_line():
     t0 = time.time()
     sub = _submit("smoke", "-c", "local-slurm-pyxis", "--container", "nvcr.io/nvidia/nemo:26.10", *FAST)
     st = _wait(sub["run_id"], timeout=120)
@@ -265,7 +271,8 @@ def test_an_image_that_cannot_be_pulled_fails_fast_with_enroots_line(cluster, ho
     assert "nvcr.io#nvidia/nemo:26.10" in (Path(sub["run_dir"]) / "launch" / f"{sub['run_id']}.sbatch").read_text()
 
 
-def test_image_import_once_then_submit_starts_from_the_cache(cluster, home):
+@pytest.mark.usefixtures("cluster", "home")
+def test_image_import_once_then_submit_starts_from_the_cache():
     cache = STATE / "enroot-cache"
 
     def imp(_):

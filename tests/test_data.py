@@ -190,7 +190,7 @@ def test_without_copy_file_range_the_shards_are_the_same(src, tmp_path, monkeypa
     _prep(src, tmp_path / "a", validation_fraction=0)
     calls = []
 
-    def refuse(*a, **k):
+    def refuse(*_a, **_k):
         calls.append(1)
         raise OSError(errno.EXDEV, "Invalid cross-device link")
 
@@ -198,7 +198,7 @@ def test_without_copy_file_range_the_shards_are_the_same(src, tmp_path, monkeypa
     monkeypatch.setattr(shards, "_COPY", "copy_file_range")
     _prep(src, tmp_path / "b", validation_fraction=0)
     assert calls and shards._COPY == "sendfile"
-    monkeypatch.setattr(os, "sendfile", lambda *a: (_ for _ in ()).throw(OSError(errno.EINVAL, "no")))
+    monkeypatch.setattr(os, "sendfile", lambda *_a: (_ for _ in ()).throw(OSError(errno.EINVAL, "no")))
     _prep(src, tmp_path / "c", validation_fraction=0)
     assert shards._COPY == "pread"
     ta = sorted(p.name for p in (tmp_path / "a").glob("*.tar*"))
@@ -214,7 +214,7 @@ def test_full_disk_is_one_line_and_leaves_nothing(src, tmp_path, monkeypatch):
 
     from bridge_launch.core.errors import LaunchError
 
-    def full(*a):
+    def full(*_a):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "writev", full)
@@ -326,7 +326,7 @@ def test_byte_ranges_start_at_lines(tmp_path):
     data = jl.read_bytes()
     for n in (1, 2, 3, 7, 50, 200):
         ch = prepare._chunks(jl, n)
-        assert ch[0][0] == 0 and ch[-1][1] == len(data) and all(a[1] == b[0] for a, b in zip(ch, ch[1:]))
+        assert ch[0][0] == 0 and ch[-1][1] == len(data) and all(a[1] == b[0] for a, b in zip(ch, ch[1:], strict=False))
         assert all(a == 0 or data[a - 1 : a] == b"\n" for a, _ in ch)
         assert len(ch) == min(n, 50) or n > 1
 
@@ -363,7 +363,7 @@ def test_every_path_reads_a_line_the_same_way(src, tmp_path, monkeypatch):
     assert all(c == counts[0] for c in counts) and sum(counts[0].values()) == 24
 
 
-def test_deep_nesting_compressed_media_and_negative_sizes_are_one_line(src, tmp_path, monkeypatch):
+def test_deep_nesting_compressed_media_and_negative_sizes_are_one_line(src, tmp_path):
     import gzip
 
     jl = src / "clevr_2" / "clevr_2.jsonl"
@@ -758,6 +758,30 @@ def test_slurm_job_array_writes_the_same_shards(src, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+def test_slurm_job_array_gets_the_profiles_time_limit_as_slurm_reads_it(src, tmp_path, monkeypatch, home):
+    """A profile time of "1-12" is 36 hours for the array's elements (it once became 2 minutes)."""
+    import os
+    import subprocess
+
+    pytest.importorskip("submitit")
+    pytest.importorskip("megatron.energon")
+    if not _local_slurm_up():
+        pytest.skip("local Slurm cluster is not running (scripts/local-slurm start)")
+    monkeypatch.setenv("SLURM_CONF", "/var/lib/bridge-launch-slurm/etc/slurm.conf")
+    (home / "clusters" / "long.toml").write_text('extends = "local-slurm"\n[slurm]\ntime = "1-12"\n')
+    submitted = []
+    _prep(src, tmp_path / "out", num_workers=1, cluster="long", log=submitted.append)
+    array = next(line.split()[3] for line in submitted if line.startswith("submitted job array "))
+    limits = subprocess.run(
+        ["sacct", "-n", "-X", "-P", "-j", array, "-o", "Timelimit"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+    ).stdout.split()
+    assert limits and set(limits) == {"1-12:00:00"}, limits
+
+
+@pytest.mark.slow
 def test_slurm_job_array_interrupted_leaves_nothing_running_or_written(src, tmp_path, monkeypatch):
     """Ctrl-C while the array runs: the elements still queued or running are cancelled and waited
     for before the partial directory is deleted, so nothing writes into it afterwards."""
@@ -771,7 +795,7 @@ def test_slurm_job_array_interrupted_leaves_nothing_running_or_written(src, tmp_
         pytest.skip("local Slurm cluster is not running (scripts/local-slurm start)")
     monkeypatch.setenv("SLURM_CONF", "/var/lib/bridge-launch-slurm/etc/slurm.conf")
 
-    def interrupt(n):
+    def interrupt(_n):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):

@@ -9,10 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge_launch.spec import clusters
 from bridge_launch.cli import commands
-from bridge_launch.spec import recipes
 from bridge_launch.core.errors import BridgeLaunchError
+from bridge_launch.spec import clusters, recipes
 
 pytest.importorskip("megatron.core")
 
@@ -215,10 +214,11 @@ def _job_words(data, names, cl):
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
+@pytest.mark.usefixtures("home")
 @pytest.mark.timeout(180)
 @settings(max_examples=1500, **SETTINGS)
 @given(data=st.data())
-def test_submit_dry_run_never_raises(home, targets, data):
+def test_submit_dry_run_never_raises(targets, data):
     recipe, cluster, nodes, ovs = _job_words(data, *targets)
     output = data.draw(st.sampled_from(["text", "json"]))
     code = _quiet(
@@ -243,10 +243,11 @@ def test_submit_dry_run_never_raises(home, targets, data):
     assert code in (0, 2)
 
 
+@pytest.mark.usefixtures("home")
 @pytest.mark.timeout(180)
 @settings(max_examples=1000, **SETTINGS)
 @given(data=st.data())
-def test_plan_never_raises(home, targets, data):
+def test_plan_never_raises(targets, data):
     recipe, cluster, nodes, ovs = _job_words(data, *targets)
     code = _quiet(
         commands.plan,
@@ -262,10 +263,11 @@ def test_plan_never_raises(home, targets, data):
     assert code in (0, 2)
 
 
+@pytest.mark.usefixtures("home")
 @pytest.mark.timeout(180)
 @settings(max_examples=500, **SETTINGS)
 @given(data=st.data())
-def test_diff_never_raises(home, targets, data):
+def test_diff_never_raises(targets, data):
     a = _job_words(data, *targets)
     b = _job_words(data, *targets)
 
@@ -297,9 +299,10 @@ INT_KEYS = [k for k in KEYS if "1" in _fitting(k)]
 EXTREMES = ["0", "-1", "99999999999", "1" + "0" * 40]
 
 
+@pytest.mark.usefixtures("home")
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("recipe,cluster", [("qwen35-vl-sft", "gb200-32"), ("nemotron-3-nano-pretrain", "gb200-8")])
-def test_every_integer_key_at_its_extremes(home, recipe, cluster):
+def test_every_integer_key_at_its_extremes(recipe, cluster):
     """Each integer key at 0, -1 and huge values, alone: no exception, no unbounded work (the
     fuzz once found model.mtp_num_layers=99999999999 building a list of that many layers)."""
     for key in INT_KEYS:

@@ -9,12 +9,11 @@ import math
 import struct
 
 import pytest
-from conftest import run_cli, write
 
-from bridge_launch.judge import gate
-from bridge_launch.judge import parity
+from bridge_launch.judge import gate, parity
 from bridge_launch.logs.reader import Log
 from bridge_launch.workloads import trainer_protocol as P
+from conftest import run_cli, write
 
 STAMP = "2026-01-01 12:00:00"
 
@@ -23,9 +22,9 @@ def training_log(
     n=100,
     *,
     loss=lambda s: 10.0 * math.exp(-s / 40) + 1.0,
-    gn=lambda s: 1.0,
-    skipped=lambda s: 0,
-    nan=lambda s: 0,
+    gn=lambda _s: 1.0,
+    skipped=lambda _s: 0,
+    nan=lambda _s: 0,
     save_at=None,
     validation=True,
     test=True,

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from bridge_launch import backends
-from bridge_launch.core.ports import EPHEMERAL_PORTS
-from bridge_launch.resolve import resolver as resolve
+from bridge_launch.backends import torchrun as torchrun_opts
 from bridge_launch.backends.slurm import backend as slurm
 from bridge_launch.backends.slurm import topology_plugin as slurm_topology
-from bridge_launch.backends import torchrun as torchrun_opts
+from bridge_launch.core.ports import EPHEMERAL_PORTS
+from bridge_launch.resolve import resolver as resolve
 from conftest import REPO, write
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -68,9 +68,10 @@ def _node_args(job, tmp_path, node_id):
     return out.stdout.splitlines()
 
 
+@pytest.mark.usefixtures("home")
 @pytest.mark.parametrize("until_done", [False, True])
 @pytest.mark.parametrize("node_id,is_host", [(0, "1"), (1, "0")])
-def test_each_node_gets_its_log_dir_and_the_rendezvous_settings(home, tmp_path, until_done, node_id, is_host):
+def test_each_node_gets_its_log_dir_and_the_rendezvous_settings(tmp_path, until_done, node_id, is_host):
     opts = {"until_done": True} if until_done else {}
     job = _job("smoke", "gb200-8", **opts)
     args = _node_args(job, tmp_path, node_id)
@@ -179,7 +180,8 @@ def test_srun_does_not_let_a_site_bind_the_one_task_to_a_core(home, cli):
 # ---------------------------------------------------------------- NCCL hang triage
 
 
-def test_the_flight_recorder_is_on_and_dumps_into_the_run_dir(home):
+@pytest.mark.usefixtures("home")
+def test_the_flight_recorder_is_on_and_dumps_into_the_run_dir():
     job = _job("qwen35-vl-sft", "gb200-32", "dataset.path=/d", "checkpoint.pretrained_checkpoint=/c")
     text = backends.render(job).text
     assert "\nexport TORCH_FR_BUFFER_SIZE=2000\n" in text and "\nexport TORCH_NCCL_DUMP_ON_TIMEOUT=1\n" in text
@@ -190,7 +192,8 @@ def test_the_flight_recorder_is_on_and_dumps_into_the_run_dir(home):
     assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in text  # torch 2.13 warns on every rank for that name
 
 
-def test_the_jobs_own_flight_recorder_settings_win(home):
+@pytest.mark.usefixtures("home")
+def test_the_jobs_own_flight_recorder_settings_win():
     job = _job(
         "qwen35-vl-sft",
         "gb200-32",
@@ -209,8 +212,9 @@ def test_the_jobs_own_flight_recorder_settings_win(home):
     assert "TORCH_FR_BUFFER_SIZE" not in text
 
 
+@pytest.mark.usefixtures("home")
 @pytest.mark.parametrize("cluster", ["lepton-gb200", "dgxc-gb200"])
-def test_cloud_scripts_get_the_same_flags(home, cluster):
+def test_cloud_scripts_get_the_same_flags(cluster):
     job = _job("smoke", cluster, nodes=2).with_run_id("r-9")
     from bridge_launch.backends import cloud, dgxcloud, lepton
 
@@ -222,8 +226,8 @@ def test_cloud_scripts_get_the_same_flags(home, cluster):
     )
     assert "export TORCH_FR_BUFFER_SIZE=2000\nexport TORCH_NCCL_DUMP_ON_TIMEOUT=1\n" in script
     assert (
-        f"export TORCH_NCCL_DEBUG_INFO_TEMP_FILE={job.run_dir}/nccl-trace/r-9/rank_\nmkdir -p {job.run_dir}/nccl-trace/r-9\n"
-        in script
+        f"export TORCH_NCCL_DEBUG_INFO_TEMP_FILE={job.run_dir}/nccl-trace/r-9/rank_\nmkdir -p "
+        f"{job.run_dir}/nccl-trace/r-9\n" in script
     )
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
 
@@ -231,8 +235,9 @@ def test_cloud_scripts_get_the_same_flags(home, cluster):
 # ---------------------------------------------------------------- Lepton NVL72 segments
 
 
+@pytest.mark.usefixtures("home")
 @pytest.mark.parametrize("nodes,per", [(2, 2), (8, 8), (18, 18), (36, 18), (20, 10), (19, None), (1, None)])
-def test_lepton_segments_follow_the_slurm_rule(home, nodes, per):
+def test_lepton_segments_follow_the_slurm_rule(nodes, per):
     from leptonai.api.v1.types.job import LeptonJob
 
     job = _job("smoke", "lepton-gb200", nodes=nodes)
@@ -260,7 +265,7 @@ class _Backend:
     def __init__(self, text, rc=0):
         self.text, self.rc, self.calls = text, rc, 0
 
-    def command(self, s, argv, timeout=120):
+    def command(self, _s, argv, **_kw):
         assert argv == ["scontrol", "show", "config"]
         self.calls += 1
         return subprocess.CompletedProcess(argv, self.rc, self.text, "" if self.rc == 0 else "scontrol: error: down")
@@ -273,7 +278,8 @@ class _Backend:
 SPANS = [{"label": "EP (HybridEP)", "size": 16, "nodes": 4}]
 
 
-def test_segment_guarantee_warnings(home):
+@pytest.mark.usefixtures("home")
+def test_segment_guarantee_warnings():
     job = _job("qwen35-vl-sft", "gb200-32", "dataset.path=/d", "checkpoint.pretrained_checkpoint=/c")
     w = slurm_topology.warning
     assert w(job, segment=8, plugin="topology/block", source="cached", spans=SPANS) is None
@@ -311,7 +317,8 @@ def test_the_plugin_is_read_once_per_cluster_and_cached(home):
     assert plugin is None and "scontrol: error: down" in source
 
 
-def test_nvlink_spans_come_from_plan(home):
+@pytest.mark.usefixtures("home")
+def test_nvlink_spans_come_from_plan():
     job = _job("qwen35-vl-sft", "gb200-32", "dataset.path=/d", "checkpoint.pretrained_checkpoint=/c")
     assert slurm_topology.nvlink_spans(job) == [{"label": "EP (HybridEP)", "size": 16, "nodes": 4}]
     assert slurm_topology.nvlink_spans(_job("smoke", "gb200-8")) == []

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from conftest import CLI, REPO, run_cli
 
 pytestmark = pytest.mark.slow
@@ -37,7 +38,8 @@ def _losses(log: Path) -> dict:
     }
 
 
-def test_interrupted_run_resumes_from_its_checkpoint(home):
+@pytest.mark.usefixtures("home")
+def test_interrupted_run_resumes_from_its_checkpoint():
     r = run_cli(
         "submit",
         "smoke",
@@ -86,7 +88,8 @@ def test_interrupted_run_resumes_from_its_checkpoint(home):
     assert after[saved + 1] < before[1] - 1.0
 
 
-def test_resume_is_refused_while_the_run_is_active(home):
+@pytest.mark.usefixtures("home")
+def test_resume_is_refused_while_the_run_is_active():
     r = run_cli("submit", "smoke", "-o", "json", "train.train_iters=200", "smoke.step_sleep=0.2", *FAST)
     run_id = r.json()["run_id"]
     try:
@@ -96,7 +99,8 @@ def test_resume_is_refused_while_the_run_is_active(home):
         run_cli("cancel", run_id)
 
 
-def test_failed_job_is_reported_with_exit_code_1(home):
+@pytest.mark.usefixtures("home")
+def test_failed_job_is_reported_with_exit_code_1():
     r = run_cli("submit", "smoke", "--follow", "train.train_iters=5", "+smoke.fail_at_step=2", *FAST, timeout=300)
     assert r.code == 1, r.out + r.err
     last = r.out.strip().splitlines()[-1]
@@ -110,7 +114,8 @@ def test_failed_job_is_reported_with_exit_code_1(home):
     assert "injected failure" in run_cli("status").out
 
 
-def test_ctrl_c_while_following_detaches(home):
+@pytest.mark.usefixtures("home")
+def test_ctrl_c_while_following_detaches():
     env = dict(os.environ)
     proc = subprocess.Popen(
         [*CLI, "submit", "smoke", "--follow", "train.train_iters=200", "smoke.step_sleep=0.2", *FAST],

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from bridge_launch.spec import models
-from bridge_launch.resolve import resolver as resolve
 from bridge_launch.plan import rules as validate
+from bridge_launch.resolve import resolver as resolve
+from bridge_launch.spec import models
 
 
 def _job(recipe, **config):
@@ -57,7 +57,8 @@ def test_a_recipe_without_an_entry_gets_megatrons_defaults():
     assert models.facts_for(_job("custom")) is None
 
 
-def test_plan_and_validate_read_the_same_facts(home):
+@pytest.mark.usefixtures("home")
+def test_plan_and_validate_read_the_same_facts():
     pytest.importorskip("megatron.core")
     from bridge_launch.plan import estimate, report
 
@@ -86,7 +87,8 @@ def test_dry_run_shows_the_model_and_its_sources(cli):
 
 def test_model_facts_import_neither_megatron_nor_torch():
     code = (
-        "import sys, bridge_launch.spec.models, bridge_launch.plan.rules, bridge_launch.plan.findings, bridge_launch.plan.topology, "
+        "import sys, bridge_launch.spec.models, bridge_launch.plan.rules, bridge_launch.plan.findings, "
+        "bridge_launch.plan.topology, "
         "bridge_launch.plan.estimate; print(sorted(m for m in ('megatron', 'torch') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

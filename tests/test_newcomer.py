@@ -7,16 +7,15 @@ import os
 import pty
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import CLI, REPO, run_cli, write
 
-from bridge_launch.runs import lifecycle as launch
 from bridge_launch.resolve import resolver as resolve
+from bridge_launch.runs import lifecycle as launch
 from bridge_launch.runs.registry import Registry
+from conftest import CLI, REPO, run_cli, write
 
 VL_INPUTS = ("dataset.path=/lustre/clevr2", "checkpoint.pretrained_checkpoint=/lustre/ckpt")
 
@@ -30,6 +29,7 @@ def _diff(*args):
     return {(x["section"], x["key"]): x for x in r.json()["differences"]}
 
 
+@pytest.mark.usefixtures("home")
 @pytest.mark.parametrize(
     "extra,section,key,b",
     [
@@ -46,14 +46,15 @@ def _diff(*args):
         (["~train.train_iters"], "config", "train.train_iters", "(unset)"),
     ],
 )
-def test_diff_sees_every_option_submit_takes(home, extra, section, key, b):
+def test_diff_sees_every_option_submit_takes(extra, section, key, b):
     base = ["qwen35-vl-sft", "-c", "gb200-32", *VL_INPUTS]
     d = _diff(*base, "--", *base, *extra)
     assert (section, key) in d, sorted(d)
     assert d[(section, key)]["b"] == b
 
 
-def test_diff_of_equal_sides_says_so_and_a_side_with_a_bad_option_is_one_line(home):
+@pytest.mark.usefixtures("home")
+def test_diff_of_equal_sides_says_so_and_a_side_with_a_bad_option_is_one_line():
     r = run_cli("diff", "smoke", "-c", "gb200-8", "--", "smoke", "-c", "gb200-8")
     assert r.code == 0 and "no differences" in r.out
     r = run_cli("diff", "smoke", "--", "smoke", "--bogus")
@@ -62,7 +63,8 @@ def test_diff_of_equal_sides_says_so_and_a_side_with_a_bad_option_is_one_line(ho
     assert r.code == 2 and "--follow does not describe a job" in r.err
 
 
-def test_diff_help_lists_the_side_options(home):
+@pytest.mark.usefixtures("home")
+def test_diff_help_lists_the_side_options():
     r = run_cli("diff", "--help")
     assert r.code == 0
     side = r.out.split("Options of each side", 1)[1]
@@ -82,7 +84,8 @@ def test_diff_help_lists_the_side_options(home):
     assert "--dry-run" not in side and "--follow" not in side
 
 
-def test_diff_of_two_runs_compares_what_they_run_not_their_ids(home):
+@pytest.mark.usefixtures("home")
+def test_diff_of_two_runs_compares_what_they_run_not_their_ids():
     reg = Registry()
     ids = []
     for _ in range(2):
@@ -179,7 +182,7 @@ def test_child_recipe_overrides_an_upstream_value_and_provenance_names_it(cli, h
 # --- 4. resume refuses what cannot help (fast: a recorded run with its tracker) -------------------
 
 
-def _finished_run(home, reached: int, iters: int = 50):
+def _finished_run(reached: int, iters: int = 50):
     reg = Registry()
     run = reg.reserve("smoke", "local", "local")
     job = resolve.resolve("smoke", resolve.Options(overrides=(f"train.train_iters={iters}",))).with_run_id(run.run_id)
@@ -191,8 +194,9 @@ def _finished_run(home, reached: int, iters: int = 50):
     return run.run_id, Path(job.run_dir)
 
 
-def test_resume_of_a_finished_run_is_refused_before_submit(home):
-    run_id, run_dir = _finished_run(home, reached=50)
+@pytest.mark.usefixtures("home")
+def test_resume_of_a_finished_run_is_refused_before_submit():
+    run_id, run_dir = _finished_run(reached=50)
     r = run_cli("resume", run_id)
     assert r.code == 2 and "already reached iteration 50" in r.err and "train.train_iters=N (N > 50)" in r.err
     r = run_cli("resume", run_id, "train.train_iters=40")
@@ -201,6 +205,7 @@ def test_resume_of_a_finished_run_is_refused_before_submit(home):
     assert not (run_dir / "launch").exists()  # nor staged
 
 
+@pytest.mark.usefixtures("home")
 @pytest.mark.parametrize(
     "override",
     [
@@ -211,8 +216,8 @@ def test_resume_of_a_finished_run_is_refused_before_submit(home):
         "++model.num_query_groups=2",
     ],
 )
-def test_resume_refuses_a_new_model_shape(home, override):
-    run_id, _ = _finished_run(home, reached=20)
+def test_resume_refuses_a_new_model_shape(override):
+    run_id, _ = _finished_run(reached=20)
     r = run_cli("resume", run_id, override)
     assert r.code == 2 and "changes the model's shape" in r.err, r.err
     assert len(r.err.strip().splitlines()) == 1
@@ -232,7 +237,8 @@ def _old_runs(n=2, age_days=10):
     return ids
 
 
-def test_prune_dry_run_lists_and_changes_nothing_and_weeks_are_accepted(home):
+@pytest.mark.usefixtures("home")
+def test_prune_dry_run_lists_and_changes_nothing_and_weeks_are_accepted():
     ids = _old_runs()
     r = run_cli("prune", "--older-than", "1w", "--dry-run")
     assert r.code == 0 and all(i in r.out for i in ids) and "would forget 2 finished runs" in r.out
@@ -259,7 +265,8 @@ def _on_a_terminal(args, answer: str):
     return proc.returncode, out, err
 
 
-def test_prune_asks_on_a_terminal_and_yes_skips_the_question(home):
+@pytest.mark.usefixtures("home")
+def test_prune_asks_on_a_terminal_and_yes_skips_the_question():
     ids = _old_runs()
     code, out, _ = _on_a_terminal(["prune", "--older-than", "1d"], "n\n")
     assert code == 0 and "Forget 2 finished runs?" in out and "nothing forgotten" in out
@@ -272,7 +279,8 @@ def test_prune_asks_on_a_terminal_and_yes_skips_the_question(home):
     assert not {*ids, *more} & {x["run_id"] for x in run_cli("status", "-o", "json").json()}
 
 
-def test_import_refuses_a_directory_that_is_not_a_run_dir(home, tmp_path):
+@pytest.mark.usefixtures("home")
+def test_import_refuses_a_directory_that_is_not_a_run_dir(tmp_path):
     r = run_cli("import", str(tmp_path))
     assert r.code == 2 and "is not a run dir" in r.err
 
@@ -280,6 +288,7 @@ def test_import_refuses_a_directory_that_is_not_a_run_dir(home, tmp_path):
 # --- 7. completion ------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("home")
 @pytest.mark.parametrize(
     "shell,marker",
     [
@@ -288,7 +297,7 @@ def test_import_refuses_a_directory_that_is_not_a_run_dir(home, tmp_path):
         ("bash", "complete -o default -F"),
     ],
 )
-def test_show_completion_prints_the_named_shells_script(home, shell, marker):
+def test_show_completion_prints_the_named_shells_script(shell, marker):
     r = run_cli("--show-completion", shell)
     assert r.code == 0 and marker in r.out, r.out[:300]
     assert "_BRIDGE_LAUNCH_COMPLETE" in r.out
@@ -303,7 +312,8 @@ def _complete(words: str, env=None):
     return r.out.split()
 
 
-def test_completion_of_names_run_ids_and_override_keys(home):
+@pytest.mark.usefixtures("home")
+def test_completion_of_names_run_ids_and_override_keys():
     assert "qwen35-vl-sft" in _complete("bridge-launch submit qwen")
     assert "qwen35-vl-sft-common" not in _complete("bridge-launch submit qwen35-vl")  # abstract: never offered
     assert "qwen35-vl-sft-common" not in _complete("bridge-launch recipes show q")
@@ -329,6 +339,7 @@ def test_completion_offers_nothing_rather_than_failing_on_a_broken_user_file(hom
 # --- 8. JSON mode: stdout carries JSON only ------------------------------------------------------
 
 
+@pytest.mark.usefixtures("home")
 @pytest.mark.parametrize(
     "args,code,fragment",
     [
@@ -340,7 +351,7 @@ def test_completion_offers_nothing_rather_than_failing_on_a_broken_user_file(hom
         (["diff", "smoke", "--", "nope", "-o", "json"], 2, "unknown recipe 'nope'"),
     ],
 )
-def test_errors_in_json_mode_are_json_on_stdout(home, args, code, fragment):
+def test_errors_in_json_mode_are_json_on_stdout(args, code, fragment):
     r = run_cli(*args)
     assert r.code == code
     d = json.loads(r.out)  # the whole of stdout is one JSON document
@@ -350,7 +361,8 @@ def test_errors_in_json_mode_are_json_on_stdout(home, args, code, fragment):
 # --- 9. size suggestions agree with the limits and with each other ------------------------------
 
 
-def test_size_hint_never_suggests_nodes_the_cluster_refuses_and_plan_agrees(home):
+@pytest.mark.usefixtures("home")
+def test_size_hint_never_suggests_nodes_the_cluster_refuses_and_plan_agrees():
     r = run_cli("submit", "nemotron-3-nano-pretrain", "--dry-run")
     assert r.code == 2
     assert "--nodes" not in r.err and "allows at most 1 node" in r.err and "--cluster gb200-8" in r.err, r.err
@@ -362,7 +374,8 @@ def test_size_hint_never_suggests_nodes_the_cluster_refuses_and_plan_agrees(home
     assert run_cli("submit", "nemotron-3-nano-pretrain", "-c", "gb200-32", "--nodes", "2", "--dry-run").code == 0
 
 
-def test_nodes_on_a_profile_named_for_its_size_says_what_size_it_gives(home):
+@pytest.mark.usefixtures("home")
+def test_nodes_on_a_profile_named_for_its_size_says_what_size_it_gives():
     d = run_cli("submit", "smoke", "-c", "gb200-32", "--nodes", "4", "--dry-run", "-o", "json").json()
     assert d["world_size"] == 16
     assert any("fixed size of 8 nodes (32 GPUs); --nodes 4 runs on 4 nodes (16 GPUs)" in w for w in d["warnings"])
@@ -372,7 +385,8 @@ def test_nodes_on_a_profile_named_for_its_size_says_what_size_it_gives(home):
 # --- 10. the smaller items ------------------------------------------------------------------------
 
 
-def test_unknown_recipe_counts_and_suggests_names_not_aliases(home):
+@pytest.mark.usefixtures("home")
+def test_unknown_recipe_counts_and_suggests_names_not_aliases():
     r = run_cli("submit", "qwen35-vl", "--dry-run")
     line = r.err.strip()
     assert r.code == 2 and "did you mean 'qwen35-vl-sft' or 'qwen35-vl-sft-mxfp8'" in line, line
@@ -394,6 +408,7 @@ def test_clusters_show_and_list(cli, home):
     assert {c["name"]: c["origin"] for c in cli("clusters", "list", "-o", "json").json()}["mine"] == "user"
 
 
+@pytest.mark.usefixtures("home")
 @pytest.mark.parametrize(
     "value,ok",
     [
@@ -407,7 +422,7 @@ def test_clusters_show_and_list(cli, home):
         ("00:30:00", True),
     ],
 )
-def test_time_limits_past_their_clock_range_are_refused(home, value, ok):
+def test_time_limits_past_their_clock_range_are_refused(value, ok):
     r = run_cli("submit", "smoke", "-c", "gb200-8", "-t", value, "--dry-run")
     assert (r.code == 0) == ok, r.err
     if not ok:
@@ -421,7 +436,8 @@ def test_one_node_is_singular(home):
     assert not any("1 nodes" in e for e in d["errors"] + d["warnings"])
 
 
-def test_plan_tokens_wording(home):
+@pytest.mark.usefixtures("home")
+def test_plan_tokens_wording():
     pytest.importorskip("megatron.core")
     r = run_cli("plan", "nemotron-3-nano-pretrain", "-c", "gb200-8", "--tokens", "1e11")
     assert r.code == 0, r.err
@@ -430,7 +446,8 @@ def test_plan_tokens_wording(home):
     assert "(train.train_iters from upstream)" in r.out
 
 
-def test_local_render_is_rank_prefixed(home):
+@pytest.mark.usefixtures("home")
+def test_local_render_is_rank_prefixed():
     job = resolve.resolve("smoke", resolve.Options())
     from bridge_launch import backends
 
@@ -451,8 +468,9 @@ def test_local_extra_brings_numpy():
 FAST = ["smoke.busbw_sizes=[1024]", "smoke.busbw_iters=1"]
 
 
+@pytest.mark.usefixtures("home")
 @pytest.mark.slow
-def test_local_run_follow_json_resume_refusals_prune_and_import(home):
+def test_local_run_follow_json_resume_refusals_prune_and_import():
     r = run_cli("submit", "smoke", *FAST, "train.train_iters=2", "--follow", "-o", "json", timeout=300)
     assert r.code == 0, r.err
     final = json.loads(r.out)  # stdout: one JSON object, the run in its final state
@@ -511,9 +529,10 @@ def _slurm_logs(run_dir: Path):
     return lambda: sorted(f for f in (run_dir / "logs").glob("*") if f.is_file()) if (run_dir / "logs").is_dir() else []
 
 
+@pytest.mark.usefixtures("home", "local_slurm")
 @pytest.mark.slow
 @pytest.mark.parametrize("until_done", [False, True])
-def test_slurm_cancel_signals_the_trainers_not_torchrun(home, local_slurm, until_done):
+def test_slurm_cancel_signals_the_trainers_not_torchrun(until_done):
     args = [
         "submit",
         "smoke",

@@ -8,16 +8,16 @@ import re
 import shlex
 
 import pytest
-from conftest import REPO, run_cli
 
 from bridge_launch.core.errors import UsageError
+from conftest import REPO, run_cli
 
 np = pytest.importorskip("numpy")
 pytest.importorskip("PIL")
 
-from bridge_launch.spec import recipes
 from bridge_launch.data import inspect as insp  # noqa: E402
 from bridge_launch.data import packing, synthetic  # noqa: E402
+from bridge_launch.spec import recipes  # noqa: E402
 
 
 def _measured(lengths_text, lengths_visual=None, images=None) -> dict:
@@ -101,7 +101,7 @@ def test_prepare_summary_rate_is_the_progress_bars(monkeypatch, tmp_path):
         "source_integrity_verified": True,
         "integrity_manifests": {"clevr_2": "user"},
     }
-    monkeypatch.setattr(prep, "prepare", lambda *a, **k: manifest)
+    monkeypatch.setattr(prep, "prepare", lambda *_a, **_k: manifest)
     r = CliRunner().invoke(
         dcli.app,
         [

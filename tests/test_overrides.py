@@ -80,7 +80,7 @@ def _hydra_result(hydra, text):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ov = parser.parse_overrides([text])[0]
-    except Exception as exc:  # OverrideParseException, or anything else Hydra raises
+    except Exception as exc:  # noqa: BLE001 - the oracle: OverrideParseException, or anything else Hydra raises
         return ("error", str(exc))
     prefix = {"delete": "~", "add": "+", "force": "++"}.get(_OPS[ov.type.name], "")
     key = ov.get_key_element()[len(prefix) :]

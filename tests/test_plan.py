@@ -17,10 +17,10 @@ import pytest
 
 pytest.importorskip("megatron.core")
 
+from bridge_launch.core.errors import UsageError
 from bridge_launch.plan import estimate as plan
 from bridge_launch.plan import report, topology
 from bridge_launch.resolve import resolver as resolve
-from bridge_launch.core.errors import UsageError  # noqa: E402
 
 
 def par(world, tp=1, pp=1, cp=1, ep=1, etp=None, sp=False, vpp=None):
@@ -165,7 +165,7 @@ def test_groups_match_megatron_parallel_state_on_gloo(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     measured = json.loads(out.read_text())
-    for (tp, cp, ep, etp, pp), every in zip(layouts, measured):
+    for (tp, cp, ep, etp, pp), every in zip(layouts, measured, strict=False):
         ours, _ = plan.rank_groups(par(8, tp=tp, cp=cp, ep=ep, etp=etp, pp=pp))
         for kind, groups in ours.items():
             seen = sorted({tuple(rank[kind]) for rank in every})
@@ -176,7 +176,8 @@ def test_groups_match_megatron_parallel_state_on_gloo(tmp_path):
 # layouts on the shipped recipes and clusters
 
 
-def test_vl_sft_on_gb200_32_stays_inside_nodes_and_one_domain(home):
+@pytest.mark.usefixtures("home")
+def test_vl_sft_on_gb200_32_stays_inside_nodes_and_one_domain():
     result = report.plan(
         job(
             "qwen35-vl-sft",
@@ -214,7 +215,8 @@ def test_vl_sft_on_gb200_32_stays_inside_nodes_and_one_domain(home):
     assert "segment 8 nodes" in text and "HybridEP" in text and "warning: TP" not in text and "error" not in text
 
 
-def test_tp_across_nodes_warns(home):
+@pytest.mark.usefixtures("home")
+def test_tp_across_nodes_warns():
     # TP8 on 4-GPU nodes (16 heads, 4 query groups and 16 GDN key heads all allow TP8)
     result = report.plan(job("qwen35-9b-pretrain", "gb200-8", "model.tensor_model_parallel_size=8"))
     assert result["spans"]["tp"]["max_nodes"] == 2
@@ -222,7 +224,8 @@ def test_tp_across_nodes_warns(home):
     assert "warning: TP groups of 8" in report.render_text(result)
 
 
-def test_hybrid_ep_across_nvlink_domains_warns_with_a_segment_that_fits(home):
+@pytest.mark.usefixtures("home")
+def test_hybrid_ep_across_nvlink_domains_warns_with_a_segment_that_fits():
     # 36 GB200 nodes are two 18-node NVLink domains; EP16 groups cover 4 nodes, and 18 is not a
     # multiple of 4, so the group on nodes 16-19 straddles the domain boundary.
     result = report.plan(
@@ -240,7 +243,8 @@ def test_hybrid_ep_across_nvlink_domains_warns_with_a_segment_that_fits(home):
     assert crossing and "nodes 16-19" in crossing[0] and "a segment of 12 nodes" in crossing[0]
 
 
-def test_ep_wider_than_a_domain_has_no_segment_fix(home):
+@pytest.mark.usefixtures("home")
+def test_ep_wider_than_a_domain_has_no_segment_fix():
     result = report.plan(
         job(
             "qwen35-35b-a3b-pretrain",
@@ -256,7 +260,8 @@ def test_ep_wider_than_a_domain_has_no_segment_fix(home):
     )
 
 
-def test_ep_without_hybridep_may_cross_domains(home):
+@pytest.mark.usefixtures("home")
+def test_ep_without_hybridep_may_cross_domains():
     result = report.plan(
         job(
             "qwen35-35b-a3b-pretrain",
@@ -271,12 +276,14 @@ def test_ep_without_hybridep_may_cross_domains(home):
     assert not any("EP" in w for w in result["warnings"])
 
 
-def test_bad_sizes_are_usage_errors(home):
+@pytest.mark.usefixtures("home")
+def test_bad_sizes_are_usage_errors():
     with pytest.raises(UsageError, match="not divisible by TP\\*PP\\*CP"):
         report.plan(job("qwen35-9b-pretrain", "gb200-8", "model.tensor_model_parallel_size=3"))
 
 
-def test_missing_megatron_core_is_one_usage_error(home, monkeypatch):
+@pytest.mark.usefixtures("home")
+def test_missing_megatron_core_is_one_usage_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "megatron.core.parallel_state", None)
     with pytest.raises(UsageError) as err:
         report.plan(job("qwen35-9b-pretrain", "gb200-8"))
@@ -374,7 +381,8 @@ def test_qwen35_9b_parameter_count_matches_published_size():
     assert plan.total_params(arch("qwen35-9b-pretrain", mtp_layers=0))["total"] == pytest.approx(8.95e9, rel=0.001)
 
 
-def test_vl_sft_memory_breakdown(home):
+@pytest.mark.usefixtures("home")
+def test_vl_sft_memory_breakdown():
     mem = report.plan(job("qwen35-vl-sft", "gb200-32"))["memory"]
     p = mem["parameters"]
     # experts over EP16, the rest (embeddings, output layer, vision) over TP2
@@ -400,7 +408,8 @@ def test_vl_sft_memory_breakdown(home):
     assert mem["total_gib"] == pytest.approx(parts, abs=0.05)
 
 
-def test_recompute_lowers_activations(home):
+@pytest.mark.usefixtures("home")
+def test_recompute_lowers_activations():
     base = report.plan(job("qwen35-9b-pretrain", "gb200-8"))["memory"]
     sel = report.plan(
         job(
@@ -423,7 +432,8 @@ def test_recompute_lowers_activations(home):
     assert full["activations"]["recompute_transient"] > 0
 
 
-def test_memory_above_100_percent_is_an_error_with_what_fits(home):
+@pytest.mark.usefixtures("home")
+def test_memory_above_100_percent_is_an_error_with_what_fits():
     j = job("qwen35-9b-pretrain", "gb200-8", "train.micro_batch_size=8")
     result = report.plan(j)
     assert result["memory"]["fraction"] > 1
@@ -434,14 +444,16 @@ def test_memory_above_100_percent_is_an_error_with_what_fits(home):
     assert f"error: {err[0]}" in report.render_text(result)
 
 
-def test_config_values_override_the_table(home):
+@pytest.mark.usefixtures("home")
+def test_config_values_override_the_table():
     j = job("qwen35-35b-a3b-pretrain", "gb200-8", "model.num_layers=8", "model.mtp_num_layers=0")
     a = plan.arch_for(j)
     assert len(a.layers) == 8 and a.layers[3] == "*+E" and a.mtp_layers == 0
     assert plan.arch_for(job("qwen35-35b-a3b-pretrain", "gb200-8")).mtp_layers == 1  # the table is not mutated
 
 
-def test_unknown_model_gives_no_memory_but_a_note(home):
+@pytest.mark.usefixtures("home")
+def test_unknown_model_gives_no_memory_but_a_note():
     result = report.plan(job("smoke", "local", "~model.num_layers"))
     assert result["memory"] is None and result["throughput"] is None
     assert any("no architecture known" in n for n in result["notes"])
@@ -466,7 +478,8 @@ def test_qwen35_flops_per_token_match_the_verification_card():
     assert 0.97 < ratio < 1.0
 
 
-def test_throughput_for_the_convergence_overlay(home):
+@pytest.mark.usefixtures("home")
+def test_throughput_for_the_convergence_overlay():
     thr = report.plan(job("nemotron-3-nano-pretrain", "gb200-64", overlays=("nemo-ci-convergence",)))["throughput"]
     assert thr["tokens_per_step"] == 512 * 4096
     assert thr["steps"] == 48000 and thr["tokens"] == 48000 * 512 * 4096
@@ -489,24 +502,28 @@ def test_throughput_for_the_convergence_overlay(home):
     assert thr["wall_hours"] == pytest.approx(expected / 64, rel=1e-2)
 
 
-def test_tflops_and_token_budget_from_the_caller(home):
+@pytest.mark.usefixtures("home")
+def test_tflops_and_token_budget_from_the_caller():
     thr = report.plan(job("qwen35-9b-pretrain", "gb200-8"), tflops_per_gpu=500, token_budget=10**9)["throughput"]
     assert thr["steps"] == -(-(10**9) // (128 * 4096)) and thr["budget_source"] == "a budget of 1,000,000,000 tokens"
     assert thr["tflops_assumption"] == 500 and thr["source"] == "given for this plan" and thr["gpu_hours"] > 0
 
 
-def test_recipe_without_a_stated_tflops_has_no_gpu_hours(home):
+@pytest.mark.usefixtures("home")
+def test_recipe_without_a_stated_tflops_has_no_gpu_hours():
     result = report.plan(job("qwen35-9b-pretrain", "gb200-8"))
     assert result["throughput"]["gpu_hours"] is None and result["throughput"]["tflops_assumption"] is None
     assert "GPU-hours unknown" in report.render_text(result)
 
 
-def test_mxfp8_recipe_states_the_model_card_assumption(home):
+@pytest.mark.usefixtures("home")
+def test_mxfp8_recipe_states_the_model_card_assumption():
     thr = report.plan(job("qwen35-vl-sft-mxfp8", "gb200-32"))["throughput"]
     assert thr["tflops_assumption"] == 210.36 and "qwen3.6-35b-a3b" in thr["source"]
 
 
-def test_throughput_assumption_depends_on_precision(home):
+@pytest.mark.usefixtures("home")
+def test_throughput_assumption_depends_on_precision():
     # issue 12: the BF16 and MXFP8 VL recipes used to get the same step time from one MXFP8 measurement
     inputs = ("dataset.path=/lustre/fsw/clevr2", "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt")
     bf16 = report.plan(job("qwen35-vl-sft", "gb200-32", *inputs))["throughput"]

@@ -6,10 +6,10 @@ import itertools
 
 import pytest
 
-from bridge_launch.plan import findings as preflight
-from bridge_launch.resolve import resolver as resolve
-from bridge_launch.plan import topology
 from bridge_launch.core.errors import UsageError
+from bridge_launch.plan import findings as preflight
+from bridge_launch.plan import topology
+from bridge_launch.resolve import resolver as resolve
 
 pytest.importorskip("megatron.core")
 
@@ -54,8 +54,9 @@ def _pairs():
         )
 
 
+@pytest.mark.usefixtures("home")
 @pytest.mark.parametrize("recipe,cluster,nodes,overrides", list(_pairs()))
-def test_plan_and_submit_never_disagree(home, recipe, cluster, nodes, overrides):
+def test_plan_and_submit_never_disagree(recipe, cluster, nodes, overrides):
     try:
         job = resolve.resolve(recipe, resolve.Options(cluster=cluster, nodes=nodes, overrides=overrides))
     except UsageError:
@@ -84,12 +85,12 @@ def test_memory_above_the_gpu_is_an_error_in_dry_run_and_submit(cli):
         r = cli(*args, *extra)
         assert r.code == 2, r.err
         line = r.err.strip().splitlines()
-        assert line == [l for l in line if l.startswith("bridge-launch: error: ")]
+        assert line == [ln for ln in line if ln.startswith("bridge-launch: error: ")]
         assert any(
-            "memory: about 280 of 186 GiB per GPU (150%)" in l
-            and "would fit: " in l
-            and "--no-memory-check submits anyway" in l
-            for l in line
+            "memory: about 280 of 186 GiB per GPU (150%)" in ln
+            and "would fit: " in ln
+            and "--no-memory-check submits anyway" in ln
+            for ln in line
         ), r.err
     r = cli(*args, "--dry-run", "--no-memory-check")
     assert r.code == 0, r.err
@@ -118,7 +119,8 @@ def test_placement_warnings_in_dry_run(cli):
     assert "a segment of 12 nodes" in r.out
 
 
-def test_memory_between_90_and_100_percent_warns(home):
+@pytest.mark.usefixtures("home")
+def test_memory_between_90_and_100_percent_warns():
     # qwen35-9b on 8 GB200 at micro batch 4 (half of the micro batch that does not fit)
     job = resolve.resolve(
         "qwen35-9b-pretrain",
@@ -129,7 +131,8 @@ def test_memory_between_90_and_100_percent_warns(home):
     assert job.errors == [] and any(w.startswith("memory: about") and "is above 90%" in w for w in job.warnings)
 
 
-def test_resume_keeps_no_memory_check(home):
+@pytest.mark.usefixtures("home")
+def test_resume_keeps_no_memory_check():
     over = ("model.seq_length=524288", "dataset.seq_length=524288", *VL_IN)
     job = resolve.resolve("qwen35-vl-sft", resolve.Options(cluster="gb200-32", overrides=over, memory_check=False))
     assert job.errors == []

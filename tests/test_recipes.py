@@ -2,9 +2,9 @@
 to run_recipe.py as an explicit override; aliases, modes, GPU counts, inputs and images."""
 
 import pytest
-from conftest import run_cli
 
 from bridge_launch.spec import recipes
+from conftest import run_cli
 
 # What the seeds say, written out independently of the recipe files (../shared/seeds).
 VL_COMMON = {
@@ -109,8 +109,9 @@ def _dry(name, *extra, cluster=None):
     return r.json()
 
 
+@pytest.mark.usefixtures("home")
 @pytest.mark.parametrize("name", sorted(SEEDS))
-def test_seed_values_are_in_the_job_and_the_artifact(name, home):
+def test_seed_values_are_in_the_job_and_the_artifact(name):
     seed = SEEDS[name]
     d = _dry(name)
     assert d["errors"] == [] and d["world_size"] == seed["gpus"]
@@ -131,13 +132,15 @@ def test_seed_values_are_in_the_job_and_the_artifact(name, home):
     assert d["container"].startswith("nvcr.io/nvidia/nemo:") and d["provenance"]["job"]["container"] == "recipe"
 
 
+@pytest.mark.usefixtures("home")
 @pytest.mark.parametrize("name", sorted(SEEDS))
-def test_seed_aliases_resolve(name, home):
+def test_seed_aliases_resolve(name):
     for alias in SEEDS[name]["aliases"]:
         assert recipes.load(alias)["name"] == name
 
 
-def test_values_the_seeds_do_not_state_are_marked_upstream(home):
+@pytest.mark.usefixtures("home")
+def test_values_the_seeds_do_not_state_are_marked_upstream():
     d = _dry("nemotron-3-nano-pretrain")
     prov = d["provenance"]["config"]
     assert prov["optimizer.lr"] == "upstream" and d["config"]["optimizer.lr"] == 1.6e-3
@@ -150,13 +153,15 @@ def test_values_the_seeds_do_not_state_are_marked_upstream(home):
     assert "train.global_batch_size=3072" in d["artifact"]["text"]
 
 
-def test_the_nemotron_base_is_the_library_recipe_not_the_benchmark_one(home):
+@pytest.mark.usefixtures("home")
+def test_the_nemotron_base_is_the_library_recipe_not_the_benchmark_one():
     d = _dry("nemotron-3-nano-pretrain")
     assert d["upstream"] == "nemotron_3_nano_gb200_pretrain_config"
     assert "--recipe nemotron_3_nano_gb200_pretrain_config" in d["artifact"]["text"].replace("\\\n    ", "")
 
 
-def test_required_inputs_are_warnings_in_dry_run(home):
+@pytest.mark.usefixtures("home")
+def test_required_inputs_are_warnings_in_dry_run():
     r = run_cli("submit", "qwen35-vl-sft", "-c", "gb200-32", "--dry-run", "-o", "json")
     assert r.code == 0
     d = r.json()
@@ -164,14 +169,16 @@ def test_required_inputs_are_warnings_in_dry_run(home):
     assert len([w for w in d["warnings"] if w.startswith("required input")]) == 2
 
 
-def test_submitting_without_required_inputs_is_refused(home):
+@pytest.mark.usefixtures("home")
+def test_submitting_without_required_inputs_is_refused():
     r = run_cli("submit", "qwen35-vl-sft", "-c", "gb200-32")
     assert r.code == 2
     assert "required input dataset.path is not set" in r.err
     assert run_cli("status", "-o", "json").json() == []  # nothing recorded
 
 
-def test_overlays(home):
+@pytest.mark.usefixtures("home")
+def test_overlays():
     d = _dry("nemotron-3-nano-pretrain", "--overlay", "nemo-ci-convergence", cluster="gb200-64")
     assert d["errors"] == [] and d["world_size"] == 64 and d["nodes"] == 16
     for key, value in {
@@ -207,7 +214,8 @@ def test_mxfp8_is_refused_on_hopper(home):
     assert run_cli("submit", "qwen35-vl-sft", "-c", "h100-32", "--dry-run", *INPUTS).code == 0
 
 
-def test_every_recipe_value_fits_the_schema(home):
+@pytest.mark.usefixtures("home")
+def test_every_recipe_value_fits_the_schema():
     from bridge_launch.spec import schema
 
     for r in recipes.list_all():
@@ -219,6 +227,7 @@ def test_every_recipe_value_fits_the_schema(home):
             assert schema.type_error(spec, value) is None, f"{r['name']}: {key}={value!r}"
 
 
-def test_abstract_base_recipe_cannot_be_submitted(home):
+@pytest.mark.usefixtures("home")
+def test_abstract_base_recipe_cannot_be_submitted():
     r = run_cli("submit", "qwen35-vl-sft-common", "-c", "gb200-32", "--dry-run")
     assert r.code == 2 and "is a base for other recipes" in r.err

@@ -13,7 +13,7 @@ import pytest
 
 from bridge_launch import backends
 from bridge_launch.resolve import resolver as resolve
-from bridge_launch.spec.overrides import parse_override
+from bridge_launch.spec.overrides import OverrideError, parse_override
 
 GOLDEN = Path(__file__).parent / "golden"
 INPUTS = (
@@ -51,23 +51,24 @@ CASES = {
 SCRIPTS = sorted(k for k, v in CASES.items() if v[1] not in ("lepton-gb200", "dgxc-gb200"))
 
 
-def _job(recipe, cluster, overlays, overrides, home, opts=None):
+def _job(recipe, cluster, overlays, overrides, opts=None):
     return resolve.resolve(
         recipe, resolve.Options(cluster=cluster, overlays=overlays, overrides=overrides, **(opts or {}))
     )
 
 
-def _normalized(text: str, home) -> str:
+def _normalized(text: str) -> str:
     """Machine-specific paths (the interpreter, the state dir) as placeholders."""
     return text.replace(sys.executable, "<PYTHON>").replace(str(Path(os.environ["BRIDGE_LAUNCH_HOME"])), "<STATE>")
 
 
+@pytest.mark.usefixtures("home")
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_golden(name, home):
+def test_golden(name):
     recipe, cluster, overlays, overrides, *opts = CASES[name]
-    job = _job(recipe, cluster, overlays, overrides, home, *opts)
+    job = _job(recipe, cluster, overlays, overrides, *opts)
     assert job.errors == [], job.errors
-    text = _normalized(backends.render(job).text, home)
+    text = _normalized(backends.render(job).text)
     ext = {"local": "sh", "slurm": "sbatch"}.get(job.backend, "json")
     path = GOLDEN / f"{name}.{ext}"
     if os.environ.get("BRIDGE_LAUNCH_UPDATE_GOLDEN") or not path.exists():
@@ -86,10 +87,11 @@ def _script_args(text: str) -> list[str]:
     return shlex.split(body)
 
 
+@pytest.mark.usefixtures("home")
 @pytest.mark.parametrize("name", SCRIPTS)
-def test_script_structure(name, home):
+def test_script_structure(name):
     recipe, cluster, overlays, overrides, *opts = CASES[name]
-    job = _job(recipe, cluster, overlays, overrides, home, *opts)
+    job = _job(recipe, cluster, overlays, overrides, *opts)
     art = backends.render(job)
     text = art.text
     # bash accepts it
@@ -120,13 +122,14 @@ def test_script_structure(name, home):
 def _key(word: str):
     try:
         ov = parse_override(word)
-    except Exception:
+    except OverrideError:
         return None
     return ov.key if "=" in word or word.startswith("~") else None
 
 
+@pytest.mark.usefixtures("home")
 @pytest.mark.parametrize("nodes,segment", [(2, 2), (8, 8), (16, 16), (18, 18), (32, 16), (36, 18), (20, 10), (19, 1)])
-def test_segment_follows_megatron_bridge_rule(nodes, segment, home):
+def test_segment_follows_megatron_bridge_rule(nodes, segment):
     job = resolve.resolve("smoke", resolve.Options(cluster="gb200-nvl72", nodes=nodes))
     text = backends.render(job).text
     assert f"#SBATCH --segment={segment}\n" in text
@@ -138,7 +141,8 @@ def test_segment_only_where_the_profile_supports_it(home):
     assert "--segment" not in backends.render(job).text
 
 
-def test_dry_run_artifact_equals_submitted_one_once_the_id_is_filled_in(home):
+@pytest.mark.usefixtures("home")
+def test_dry_run_artifact_equals_submitted_one_once_the_id_is_filled_in():
     job = resolve.resolve("smoke", resolve.Options(cluster="gb200-32"))
     shown = backends.render(job).text
     real = backends.render(job.with_run_id("smoke-1130-abcd")).text
@@ -148,7 +152,8 @@ def test_dry_run_artifact_equals_submitted_one_once_the_id_is_filled_in(home):
 @pytest.mark.parametrize(
     "env,expected",
     [
-        # leptonai/scripts lepton_env_to_pytorch.sh since 55412730 (2025-07-21): ${LEPTON_JOB_WORKER_PREFIX}-0.${LEPTON_SUBDOMAIN}
+        # leptonai/scripts lepton_env_to_pytorch.sh since 55412730 (2025-07-21):
+        # ${LEPTON_JOB_WORKER_PREFIX}-0.${LEPTON_SUBDOMAIN}
         ({"LEPTON_JOB_WORKER_PREFIX": "wp", "LEPTON_SUBDOMAIN": "sub", "LEPTON_JOB_WORKER_INDEX": "2"}, "2 wp-0.sub"),
         (
             {

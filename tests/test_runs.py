@@ -2,21 +2,21 @@
 rule, diff, status filters, prune."""
 
 import json
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import run_cli, write
 
-from bridge_launch.runs import lifecycle as launch
 from bridge_launch.core import paths
+from bridge_launch.runs import lifecycle as launch
 from bridge_launch.runs.registry import Registry
+from conftest import run_cli, write
 
 FAST = ["smoke.busbw_sizes=[1024]", "smoke.busbw_iters=1", "train.train_iters=2"]
 
 
-def test_registry_ids_are_unique_and_chains_exclusive(home):
+@pytest.mark.usefixtures("home")
+def test_registry_ids_are_unique_and_chains_exclusive():
     reg = Registry()
     ids = {reg.reserve("smoke", "local", "local").run_id for _ in range(200)}
     assert len(ids) == 200 and all(i.startswith("smoke-") and len(i) <= 40 for i in ids)
@@ -30,7 +30,8 @@ def test_registry_ids_are_unique_and_chains_exclusive(home):
     assert [r.run_id for r in reg.chain(first.chain)] == [first.run_id, nxt.run_id]
 
 
-def test_status_filters_and_prune(home):
+@pytest.mark.usefixtures("home")
+def test_status_filters_and_prune():
     reg = Registry()
     a = reg.reserve("smoke", "local", "local")
     b = reg.reserve("qwen35-vl-sft", "gb200-32", "slurm")
@@ -53,8 +54,9 @@ def test_status_filters_and_prune(home):
     assert run_cli("prune", "--older-than", "soon").code == 2
 
 
+@pytest.mark.usefixtures("home")
 @pytest.mark.slow
-def test_two_concurrent_resumes_exactly_one_wins(home):
+def test_two_concurrent_resumes_exactly_one_wins():
     sub = run_cli("submit", "smoke", "--follow", "-o", "json", *FAST, timeout=300)
     assert sub.code == 0, sub.err
     run_id = json.loads(sub.out.split("\n}\n")[0] + "\n}")["run_id"]
@@ -102,7 +104,8 @@ def test_resume_refuses_a_new_data_parallel_size_for_energon(home):
     assert ok.code == 0, ok.err
 
 
-def test_diff_of_two_sets_and_of_two_runs(home):
+@pytest.mark.usefixtures("home")
+def test_diff_of_two_sets_and_of_two_runs():
     r = run_cli(
         "diff",
         "nemotron-3-nano-pretrain",

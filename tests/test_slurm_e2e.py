@@ -11,26 +11,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_cli, write
+
+from conftest import REPO, local_slurm, run_cli, write
 from launch_checks import check_torchrun_artifacts
 
 pytestmark = pytest.mark.slow
-SCRIPT = REPO / "scripts" / "local-slurm"
 FAST = ["smoke.busbw_sizes=[1024]", "smoke.busbw_iters=1"]
 
 if os.geteuid() != 0:
     pytest.skip("the local Slurm cluster needs root", allow_module_level=True)
-
-
-def local_slurm(*args, check=True):
-    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, check=check, timeout=600)
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    local_slurm("start")
-    conf = re.search(r"SLURM_CONF=(\S+)", local_slurm("env").stdout).group(1).strip("'\"")
-    yield conf
 
 
 def _submit(*args, timeout=120):
@@ -53,7 +42,8 @@ def _summary(run_dir):
     return json.loads((Path(run_dir) / "summary.json").read_text())
 
 
-def test_job_completes_across_two_hosts(cluster, home):
+@pytest.mark.usefixtures("home")
+def test_job_completes_across_two_hosts(cluster):
     shown = run_cli(
         "submit", "smoke", "-c", "local-slurm", "--dry-run", "-o", "json", *FAST, "train.train_iters=6"
     ).json()["artifact"]["text"]
@@ -84,7 +74,8 @@ def test_job_completes_across_two_hosts(cluster, home):
     check_torchrun_artifacts(sub["run_dir"], sub["job_ids"][0], cluster)
 
 
-def test_logs_follow_shows_both_nodes_while_running(cluster, home):
+@pytest.mark.usefixtures("cluster", "home")
+def test_logs_follow_shows_both_nodes_while_running():
     sub = _submit("train.train_iters=30", "smoke.step_sleep=0.3")
     proc = subprocess.Popen(
         [sys.executable, "-m", "bridge_launch.cli.app", "logs", sub["run_id"], "-f"],
@@ -134,7 +125,8 @@ def test_cancel_running_and_pending(cluster, home):
     assert q.stdout.strip() == ""
 
 
-def test_resume_continues_from_the_checkpoint(cluster, home):
+@pytest.mark.usefixtures("cluster", "home")
+def test_resume_continues_from_the_checkpoint():
     first = _submit("train.train_iters=40", "smoke.step_sleep=0.25")
     log = Path(first["run_dir"]) / "logs"
     deadline = time.time() + 180
@@ -159,7 +151,8 @@ def test_resume_continues_from_the_checkpoint(cluster, home):
     assert s["start_step"] == saved + 1 and s["steps_completed"] == 40 and s["resumed_from"] == saved
 
 
-def test_status_without_and_with_accounting(cluster, home):
+@pytest.mark.usefixtures("cluster", "home")
+def test_status_without_and_with_accounting():
     local_slurm("stop-dbd")
     try:
         sub = _submit("train.train_iters=2")
@@ -184,7 +177,8 @@ def test_status_without_and_with_accounting(cluster, home):
     assert Backend().sacct(s, [jid])[jid]["state"] == "FAILED"
 
 
-def test_twenty_concurrent_submits(cluster, home):
+@pytest.mark.usefixtures("home")
+def test_twenty_concurrent_submits(cluster):
     def one(i):
         return run_cli(
             "submit",
@@ -218,7 +212,8 @@ def test_twenty_concurrent_submits(cluster, home):
         )
 
 
-def test_submit_while_the_controller_is_down(cluster, home):
+@pytest.mark.usefixtures("cluster", "home")
+def test_submit_while_the_controller_is_down():
     local_slurm("stop-ctld")
     try:
         r = run_cli("submit", "smoke", "-c", "local-slurm", *FAST, timeout=180)
@@ -235,13 +230,15 @@ def test_submit_while_the_controller_is_down(cluster, home):
     )
 
 
-def test_slurm_rejects_before_submitting(cluster, home):
+@pytest.mark.usefixtures("cluster", "home")
+def test_slurm_rejects_before_submitting():
     r = run_cli("submit", "smoke", "-c", "local-slurm", "-p", "nosuchpartition", *FAST)
     assert r.code == 2 and "Slurm would reject this job" in r.err
     assert run_cli("status", "-o", "json").json() == []
 
 
-def test_quoted_values_arrive_byte_identical_and_nothing_runs(cluster, home, tmp_path):
+@pytest.mark.usefixtures("cluster", "home")
+def test_quoted_values_arrive_byte_identical_and_nothing_runs(tmp_path):
     canary = tmp_path / "pwned"
     nasty = [
         f"+smoke.a='two words; $(touch {canary}) `touch {canary}` | cat * & echo'",
@@ -260,7 +257,8 @@ def test_quoted_values_arrive_byte_identical_and_nothing_runs(cluster, home, tmp
     assert not canary.exists()
 
 
-def test_logs_and_status_over_ssh_read_the_login_host_not_local_files(cluster, home):
+@pytest.mark.usefixtures("cluster", "home")
+def test_logs_and_status_over_ssh_read_the_login_host_not_local_files():
     """A client that cannot see the run dir (its own mount namespace, an empty tmpfs over the jobs
     root) still gets every node's log lines and the step reached: both come over SSH."""
     import shutil
@@ -300,7 +298,8 @@ def test_logs_and_status_over_ssh_read_the_login_host_not_local_files(cluster, h
     assert got["state"] == "COMPLETED" and got["info"]["step"] == 6, got
 
 
-def test_submit_over_ssh_with_a_secret(cluster, home):
+@pytest.mark.usefixtures("cluster", "home")
+def test_submit_over_ssh_with_a_secret():
     value = "ssh-s3cr3t-" + os.urandom(6).hex()
     env = {"MY_TOKEN": value}
     r = run_cli(
@@ -349,7 +348,8 @@ def test_submit_over_ssh_with_a_secret(cluster, home):
                 assert value.encode() not in Path(path).read_bytes(), path
 
 
-def test_a_profile_that_asks_for_pmix_runs_on_two_nodes(cluster, home):
+@pytest.mark.usefixtures("cluster")
+def test_a_profile_that_asks_for_pmix_runs_on_two_nodes(home):
     """[slurm] mpi = "pmix": each node keeps PMIx's per-job directory in its own TmpFS (slurm.conf
     TmpFS=<state>/tmp/%n), so the two nodes on one filesystem do not collide (File exists)."""
     write(home / "clusters" / "pmix.toml", 'extends = "local-slurm"\n[slurm]\nmpi = "pmix"\n')

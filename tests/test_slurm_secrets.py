@@ -8,13 +8,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import write
 
 from bridge_launch import backends
-from bridge_launch.resolve import resolver as resolve
 from bridge_launch.backends.slurm import secrets as S
-from bridge_launch.core.errors import UsageError
 from bridge_launch.core import secret_ref
+from bridge_launch.core.errors import UsageError
+from bridge_launch.resolve import resolver as resolve
+from conftest import write
 
 
 @pytest.mark.parametrize(
@@ -58,7 +58,8 @@ def test_shell_paths_expand_home_on_the_cluster_and_quote_the_rest():
 # --- the command line and profiles -------------------------------------------------------------
 
 
-def test_a_bad_secret_is_refused_with_one_line(cli, home):
+@pytest.mark.usefixtures("home")
+def test_a_bad_secret_is_refused_with_one_line(cli):
     cases = [
         (["-c", "local-slurm", "--secret", "T=file:relative/path"], "the path must be absolute or start with ~/"),
         (["-c", "local-slurm", "--secret", "T=hf_value123"], "never a value"),
@@ -85,7 +86,8 @@ def test_profile_keys_are_checked(cli, home):
         assert r.code == 2 and says in r.err and len(r.err.strip().splitlines()) == 1, r.err
 
 
-def test_dry_run_shows_each_secrets_source_and_no_value(cli, home):
+@pytest.mark.usefixtures("home")
+def test_dry_run_shows_each_secrets_source_and_no_value(cli):
     value = "s3cr3t-never-shown"
     r = cli(
         "submit",
@@ -123,7 +125,8 @@ def test_dry_run_shows_each_secrets_source_and_no_value(cli, home):
     assert value not in json.dumps(d)
 
 
-def test_profile_sources_make_profile_secrets_optional_and_cli_ones_required(home):
+@pytest.mark.usefixtures("home")
+def test_profile_sources_make_profile_secrets_optional_and_cli_ones_required():
     job = resolve.resolve("smoke", resolve.Options(cluster="gb200-8", secrets=("WANDB_API_KEY", "X=file:/x")))
     assert job.secret_sources == {
         "HF_TOKEN": {"source": "file:~/.cache/huggingface/token", "optional": True, "from": "cluster:gb200-8"},
@@ -333,10 +336,11 @@ def test_scontrol_config_is_read_and_job_env_is_named():
     assert "HF_TOKEN is read from files on the cluster and not in it" in S.job_env_note(["HF_TOKEN"])
 
 
-def test_the_cluster_config_is_asked_once_a_day(home, monkeypatch):
+@pytest.mark.usefixtures("home")
+def test_the_cluster_config_is_asked_once_a_day(monkeypatch):
     calls = []
 
-    def run(s, argv, timeout):
+    def run(_s, argv, **_kw):
         calls.append(argv)
         return subprocess.CompletedProcess(argv, 0, CONFIG, "")
 
@@ -348,7 +352,7 @@ def test_the_cluster_config_is_asked_once_a_day(home, monkeypatch):
     monkeypatch.setattr(S.time, "time", lambda: now + S.CONFIG_TTL + 1)
     S.cluster_config(s, run)
     assert len(calls) == 3
-    failed = S.cluster_config({"login_host": "down"}, lambda s, a, timeout: subprocess.CompletedProcess(a, 1, "", "x"))
+    failed = S.cluster_config({"login_host": "down"}, lambda _s, a, **_kw: subprocess.CompletedProcess(a, 1, "", "x"))
     assert failed == {}
 
 
@@ -361,7 +365,8 @@ def test_status_reads_the_first_lines_failure():
     assert S.failure(["[rank0]: training"]) is None
 
 
-def test_render_reads_only_sourced_secrets_and_keeps_every_name_in_container_env(home):
+@pytest.mark.usefixtures("home")
+def test_render_reads_only_sourced_secrets_and_keeps_every_name_in_container_env():
     job = resolve.resolve("smoke", resolve.Options(cluster="gb200-8", secrets=("MINE",)))
     text = backends.render(job).text
     env_arg = next(w for w in text.split() if w.startswith("--container-env="))

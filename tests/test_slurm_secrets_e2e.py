@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
+
 from conftest import files_holding, run_cli, write
-from test_slurm_e2e import FAST, cluster  # noqa: F401  (the module-scoped cluster fixture)
+from test_slurm_e2e import FAST
 from test_slurm_e2e import _wait_state as _wait
 
 pytestmark = pytest.mark.slow
@@ -33,7 +34,8 @@ d = os.path.join(os.environ["BRIDGE_LAUNCH_RUN_DIR"], "probe")
 os.makedirs(d, exist_ok=True)
 with open(os.path.join(d, f"{out['host']}-{out['rank']}.json"), "w") as fh:
     json.dump(out, fh)
-print(f"probe: rank {out['rank']} on {out['host']} sees {sorted(k for k, v in out['secrets'].items() if v)}", flush=True)
+seen = sorted(k for k, v in out["secrets"].items() if v)
+print(f"probe: rank {out['rank']} on {out['host']} sees {seen}", flush=True)
 """
 
 
@@ -93,8 +95,9 @@ def _nowhere(values, since, run_dirs=(), skip=()):
         assert hits == [], f"{value[:12]}... found in {hits}"
 
 
+@pytest.mark.usefixtures("cluster")
 @pytest.mark.parametrize("profile", ["local-slurm", "local-slurm-ssh"])
-def test_a_file_source_reaches_every_process_and_nothing_slurm_keeps(cluster, home, tmp_path, profile):
+def test_a_file_source_reaches_every_process_and_nothing_slurm_keeps(home, tmp_path, profile):
     t0 = time.time() - 1
     _probe_recipe(home, tmp_path)
     value = "file-s3cr3t-" + os.urandom(8).hex()
@@ -132,8 +135,9 @@ def test_a_file_source_reaches_every_process_and_nothing_slurm_keeps(cluster, ho
     _nowhere([value, decoy], t0, run_dirs=[sub["run_dir"]], skip=[src])
 
 
+@pytest.mark.usefixtures("cluster", "home")
 @pytest.mark.parametrize("profile", ["local-slurm", "local-slurm-ssh"])
-def test_a_source_others_can_read_or_that_is_missing_is_refused_at_submit(cluster, home, tmp_path, profile):
+def test_a_source_others_can_read_or_that_is_missing_is_refused_at_submit(tmp_path, profile):
     src = _secret_file(tmp_path / "keys" / "token", "v-" + os.urandom(4).hex(), mode=0o640)
     where = " (checked on local-slurm-login)" if profile.endswith("-ssh") else ""
     cases = [
@@ -151,7 +155,8 @@ def test_a_source_others_can_read_or_that_is_missing_is_refused_at_submit(cluste
     assert run_cli("status", "-o", "json").json() == []  # nothing recorded, nothing submitted
 
 
-def test_a_source_that_changes_before_the_job_starts_stops_it_in_its_first_lines(cluster, home, tmp_path):
+@pytest.mark.usefixtures("cluster")
+def test_a_source_that_changes_before_the_job_starts_stops_it_in_its_first_lines(home, tmp_path):
     write(
         home / "clusters" / "later.toml",
         """
@@ -178,7 +183,8 @@ def test_a_source_that_changes_before_the_job_starts_stops_it_in_its_first_lines
     assert (Path(subs[1]["run_dir"]) / "chain" / subs[1]["run_id"] / "jobs").exists() is False  # no successor
 
 
-def test_every_segment_of_a_chain_reads_the_file_again(cluster, home, tmp_path):
+@pytest.mark.usefixtures("cluster", "home")
+def test_every_segment_of_a_chain_reads_the_file_again(tmp_path):
     """The successor a segment submits (sbatch from the batch shell) carries no value either: it
     reads the file itself. A lost node makes the second segment (a retry) deterministically."""
     from test_until_done import kill_node_when
@@ -220,7 +226,8 @@ def test_every_segment_of_a_chain_reads_the_file_again(cluster, home, tmp_path):
     _nowhere([value], t0, run_dirs=[sub["run_dir"]], skip=[src])
 
 
-def test_values_from_the_environment_still_work_and_land_where_the_warning_says(cluster, home, tmp_path):
+@pytest.mark.usefixtures("cluster")
+def test_values_from_the_environment_still_work_and_land_where_the_warning_says(home, tmp_path):
     """An optional profile secret whose file is not there falls back to the submitting
     environment's value (with the warning), unless the profile refuses that."""
     t0 = time.time() - 1

@@ -119,7 +119,7 @@ def test_header_is_tarfiles(name, size):
     assert tario.header(name, size) == ti.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
 
 
-def test_written_archive_is_byte_identical_to_tarfiles(tmp_path):
+def test_written_archive_is_byte_identical_to_tarfiles():
     members = [(f"k{i:04d}.{ext}", bytes([i % 251]) * (i * 37 % 2000)) for i in range(60) for ext in ("jpgs", "json")]
     ref = io.BytesIO()
     with tarfile.open(fileobj=ref, mode="w", format=tarfile.PAX_FORMAT) as tf:

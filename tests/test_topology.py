@@ -99,7 +99,8 @@ def test_rank_groups_of_a_job_layout_match_plans_megatron_groups():
         assert topology.rank_groups(par) == plan.rank_groups(par)[0]
 
 
-def test_the_arithmetic_path_imports_no_megatron_or_torch(home):
+@pytest.mark.usefixtures("home")
+def test_the_arithmetic_path_imports_no_megatron_or_torch():
     code = (
         "import sys; from bridge_launch.resolve import resolver as resolve; "
         "j = resolve.resolve('qwen35-vl-sft', resolve.Options(cluster='gb200-32')); "

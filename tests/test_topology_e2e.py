@@ -6,8 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
+
 from conftest import run_cli, write
-from test_slurm_e2e import FAST, cluster  # noqa: F401  (the module-scoped cluster fixture)
+from test_slurm_e2e import FAST
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +29,8 @@ def _cancel(out):
         run_cli("cancel", json.loads(out.out)["run_id"])
 
 
-def test_no_segment_guarantee_is_warned_once_the_plugin_is_read_and_then_cached(cluster, home):
+@pytest.mark.usefixtures("cluster")
+def test_no_segment_guarantee_is_warned_once_the_plugin_is_read_and_then_cached(home):
     _nvl_sim(home)
     args = ("submit", "smoke", "-c", "nvl-sim", "-o", "json", *FAST, "model.tensor_model_parallel_size=4")
     first = run_cli(*args)
@@ -54,7 +56,8 @@ def test_no_segment_guarantee_is_warned_once_the_plugin_is_read_and_then_cached(
         _cancel(quiet)
 
 
-def test_segment_is_refused_by_an_sbatch_without_it(cluster, home):
+@pytest.mark.usefixtures("cluster")
+def test_segment_is_refused_by_an_sbatch_without_it(home):
     _nvl_sim(home, "[slurm]\nsegment = true\n")
     shown = run_cli("submit", "smoke", "-c", "nvl-sim", "--dry-run", *FAST)
     assert "#SBATCH --segment=2" in shown.out

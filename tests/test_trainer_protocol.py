@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 import pytest
-from test_smoke_workload import COMMON, Launched, _run, trainer_pids
 
 from bridge_launch.workloads import trainer_protocol as P
+from test_smoke_workload import COMMON, Launched, _run, trainer_pids
 
 
 # ----------------------------------------------------------------------------------------------
@@ -92,7 +92,7 @@ def test_a_complete_checkpoint_needs_no_common_pt():
 # ----------------------------------------------------------------------------------------------
 # the chain's publication rule, as rendered into the batch script
 # ----------------------------------------------------------------------------------------------
-def _functions(home, *overrides) -> str:
+def _functions(*overrides) -> str:
     from conftest import run_cli
 
     r = run_cli("submit", "smoke", "-c", "local-slurm", "--until-done", "--dry-run", "-o", "json", *overrides)
@@ -128,8 +128,9 @@ def _ckpt(
         (d / "latest_checkpointed_iteration.txt").write_text(str(it))  # no newline, as Bridge writes it
 
 
-def test_publication_rule(home, tmp_path):
-    funcs = _functions(home)
+@pytest.mark.usefixtures("home")
+def test_publication_rule(tmp_path):
+    funcs = _functions()
     save = tmp_path / "ckpt"
     assert _resume_point(funcs, save) == (0, "0", "", "")  # nothing yet: start from scratch
     _ckpt(save, 100)
@@ -149,8 +150,9 @@ def test_publication_rule(home, tmp_path):
     assert rc == 1 and it == "0" and "names iteration 200" in note and "no earlier complete checkpoint" in note
 
 
-def test_publication_rule_non_persistent(home, tmp_path):
-    funcs = _functions(home, "checkpoint.non_persistent_ckpt_type=global")
+@pytest.mark.usefixtures("home")
+def test_publication_rule_non_persistent(tmp_path):
+    funcs = _functions("checkpoint.non_persistent_ckpt_type=global")
     assert re.search(
         r"^np_dir=\S+/checkpoints/non_persistent$", funcs, re.M
     )  # default: <checkpoint.save>/non_persistent

@@ -12,9 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+
 from conftest import run_cli
 from launch_checks import check_torchrun_artifacts
-from test_slurm_e2e import FAST, cluster  # noqa: F401  (the module-scoped cluster fixture)
+from test_slurm_e2e import FAST
 from test_slurm_e2e import _wait_state as _wait
 
 pytestmark = pytest.mark.slow
@@ -45,7 +46,8 @@ def _steps_by_job(sub, job_ids):
     return out
 
 
-def test_time_limited_segments_reach_the_target(cluster, home):
+@pytest.mark.usefixtures("home")
+def test_time_limited_segments_reach_the_target(cluster):
     sub = _chain(
         "--time",
         "00:01:00",
@@ -60,11 +62,11 @@ def test_time_limited_segments_reach_the_target(cluster, home):
     segs = _segments(sub)
     ran = [s for s in segs if "end" in s]
     assert len(ran) >= 3, segs
-    for a, b in zip(ran, ran[1:]):  # never two segments at once
+    for a, b in zip(ran, ran[1:], strict=False):  # never two segments at once
         assert a["end"] <= b["start"], (a, b)
     runs = _steps_by_job(sub, [s["job_id"] for s in ran])
     assert runs[-1][1][-1] == 110
-    for (_, before), (_, after) in zip(runs, runs[1:]):  # resumes lose at most one checkpoint interval
+    for (_, before), (_, after) in zip(runs, runs[1:], strict=False):  # resumes lose at most one checkpoint interval
         assert 0 <= before[-1] - (after[0] - 1) <= 5, (before[-1], after[0])
     assert st["info"]["restarts"] == 0
     states = [s["state"] for s in st["info"]["segments"]]
@@ -104,7 +106,8 @@ def kill_node_when(sub: dict, job_id: str, pattern: str, node_id: str = "1", tim
             pass
 
 
-def test_killed_node_is_retried_and_resumes(cluster, home):
+@pytest.mark.usefixtures("cluster", "home")
+def test_killed_node_is_retried_and_resumes():
     sub = _chain(
         "--time",
         "00:05:00",
@@ -123,7 +126,8 @@ def test_killed_node_is_retried_and_resumes(cluster, home):
     assert runs[0][1][-1] - (runs[1][1][0] - 1) <= 5
 
 
-def test_deterministic_failure_stops_the_chain(cluster, home):
+@pytest.mark.usefixtures("cluster", "home")
+def test_deterministic_failure_stops_the_chain():
     sub = _chain(
         "--time",
         "00:05:00",
@@ -141,7 +145,8 @@ def test_deterministic_failure_stops_the_chain(cluster, home):
     assert "CUDA out of memory" in text
 
 
-def test_cancel_cancels_pending_segments(cluster, home):
+@pytest.mark.usefixtures("home")
+def test_cancel_cancels_pending_segments(cluster):
     sub = _chain("--time", "00:05:00", "train.train_iters=500", "smoke.step_sleep=0.2")
     st = _wait(sub["run_id"], {"RUNNING"}, timeout=120)
     deadline = time.time() + 60
@@ -177,7 +182,8 @@ def _segment_text(sub, job_id):
     )
 
 
-def test_steps_and_saves_longer_than_torchruns_timeout(cluster, home):
+@pytest.mark.usefixtures("cluster", "home")
+def test_steps_and_saves_longer_than_torchruns_timeout():
     """Steps and saves of 32 s each (longer than torchrun's 30 s shutdown timeout): every segment
     gets the whole lead to finish its step and save, and the next one resumes exactly there."""
     sub = _chain(
@@ -196,7 +202,7 @@ def test_steps_and_saves_longer_than_torchruns_timeout(cluster, home):
     ran = [s for s in _segments(sub) if "end" in s]
     assert len(ran) >= 2, ran
     texts = [_segment_text(sub, s["job_id"]) for s in ran]
-    for before, after in zip(texts, texts[1:]):
+    for before, after in zip(texts, texts[1:], strict=False):
         saved = [int(x) for x in re.findall(r"successfully saved checkpoint from iteration +(\d+)", before)]
         loaded = [int(x) for x in re.findall(r"successfully loaded checkpoint from \S+ .*?at iteration (\d+)", after)]
         first = min(int(x) for x in re.findall(r"iteration +(\d+)/ +4 \|", after))
@@ -210,7 +216,8 @@ def test_steps_and_saves_longer_than_torchruns_timeout(cluster, home):
     assert st["info"]["checkpoint"] == 4
 
 
-def test_a_save_that_cannot_finish_in_the_lead_stops_the_chain(cluster, home):
+@pytest.mark.usefixtures("cluster", "home")
+def test_a_save_that_cannot_finish_in_the_lead_stops_the_chain():
     """Each segment is told to save 60 s before its limit, but the save takes 300 s: no segment
     publishes a checkpoint, and the chain stops after two of them, saying why."""
     sub = _chain(
@@ -239,7 +246,8 @@ def test_a_save_that_cannot_finish_in_the_lead_stops_the_chain(cluster, home):
     assert "no progress: the save did not finish within the signal lead of 60 s" in shown
 
 
-def test_a_half_written_checkpoint_is_refused(cluster, home, tmp_path):
+@pytest.mark.usefixtures("cluster", "home")
+def test_a_half_written_checkpoint_is_refused(tmp_path):
     """The tracker names iter_6, which holds shards but no .metadata: the segment loads the newest
     complete earlier checkpoint (iter_4) with checkpoint.ckpt_step, instead of failing on iter_6."""
     ckpt = tmp_path / "ckpt"
@@ -264,7 +272,8 @@ def test_a_half_written_checkpoint_is_refused(cluster, home, tmp_path):
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == "8"
 
 
-def test_a_tracker_without_its_checkpoint_is_never_loaded(cluster, home, tmp_path):
+@pytest.mark.usefixtures("cluster", "home")
+def test_a_tracker_without_its_checkpoint_is_never_loaded(tmp_path):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     (ckpt / "latest_checkpointed_iteration.txt").write_text("10\n")  # published, but iter_0000010 is missing
@@ -276,6 +285,7 @@ def test_a_tracker_without_its_checkpoint_is_never_loaded(cluster, home, tmp_pat
     assert not list((Path(sub["run_dir"]) / "logs").glob("*-node*.log"))  # training never started
 
 
-def test_until_done_needs_slurm(home):
+@pytest.mark.usefixtures("home")
+def test_until_done_needs_slurm():
     r = run_cli("submit", "smoke", "--until-done", "--dry-run")
     assert r.code == 2 and "--until-done runs a chain of Slurm jobs" in r.err

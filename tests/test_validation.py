@@ -5,10 +5,11 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import write
 
-from bridge_launch.resolve import resolver as resolve
 from bridge_launch.core.errors import UsageError
+from bridge_launch.plan import rules as validate
+from bridge_launch.resolve import resolver as resolve
+from conftest import write
 
 RECIPE = """
 name = "moe-test"
@@ -79,7 +80,8 @@ def job(*overrides, cluster="b200-16", nodes=None, overlays=(), submit=False):
     return resolve.resolve("moe-test", opts, for_submit=submit)
 
 
-def test_baseline_is_valid(cfg):
+@pytest.mark.usefixtures("cfg")
+def test_baseline_is_valid():
     j = job()
     assert j.errors == [], j.errors
     assert (j.nodes, j.gpus_per_node, j.world_size) == (2, 8, 16)
@@ -156,7 +158,8 @@ CASES = [
         ["mixed_precision=bf16_with_fp8_current_scaling_mixed"],
         "a100-16",
         None,
-        "FP8 (current scaling) needs compute capability 8.9 (Ada) or newer, but cluster 'a100-16' has gpu_type a100 (compute capability 8.0)",
+        "FP8 (current scaling) needs compute capability 8.9 (Ada) or newer, but cluster 'a100-16' has gpu_type a100 "
+        "(compute capability 8.0)",
     ),
     (["mixed_precision=bf16_with_fp8_current_scaling_mixed"], "h100-16", None, None),
     (["mixed_precision=bf16_with_mxfp8_mixed"], "b200-16", None, None),
@@ -171,8 +174,9 @@ CASES = [
 ]
 
 
+@pytest.mark.usefixtures("cfg")
 @pytest.mark.parametrize("overrides,cluster,nodes,fragment", CASES)
-def test_rule(cfg, overrides, cluster, nodes, fragment):
+def test_rule(overrides, cluster, nodes, fragment):
     j = job(*overrides, cluster=cluster, nodes=nodes)
     if fragment is None:
         assert j.errors == []
@@ -191,14 +195,16 @@ def test_gpu_count_must_match_a_fixed_size_cluster(cfg):
     assert len(j.errors) == 1  # not also every rule that restates the wrong GPU count
 
 
-def test_nodes_flag_changes_the_gpu_count(cfg):
+@pytest.mark.usefixtures("cfg")
+def test_nodes_flag_changes_the_gpu_count():
     j = job("train.global_batch_size=128", cluster="b200-any", nodes=4)
     assert j.errors == []
     assert j.world_size == 32 and j.provenance["job"]["nodes"] == "cli"
     assert any("32 GPUs" in w for w in j.warnings)
 
 
-def test_elastic_cluster_takes_node_count_from_recipe(cfg):
+@pytest.mark.usefixtures("cfg")
+def test_elastic_cluster_takes_node_count_from_recipe():
     j = job(cluster="b200-any")
     assert j.nodes == 2 and j.provenance["job"]["nodes"] == "recipe"
 
@@ -217,7 +223,8 @@ def test_overlay_changes_the_gpu_count(cfg):
     assert j.errors == [] and j.nodes == 4
 
 
-def test_required_inputs_warn_in_dry_run_and_fail_submit(cfg):
+@pytest.mark.usefixtures("cfg")
+def test_required_inputs_warn_in_dry_run_and_fail_submit():
     opts = resolve.Options(cluster="b200-16")
     dry = resolve.resolve("moe-test", opts)
     assert dry.missing_inputs == ["dataset.path"]
@@ -226,7 +233,8 @@ def test_required_inputs_warn_in_dry_run_and_fail_submit(cfg):
     assert any("required input dataset.path is not set" in e for e in sub.errors)
 
 
-def test_interpolated_values_skip_numeric_rules(cfg):
+@pytest.mark.usefixtures("cfg")
+def test_interpolated_values_skip_numeric_rules():
     j = job("train.global_batch_size=${oc.env:GBS}")
     assert j.errors == []
     assert j.args[list(j.config).index("train.global_batch_size")] == "train.global_batch_size=${oc.env:GBS}"
@@ -239,41 +247,17 @@ def test_bad_profile_value_is_one_line(cfg):
     assert "'gpus_per_node' must be int" in str(exc.value) and "\n" not in str(exc.value)
 
 
-@pytest.mark.parametrize(
-    "text,seconds",
-    [
-        ("30", 1800),
-        ("01:30", 90),
-        ("04:00:00", 14400),
-        ("1-2", 93600),
-        ("1-02:30", 95400),
-        ("1-00:00:01", 86401),
-        ("UNLIMITED", None),
-    ],
-)
-def test_slurm_time_formats(text, seconds):
-    assert slurm_time.seconds(text) == seconds
-
-
-@pytest.mark.parametrize("text", ["4h", "1:2:3:4", "-5", "", "1-"])
-def test_bad_slurm_times(text):
-    with pytest.raises(ValueError):
-        slurm_time.seconds(text)
-
-
 # ------------------------------------------------------------------------------------------
 # Megatron's rules, each with a job that breaks it and one that just passes (issue 12). The jobs
 # are the shipped recipes on the shipped clusters (plus the test clusters below), so the model
 # facts come from models.toml; every rule in validate.RULES has a row here.
 
-from bridge_launch.plan import rules as validate
-from bridge_launch.core import slurm_time
-
 VL_IN = ("dataset.path=/lustre/fsw/clevr2", "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt")
 SHIPPED_TEST_CLUSTERS = {
     "b200-8x1": 'backend = "slurm"\ngpu_type = "b200"\ngpus_per_node = 8\nnodes = 1\njob_root = "/lustre/fsw/runs"\n'
     'container_mounts = ["/lustre/fsw:/lustre/fsw"]\n',
-    "rtx-8x1": 'backend = "slurm"\ngpu_type = "rtx-pro-6000"\ngpus_per_node = 8\nnodes = 1\njob_root = "/lustre/fsw/runs"\n'
+    "rtx-8x1": 'backend = "slurm"\ngpu_type = "rtx-pro-6000"\ngpus_per_node = 8\nnodes = 1\njob_root = '
+    '"/lustre/fsw/runs"\n'
     'container_mounts = ["/lustre/fsw:/lustre/fsw"]\n',
     "a100-8x1": 'backend = "slurm"\ngpu_type = "a100"\ngpus_per_node = 8\nnodes = 1\njob_root = "/lustre/fsw/runs"\n'
     'container_mounts = ["/lustre/fsw:/lustre/fsw"]\n',
@@ -374,7 +358,8 @@ RULE_CASES = [
         "gdn-heads-tp-cp",
         VL,
         ["model.tensor_model_parallel_size=4", *VL_IN],
-        "model.linear_num_key_heads=16 (models.toml qwen35-35b-a3b [slime]) (Gated DeltaNet key heads) is not a multiple of TP*CP = 4*8 = 32",
+        "model.linear_num_key_heads=16 (models.toml qwen35-35b-a3b [slime]) (Gated DeltaNet key heads) is not a "
+        "multiple of TP*CP = 4*8 = 32",
         [*VL_IN],
     ),
     (
@@ -438,7 +423,8 @@ RULE_CASES = [
         "seq-collate-sft",
         VL,
         ["model.seq_length=131080", "dataset.seq_length=131080", *VL_IN],
-        "dataset.seq_length=131080 is not divisible by the CP/SP collate padding multiple 16 (lcm of 2*CP = 16, TP*CP = 16",
+        "dataset.seq_length=131080 is not divisible by the CP/SP collate padding multiple 16 (lcm of 2*CP = 16, TP*CP "
+        "= 16",
         ["model.seq_length=131088", "dataset.seq_length=131088", *VL_IN],
     ),  # refused before issue 12 (2*CP*TP = 32)
     (
@@ -451,7 +437,8 @@ RULE_CASES = [
             "model.seq_length=4100",
             "dataset.seq_length=4100",
         ],
-        "dataset.seq_length = model.seq_length = 4100: with sequence parallelism each rank's 4100/CP tokens are split over TP=4",
+        "dataset.seq_length = model.seq_length = 4100: with sequence parallelism each rank's 4100/CP tokens are split "
+        "over TP=4",
         [
             "model.tensor_model_parallel_size=4",
             "model.context_parallel_size=2",
@@ -485,7 +472,8 @@ RULE_CASES = [
         "layers-pp-vpp",
         Q9,
         ["model.pipeline_model_parallel_size=2", "model.virtual_pipeline_model_parallel_size=3"],
-        "model.num_layers=32 (models.toml qwen35-9b [gguf] [apr]) gives 16 layers per pipeline stage, not divisible by VPP=3",
+        "model.num_layers=32 (models.toml qwen35-9b [gguf] [apr]) gives 16 layers per pipeline stage, not divisible "
+        "by VPP=3",
         ["model.pipeline_model_parallel_size=2", "model.virtual_pipeline_model_parallel_size=4"],
     ),
     (
@@ -555,7 +543,8 @@ RULE_CASES = [
         "mxfp8-param-gather",
         VL8,
         ["mixed_precision.fp8_param_gather=true", *VL_IN],
-        "mixed_precision.fp8_param_gather=true with the MXFP8 recipe needs mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=true",
+        "mixed_precision.fp8_param_gather=true with the MXFP8 recipe needs "
+        "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=true",
         ["mixed_precision.fp8_param_gather=true", "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=true", *VL_IN],
     ),
     (
@@ -623,7 +612,8 @@ RULE_CASES = [
             "dataset.seq_length=16384",
             *VL_IN,
         ],
-        "which needs model.calculate_per_token_loss=true",  # CP 1: run_recipe.py does not set it (rule runner-cp-loss-sync)
+        # CP 1: run_recipe.py does not set it (rule runner-cp-loss-sync)
+        "which needs model.calculate_per_token_loss=true",
         ["model.context_parallel_size=1", "model.seq_length=16384", "dataset.seq_length=16384", *VL_IN],
     ),
     (
@@ -676,10 +666,11 @@ def test_clusters(home):
     return home
 
 
+@pytest.mark.usefixtures("test_clusters")
 @pytest.mark.parametrize(
     "rule_id,where,bad,fragment,good", RULE_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(RULE_CASES)]
 )
-def test_megatron_rule_breaks_and_just_passes(test_clusters, rule_id, where, bad, fragment, good):
+def test_megatron_rule_breaks_and_just_passes(rule_id, where, bad, fragment, good):
     rule = next(r for r in validate.RULES if r.id == rule_id)
     broken = _resolve(where, bad)
     own = rule.fn(validate.context(broken))
@@ -712,7 +703,8 @@ def test_every_rule_is_in_the_rule_table():
         assert r.level in row, (r.id, r.level)
 
 
-def test_issue_12_examples(test_clusters):
+@pytest.mark.usefixtures("test_clusters")
+def test_issue_12_examples():
     # 72 does not divide the model's 128 experts though the recipe sets no model.num_moe_experts
     j = _resolve(
         ("nemotron-3-nano-pretrain", "gb200-64", 36),
@@ -740,14 +732,16 @@ def test_issue_12_examples(test_clusters):
         ]
 
 
-def test_interpolated_model_values_skip_the_model_rules(test_clusters):
+@pytest.mark.usefixtures("test_clusters")
+def test_interpolated_model_values_skip_the_model_rules():
     j = _resolve(NANO, ["model.expert_model_parallel_size=8", "model.num_moe_experts=${oc.env:EXPERTS}"])
     assert j.errors == []
     facts = validate.context(j).facts
     assert facts.get("moe.num_experts") is None and "interpolation" in facts.source("moe.num_experts")
 
 
-def test_home_is_covered_when_pyxis_mounts_it(test_clusters, home):
+@pytest.mark.usefixtures("test_clusters")
+def test_home_is_covered_when_pyxis_mounts_it(home):
     write(home / "clusters" / "with-home.toml", 'extends = "gb200-32"\n[slurm]\nsrun_args = ["--container-writable"]\n')
     inside = os.path.join(os.path.expanduser("~"), "clevr2")
     j = resolve.resolve(
@@ -768,7 +762,8 @@ def test_home_is_covered_when_pyxis_mounts_it(test_clusters, home):
     assert any(f"dataset.path={inside} is outside every container mount" in w for w in j.warnings)
 
 
-def test_bare_processes_see_every_path(home):
+@pytest.mark.usefixtures("home")
+def test_bare_processes_see_every_path():
     j = resolve.resolve(
         "smoke", resolve.Options(cluster="local", overrides=("++checkpoint.pretrained_checkpoint=/nowhere",))
     )

@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+
+from bridge_launch.core.errors import UsageError
+from bridge_launch.runs import experiments
 from conftest import write
 from test_gate import training_log
-
-from bridge_launch.runs import experiments
-from bridge_launch.core.errors import UsageError
 
 
 # ------------------------------------------------------------------------------------------------
@@ -104,7 +104,8 @@ CREATE INDEX runs_created ON runs (created DESC);
 """
 
 
-def test_an_older_state_dir_gains_the_experiment_tables(home, cli):
+@pytest.mark.usefixtures("home")
+def test_an_older_state_dir_gains_the_experiment_tables(cli):
     import os
 
     state = Path(os.environ["BRIDGE_LAUNCH_HOME"])
@@ -133,8 +134,8 @@ def test_an_older_state_dir_gains_the_experiment_tables(home, cli):
 
 def _record(reg, recipe, *, state="COMPLETED", log=None, experiment=None, label="", position=0, overrides=()):
     """A run as submit leaves it, with its log where the local backend reads it."""
-    from bridge_launch.runs import lifecycle as launch
     from bridge_launch.resolve import resolver as resolve
+    from bridge_launch.runs import lifecycle as launch
 
     run = reg.reserve(recipe, "local", "local")
     job = resolve.resolve(recipe, resolve.Options(overrides=tuple(overrides))).with_run_id(run.run_id)
@@ -148,7 +149,8 @@ def _record(reg, recipe, *, state="COMPLETED", log=None, experiment=None, label=
     return run
 
 
-def test_status_of_a_finished_run_shows_its_metrics_from_the_log_tail(home, cli):
+@pytest.mark.usefixtures("home")
+def test_status_of_a_finished_run_shows_its_metrics_from_the_log_tail(cli):
     from bridge_launch.runs.registry import Registry
 
     reg = Registry()
@@ -170,7 +172,8 @@ def test_status_of_a_finished_run_shows_its_metrics_from_the_log_tail(home, cli)
     assert m["error"] == "rank 1: ValueError: boom"
 
 
-def test_experiments_show_and_compare_together(home, cli, tmp_path):
+@pytest.mark.usefixtures("home")
+def test_experiments_show_and_compare_together(cli, tmp_path):
     import math
 
     from bridge_launch.runs.registry import Registry
@@ -227,7 +230,8 @@ def test_experiments_show_and_compare_together(home, cli, tmp_path):
     assert reg.experiment("lr-sweep") is None
 
 
-def test_logs_rank_grep_tail(home, cli):
+@pytest.mark.usefixtures("home")
+def test_logs_rank_grep_tail(cli):
     from bridge_launch.runs.registry import Registry
 
     reg = Registry()
@@ -245,13 +249,14 @@ def test_logs_rank_grep_tail(home, cli):
     assert r.code == 2 and "--grep '(' is not a regular expression" in r.err
 
 
-def test_status_watch_json_is_one_object_per_line(home):
+@pytest.mark.usefixtures("home")
+def test_status_watch_json_is_one_object_per_line():
     """A finished run: one refresh, one line, then the watch ends."""
     import subprocess
     import sys
 
-    from conftest import CLI, REPO
     from bridge_launch.runs.registry import Registry
+    from conftest import CLI, REPO
 
     reg = Registry()
     run = _record(reg, "smoke", log=training_log(20, save_at={20}))

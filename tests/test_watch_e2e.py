@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from conftest import CLI, REPO, run_cli
 
 pytestmark = pytest.mark.slow
@@ -49,7 +50,8 @@ def _wait(ref, states, timeout=300):
     raise AssertionError(f"{ref} did not reach {states}: {runs}")
 
 
-def test_live_metrics_watch_check_and_parity_on_slurm(cluster, home, tmp_path):
+@pytest.mark.usefixtures("cluster", "home")
+def test_live_metrics_watch_check_and_parity_on_slurm(tmp_path):
     sub = _submit("train.train_iters=40", "smoke.step_sleep=0.4", "dataset.seq_length=64")
     run_id = sub["run_id"]
     watch = subprocess.Popen(
@@ -112,7 +114,8 @@ def test_live_metrics_watch_check_and_parity_on_slurm(cluster, home, tmp_path):
     assert run_cli("logs", run_id, "--rank", "1", "--grep", r"iteration +\d+/").out == ""
 
 
-def test_the_failing_ranks_first_error_line(cluster, home):
+@pytest.mark.usefixtures("cluster", "home")
+def test_the_failing_ranks_first_error_line():
     sub = _submit("train.train_iters=20", "+smoke.fail_at_step=3", "+smoke.fail_rank=2", "smoke.step_sleep=0.2")
     (st,) = _wait(sub["run_id"], {"FAILED", "COMPLETED"})
     assert st["state"] == "FAILED"
@@ -123,7 +126,8 @@ def test_the_failing_ranks_first_error_line(cluster, home):
     assert r.code == 1 and r.json()["results"][0]["criteria"][0]["evidence"] == "stopped early, 2/20 so far"
 
 
-def test_metrics_and_check_over_ssh(cluster, home):
+@pytest.mark.usefixtures("cluster", "home")
+def test_metrics_and_check_over_ssh():
     sub = _submit("train.train_iters=8", cluster="local-slurm-ssh")
     (st,) = _wait(sub["run_id"], {"COMPLETED", "FAILED"})
     assert st["state"] == "COMPLETED" and st["metrics"]["step"] == 8 and st["metrics"]["saved"] == 8
@@ -131,7 +135,8 @@ def test_metrics_and_check_over_ssh(cluster, home):
     assert r.code == 0 and "PASSED (8/8)" in r.out, r.out + r.err
 
 
-def test_an_experiment_submitted_shown_and_compared_together(cluster, home, tmp_path):
+@pytest.mark.usefixtures("cluster", "home")
+def test_an_experiment_submitted_shown_and_compared_together(tmp_path):
     name = f"e2e-{secrets.token_hex(2)}"
     # step_sleep changes nothing the model sees: both runs train the same, loss for loss
     r = run_cli(

@@ -15,11 +15,11 @@ import tarfile
 import time
 from pathlib import Path
 
+from bridge_launch.backends import torchrun as T
+from bridge_launch.backends.base import RANK_PREFIX_ENV, entry_command, numa_wrapper, q, runtime_env
 from bridge_launch.core import paths
 from bridge_launch.core.errors import LaunchError
 from bridge_launch.job.derived import canary_job, report_path
-from bridge_launch.backends import torchrun as T
-from bridge_launch.backends.base import RANK_PREFIX_ENV, entry_command, numa_wrapper, q, runtime_env
 
 LOOKUP = "@looked-up-at-submit:{}@"  # placeholders submit replaces with ids it asks the platform for
 MASK = "****"
@@ -161,7 +161,7 @@ def retrying(what: str, fn, *, retries: int, wait: float, transient):
             return fn()
         except LaunchError:
             raise
-        except Exception as exc:  # noqa: BLE001 - classified below
+        except Exception as exc:
             reason = transient(exc)
             if reason is None:
                 raise
@@ -201,15 +201,18 @@ def cloud_script(job, rank_prelude: list, job_script) -> str:
         [
             "set -uo pipefail",
             *rank_prelude,
-            "# bridge-launch canary: the checks first, in these pods (workload/cluster_checks.py); the job stops here if one fails",
+            "# bridge-launch canary: the checks first, in these pods (workload/cluster_checks.py); the job stops here "
+            "if one fails",
             "(",
             "export MASTER_PORT=$((${MASTER_PORT:-29400} + 1))",
             check,
             ")",
             "rc=$?",
             'if [ "$rc" -ne 0 ]; then',
-            f'    echo "bridge-launch: the canary failed (exit $rc): training not started; report {report_path(job.run_dir, job.run_id)}" >&2',
-            f'    if [ "$NODE_RANK" = 0 ]; then mkdir -p {q(job.run_dir)}/exit && printf "%s\\n" "$rc" > {q(job.run_dir + "/exit/" + job.run_id)}; fi',
+            '    echo "bridge-launch: the canary failed (exit $rc): training not started; report '
+            f'{report_path(job.run_dir, job.run_id)}" >&2',
+            f'    if [ "$NODE_RANK" = 0 ]; then mkdir -p {q(job.run_dir)}/exit && printf "%s\\n" "$rc" > '
+            f"{q(job.run_dir + '/exit/' + job.run_id)}; fi",
             '    exit "$rc"',
             "fi",
             main,

@@ -25,10 +25,10 @@ import shlex
 import time
 from pathlib import Path
 
-from bridge_launch.core import paths
-from bridge_launch.core.errors import LaunchError, UsageError
 from bridge_launch.backends import cloud
 from bridge_launch.backends.base import Artifact, header, read_log_files
+from bridge_launch.core import paths
+from bridge_launch.core.errors import LaunchError, UsageError
 
 # The Run:ai PyTorch (Kubeflow training operator) sets these in every pod: PET_* for
 # torchrun, MASTER_ADDR/MASTER_PORT for the master pod, RANK = pod index.
@@ -275,7 +275,7 @@ class Backend:
         if phase != "Completed":
             raise LaunchError(f"DGX Cloud data mover {wid} ended {phase}; the run dir was not written")
 
-    def stage(self, job, files: dict, *, new_dir: bool) -> None:
+    def stage(self, job, files: dict, *, new_dir: bool) -> None:  # noqa: ARG002 - the Backend protocol's signature
         """Workspace data movers (busybox) write the run's files into the run dir on the
         PVC, in chunks under the API's args limit, without deleting the dir (resume)."""
         s = job.scheduler
@@ -286,7 +286,7 @@ class Backend:
     def unstage(self, job) -> None:
         pass
 
-    def submit(self, job, run, artifact, secrets: dict) -> list[str]:
+    def submit(self, job, run, artifact, secrets: dict) -> list[str]:  # noqa: ARG002 - the Backend protocol's signature
         s = job.scheduler
         c = self._client(s)
         pid, cid = c.project()
@@ -339,8 +339,10 @@ class Backend:
         paths.write_private(
             note,
             (
-                f"bridge-launch: DGX Cloud serves workload logs only inside the cluster. This run's logs are on the PVC at "
-                f"{run.run_dir}/logs/{run.run_id}-node<N>.log (workload {', '.join(run.job_ids)}), and in the Run:ai UI. "
+                "bridge-launch: DGX Cloud serves workload logs only inside the cluster. This run's logs are on the "
+                "PVC at "
+                f"{run.run_dir}/logs/{run.run_id}-node<N>.log (workload {', '.join(run.job_ids)}), and in the Run:ai "
+                "UI. "
                 f"Mount the PVC here and set local_job_root in the profile to read them with `bridge-launch logs`.\n"
             ),
         )

@@ -21,10 +21,10 @@ import os
 import time
 from pathlib import Path
 
-from bridge_launch.core import paths
-from bridge_launch.core.errors import LaunchError, UsageError
 from bridge_launch.backends import cloud
 from bridge_launch.backends.base import Artifact, header, read_log_files
+from bridge_launch.core import paths
+from bridge_launch.core.errors import LaunchError, UsageError
 
 # Lepton sets these in every worker of a job with intra-job communication: the worker index and
 # the stable DNS name of worker 0. Lepton's own launch script (leptonai/scripts
@@ -41,7 +41,8 @@ RANK_PRELUDE = [
     'elif [ -n "${LEPTON_JOB_SERVICE_PREFIX:-${LEPTON_JOB_NAME:-}}" ]; then',
     '  service_prefix="${LEPTON_JOB_SERVICE_PREFIX:-$LEPTON_JOB_NAME}"',
     '  subdomain="${LEPTON_SUBDOMAIN:-${LEPTON_JOB_NAME:-}-job-svc}"',
-    '  export MASTER_ADDR="${service_prefix}-0.${subdomain}${LEPTON_WORKSPACE_ID:+.ws-${LEPTON_WORKSPACE_ID}.svc.cluster.local}"',
+    '  export MASTER_ADDR="${service_prefix}-0.${subdomain}'
+    '${LEPTON_WORKSPACE_ID:+.ws-${LEPTON_WORKSPACE_ID}.svc.cluster.local}"',
     "else",
     '  export MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"  # a single worker outside Lepton',
     "fi",
@@ -124,7 +125,8 @@ def request(job) -> dict:
 def render(job) -> Artifact:
     body = request(job)
     text = (
-        f"// {header(job)}\n// POST {{workspace}}/jobs  (node group '{job.scheduler['node_group']}': its id and node ids "
+        f"// {header(job)}\n// POST {{workspace}}/jobs  (node group '{job.scheduler['node_group']}': its id and node "
+        "ids "
         f"are looked up at submit)\n" + cloud.pretty(body, job.secrets)
     )
     return Artifact("lepton-job", text, f"launch/{job.run_id}.lepton.json")
@@ -212,7 +214,7 @@ class Backend:
                 raise LaunchError(f"Lepton data-mover job {job_id} did not finish within {timeout:.0f}s")
             time.sleep(float(s.get("poll_interval", 5.0)))
 
-    def stage(self, job, files: dict, *, new_dir: bool) -> None:
+    def stage(self, job, files: dict, *, new_dir: bool) -> None:  # noqa: ARG002 - the Backend protocol's signature
         """A busybox data-mover job writes the run's files into the run dir on the shared
         storage (as LeptonExecutor.move_data does, but without deleting the dir)."""
         s = job.scheduler
@@ -247,7 +249,7 @@ class Backend:
     def unstage(self, job) -> None:
         pass  # the run dir lives on the platform's storage; a failed submit leaves at most its files there
 
-    def submit(self, job, run, artifact, secrets: dict) -> list[str]:
+    def submit(self, job, run, artifact, secrets: dict) -> list[str]:  # noqa: ARG002 - the Backend protocol's signature
         s = job.scheduler
         client = _client(s)
         looked = getattr(self, "_lookups_cache", None) or self._lookups(client, s)
@@ -310,7 +312,7 @@ class Backend:
                     self._call(
                         s,
                         "get log",
-                        lambda: list(client.job.get_log(jid, rid, timeout=int(s.get("request_timeout") or 30))),
+                        lambda rid=rid: list(client.job.get_log(jid, rid, timeout=int(s.get("request_timeout") or 30))),
                     )
                 )
             except LaunchError:

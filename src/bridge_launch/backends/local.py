@@ -16,7 +16,6 @@ import subprocess
 import time
 from pathlib import Path
 
-from bridge_launch.core.errors import LaunchError
 from bridge_launch.backends.base import (
     RANK_PREFIX_ENV,
     Artifact,
@@ -33,6 +32,7 @@ from bridge_launch.backends.base import (
     runtime_env,
     stage_locally,
 )
+from bridge_launch.core.errors import LaunchError
 
 
 def log_path(run_id: str) -> str:
@@ -64,7 +64,8 @@ def render(job) -> Artifact:
         "trap 'echo \"bridge-launch: SIGTERM received; waiting for the workers to exit\" >&2' TERM",
         " \\\n    ".join(q(a) for a in cmd),
         "rc=$?",
-        f"printf '%s\\n' \"$rc\" > {q(exit_path(job.run_id))}.tmp && mv -f {q(exit_path(job.run_id))}.tmp {q(exit_path(job.run_id))}",
+        f"printf '%s\\n' \"$rc\" > {q(exit_path(job.run_id))}.tmp && mv -f {q(exit_path(job.run_id))}.tmp "
+        f"{q(exit_path(job.run_id))}",
         'exit "$rc"',
     ]
     return Artifact("local-command", "\n".join(lines) + "\n", f"launch/{job.run_id}.sh")
@@ -88,7 +89,7 @@ class Backend:
     def unstage(self, job) -> None:
         shutil.rmtree(job.run_dir, ignore_errors=True)
 
-    def submit(self, job, run, artifact: Artifact, secrets: dict) -> list[str]:
+    def submit(self, job, run, artifact: Artifact, secrets: dict) -> list[str]:  # noqa: ARG002 - the Backend protocol's signature
         run_dir = Path(run.run_dir)
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
@@ -144,7 +145,7 @@ class Backend:
     def log_files(self, run, job) -> list[Path]:  # noqa: ARG002  (the protocol's signature)
         return [Path(run.run_dir) / log_path(run.run_id)]
 
-    def cancel(self, run, job) -> None:
+    def cancel(self, run, job) -> None:  # noqa: ARG002 - the Backend protocol's signature
         """SIGTERM to the training processes themselves (torchrun's children), as an --until-done
         segment sends it: with train.exit_signal_handler on, the trainer saves and exits 0 at the end
         of its step; without it, the signal kills it. torchrun is left alone: signalled, it would

@@ -128,7 +128,7 @@ def _complete_override(ctx: typer.Context, incomplete: str):
     return completion.override_keys(incomplete, recipe=ctx.params.get("recipe"))
 
 
-def _complete_resume_override(ctx: typer.Context, incomplete: str):
+def _complete_resume_override(incomplete: str):
     from bridge_launch.cli import completion
 
     return completion.override_keys(incomplete)
@@ -165,12 +165,14 @@ def submit(
     secret: Optional[List[str]] = typer.Option(
         None,
         "--secret",
-        help="A secret by name (repeatable); on Slurm NAME=file:PATH or NAME=netrc:MACHINE reads it from a file on the cluster, never through sbatch.",
+        help="A secret by name (repeatable); on Slurm NAME=file:PATH or NAME=netrc:MACHINE reads it from a file on "
+        "the cluster, never through sbatch.",
     ),
     bridge_src: Optional[str] = typer.Option(
         None,
         "--bridge-src",
-        help="A local Megatron-Bridge git checkout: packed (tracked files, uncommitted edits included), staged in the run dir and mounted over the container's copy.",
+        help="A local Megatron-Bridge git checkout: packed (tracked files, uncommitted edits included), staged in the "
+        "run dir and mounted over the container's copy.",
     ),
     until_done: bool = typer.Option(
         False, "--until-done", help="Slurm: continue across time limits and flaky failures until train_iters."
@@ -188,7 +190,8 @@ def submit(
     canary: Optional[bool] = typer.Option(
         None,
         "--canary/--no-canary",
-        help="First check on the cluster, in the job's image, what no local check can (recipe and overrides, data, checkpoint, HF cache, NVLink, busbw); the job waits for it. Default: the profile's [canary] enabled.",
+        help="First check on the cluster, in the job's image, what no local check can (recipe and overrides, data, "
+        "checkpoint, HF cache, NVLink, busbw); the job waits for it. Default: the profile's [canary] enabled.",
     ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print the resolved job and the exact launch artifact; submit nothing."
@@ -334,7 +337,8 @@ def check(
     only: Optional[List[str]] = typer.Option(
         None,
         "--only",
-        help="Only these criteria (repeatable or comma-separated): steps, finite, skipped, nan, checkpoint, validation, test, no-signal.",
+        help="Only these criteria (repeatable or comma-separated): steps, finite, skipped, nan, checkpoint, "
+        "validation, test, no-signal.",
     ),
     skip: Optional[List[str]] = typer.Option(None, "--skip", help="Leave these criteria out (as --only)."),
     metric: str = typer.Option("lm loss", "--metric", help="The loss that must be on every iteration line."),
@@ -371,7 +375,8 @@ def compare(
     plot: Optional[str] = typer.Option(
         None,
         "--plot",
-        help="Draw the curves and their relative difference: FILE.png, .svg or .html (the 'plot' extra), or - for a terminal chart.",
+        help="Draw the curves and their relative difference: FILE.png, .svg or .html (the 'plot' extra), or - for a "
+        "terminal chart.",
     ),
     output: Output = OUTPUT,
 ):
@@ -455,7 +460,8 @@ def _side_parser(ctx):
 @app.command(cls=_DiffCommand, context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 def diff(
     ctx: typer.Context,
-    args: List[str] = typer.Argument(
+    # Declared for --help and completion; the two sides are parsed from the raw argv (_raw_after).
+    args: List[str] = typer.Argument(  # noqa: ARG001
         ...,
         help="RUN_A RUN_B, or RECIPE [OPTIONS] [KEY=VALUE...] -- RECIPE [OPTIONS] [KEY=VALUE...]",
         autocompletion=_complete_diff,
@@ -623,7 +629,7 @@ def _json_mode(argv: list[str]) -> bool:
     """-o json / --output json anywhere on the line: then stdout carries JSON only, errors too."""
     return any(
         a in ("--output=json", "-ojson") or a in ("-o", "--output") and nxt == "json"
-        for a, nxt in zip(argv, [*argv[1:], ""])
+        for a, nxt in zip(argv, [*argv[1:], ""], strict=False)
     )
 
 

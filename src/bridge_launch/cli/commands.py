@@ -7,8 +7,8 @@ import sys
 import time
 
 from bridge_launch.cli import views
-from bridge_launch.job.resolved import RUN_ID_PLACEHOLDER, replace_text
 from bridge_launch.core.errors import UsageError
+from bridge_launch.job.resolved import RUN_ID_PLACEHOLDER, replace_text
 
 
 def _err(msg: str) -> None:
@@ -156,8 +156,8 @@ def _segment_text(seg: dict) -> str:
 def _follow(run, job, output="text") -> int:
     """Stream the run's log lines until it ends; then its final state. In JSON mode the log lines
     go to stderr and stdout gets one JSON object (the run, with its final state and reason)."""
-    from bridge_launch.runs import lifecycle as launch
     from bridge_launch.backends.base import last_step
+    from bridge_launch.runs import lifecycle as launch
     from bridge_launch.runs.registry import Registry
 
     reg = Registry()
@@ -670,7 +670,7 @@ def diff_rows(a, b) -> list[tuple]:
     add("profile", prof(a.profile), prof(b.profile))
     if not any(r[2] != r[4] for r in rows):
         ta, tb = backends.render(a).text.splitlines(), backends.render(b).text.splitlines()
-        for n, (la, lb) in enumerate(zip([*ta, *[""] * len(tb)], [*tb, *[""] * len(ta)]), 1):
+        for n, (la, lb) in enumerate(zip([*ta, *[""] * len(tb)], [*tb, *[""] * len(ta)], strict=False), 1):
             if la != lb:
                 rows.append(("artifact", f"line {n}", la or "(none)", "", lb or "(none)", ""))
                 break
@@ -679,8 +679,8 @@ def diff_rows(a, b) -> list[tuple]:
 
 def diff(argv, *, all_keys, output, parse_side) -> int:
     """`parse_side(words)` -> submit's parsed parameters for one side (cli.py: submit's own parser)."""
-    from bridge_launch.runs import lifecycle as launch
     from bridge_launch.resolve import resolver as resolve
+    from bridge_launch.runs import lifecycle as launch
     from bridge_launch.runs.registry import Registry
 
     words, i = [], 0
@@ -726,7 +726,9 @@ def diff(argv, *, all_keys, output, parse_side) -> int:
             {
                 "a": label_a,
                 "b": label_b,
-                "differences": [dict(zip(("section", "key", "a", "a_source", "b", "b_source"), r)) for r in shown],
+                "differences": [
+                    dict(zip(("section", "key", "a", "a_source", "b", "b_source"), r, strict=False)) for r in shown
+                ],
             }
         )
         return 0
@@ -866,9 +868,9 @@ def submit_group(recipe, overrides, *, sweep, experiment, follow, output, dry_ru
     """An experiment: one run per recipe x combination of swept values, resolved and validated
     all before any is submitted, recorded as a named group (experiments.py)."""
     from bridge_launch import backends
-    from bridge_launch.runs import lifecycle as launch
     from bridge_launch.resolve import resolver as resolve
     from bridge_launch.runs import experiments
+    from bridge_launch.runs import lifecycle as launch
     from bridge_launch.runs.registry import Registry
 
     recipes_, rest = experiments.split_recipes(recipe, overrides)

@@ -135,8 +135,8 @@ def check(words, *, steps, only, skip, metric, export_golden, output) -> int:
 # compare
 # ------------------------------------------------------------------------------------------------
 def compare(words, *, metric, rtol, atol, allowed, final_rtol, plot, output) -> int:
-    from bridge_launch.judge import parity
     from bridge_launch.cli import plot as plotting
+    from bridge_launch.judge import parity
 
     for name, v in (("--rtol", rtol), ("--final-rtol", final_rtol), ("--atol", atol)):
         if v < 0:

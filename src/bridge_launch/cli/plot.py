@@ -121,7 +121,7 @@ def terminal(series: list, reference: int, metric: str, width: int = 72, height:
             continue
         rels = [(values[s] - ref[s]) / abs(ref[s]) for s in common]
         buckets = [[] for _ in range(width)]
-        for s, r in zip(common, rels):
+        for s, r in zip(common, rels, strict=False):
             buckets[min(width - 1, int((s - x0) / (x1 - x0) * (width - 1)))].append(abs(r))
         levels = " .:-=+*#%@"
         top = max(max(rels, key=abs), 1e-12, key=abs)

@@ -81,7 +81,8 @@ def chain_lines(c: dict) -> list[str]:
     cap = f", at most {c['max_segments']} segments" if c.get("max_segments") else ""
     out = [
         f"Until done segments resubmit themselves until train_iters={c['train_iters']}{cap}",
-        f"           USR1 {c['signal_lead']} s before the time limit -> SIG{c['exit_signal']} to the training processes on "
+        f"           USR1 {c['signal_lead']} s before the time limit -> SIG{c['exit_signal']} to the training "
+        "processes on "
         "every node (torchrun is left alone), which save and exit",
         f"           each segment loads the newest complete checkpoint ({', '.join(c['complete_files'])} in iter_N)",
         f"           stops after {c['max_no_progress']} segments in a row without a new checkpoint or "
@@ -121,7 +122,8 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
             else []
         ),
         f"Cluster    {job.cluster} ({job.backend})",
-        f"Size       {job.nodes} node{'s' if job.nodes != 1 else ''} x {job.gpus_per_node} {'GPUs' if job.gpu_type != 'cpu' else 'processes'} = {job.world_size}  [{jsrc.get('nodes')}]",
+        f"Size       {job.nodes} node{'s' if job.nodes != 1 else ''} x {job.gpus_per_node} "
+        f"{'GPUs' if job.gpu_type != 'cpu' else 'processes'} = {job.world_size}  [{jsrc.get('nodes')}]",
         f"Container  {job.container or '(none: bare processes)'}  [{jsrc.get('container')}]",
     ]
     if job.overlays:
@@ -198,6 +200,6 @@ def table(title: str, columns: list[str], rows: list[list[str]]) -> None:
         Console().print(t)
         return
     widths = [max(len(c), *(len(str(r[i])) for r in rows)) if rows else len(c) for i, c in enumerate(columns)]
-    out = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip()]
-    out += ["  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows]
+    out = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=False)).rstrip()]
+    out += ["  ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=False)).rstrip() for r in rows]
     sys.stdout.write("\n".join(out) + "\n")

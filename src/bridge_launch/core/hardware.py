@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 # GPU type -> architecture generation, for precision checks.
 GPU_ARCH = {
     "gb300": "blackwell",

@@ -11,7 +11,6 @@ from bridge_launch.core import paths
 from bridge_launch.core.errors import UsageError
 from bridge_launch.core.image_ref import DIGEST
 
-
 RECORD = "images.json"
 
 

@@ -15,7 +15,6 @@ import re
 
 from bridge_launch.core.errors import UsageError
 
-
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 # Linux's default net.ipv4.ip_local_port_range (Documentation/networking/ip-sysctl.rst; also
 # this machine's /proc/sys/net/ipv4/ip_local_port_range): outgoing connections take their local
 # port from here, so a listening port inside it can already be held by one (EADDRINUSE at start).

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 from bridge_launch.core.errors import UsageError
 
-
 ENV_POLICIES = ("warn", "refuse")
 
 

@@ -74,8 +74,9 @@ def run_array(cluster: str, tasks: list, tmp: Path, workers: int, *, on_progress
         jobs = ex.map_array(write_shards, chunks)
     except Exception as e:
         raise LaunchError(
-            f"submitting the job array to {cluster} failed: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}"
-        )
+            f"submitting the job array to {cluster} failed: "
+            f"{str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}"
+        ) from e
     if log:
         log(f"submitted job array {jobs[0].job_id.split('_')[0]} ({len(jobs)} elements) to {cluster}")
     pending = dict(enumerate(jobs))
@@ -91,7 +92,7 @@ def run_array(cluster: str, tasks: list, tmp: Path, workers: int, *, on_progress
                         last = next(
                             (ln for ln in reversed(msg) if ln.strip() and not ln.startswith(" ")), type(e).__name__
                         )
-                        raise LaunchError(f"array element {job.job_id} failed: {last} (logs in {folder})")
+                        raise LaunchError(f"array element {job.job_id} failed: {last} (logs in {folder})") from e
                     del pending[i]
                     written += res
                     if on_progress:

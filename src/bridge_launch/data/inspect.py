@@ -123,7 +123,7 @@ def measure(
                     try:
                         w, h = Image.open(io.BytesIO(b)).size
                     except Exception as e:
-                        raise LaunchError(f"{path} split {split} sample {key}: undecodable image ({e})")
+                        raise LaunchError(f"{path} split {split} sample {key}: undecodable image ({e})") from e
                     vis += tokens.image_tokens(
                         w,
                         h,
@@ -139,8 +139,9 @@ def measure(
             raise
         except Exception as e:  # energon reports a broken shard as its own error types
             raise LaunchError(
-                f"reading split {split} of {path} with Energon failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            )
+                f"reading split {split} of {path} with Energon failed: {type(e).__name__}: "
+                f"{str(e).splitlines()[0] if str(e) else ''}"
+            ) from e
         n_img, n_txt, n_vis = (np.asarray(a, dtype=np.int64) for a in (n_img, n_txt, n_vis))
         skip = np.zeros(n_img.size, dtype=bool)
         if max_imgs is not None:
@@ -204,8 +205,8 @@ def report(measured: dict, *, recipe: str | None = None, recipe_cfg: dict | None
                 + "; the packing report needs a recipe with native packing (e.g. qwen35-vl-sft)"
             )
         mult = packing.pad_multiple(cfg)
-        from bridge_launch.spec import recipes
         from bridge_launch.plan import rules as validate
+        from bridge_launch.spec import recipes
 
         # a shorter sequence must still pass the job's own rule (divisible by 2*CP, and by TP with
         # sequence parallelism) and is set on both sequence lengths the recipe sets
@@ -240,8 +241,10 @@ def text_view(rep: dict, measured: dict) -> str:
         f"Dataset    {rep['path']}",
         f"Tokens     text {rep['text_tokens']}"
         + ("" if rep["text_tokens"] == "exact" else " (no --tokenizer: ~4 bytes per token + ChatML markers)")
-        + f"; visual: pixels in [{rep['visual_token_settings']['min_pixels']}, {rep['visual_token_settings']['max_pixels']}], "
-        f"patch {rep['visual_token_settings']['patch_size']} x merge {rep['visual_token_settings']['spatial_merge_size']}",
+        + f"; visual: pixels in [{rep['visual_token_settings']['min_pixels']}, "
+        f"{rep['visual_token_settings']['max_pixels']}], "
+        f"patch {rep['visual_token_settings']['patch_size']} x merge "
+        f"{rep['visual_token_settings']['spatial_merge_size']}",
     ]
     for split, s in rep["splits"].items():
         d = measured["splits"][split]

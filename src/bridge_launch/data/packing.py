@@ -232,7 +232,8 @@ def histogram_lines(values, bins: int = 10, width: int = 40, unit: str = "") -> 
         top = max(max(counts), 1)
         label = (lambda a: f"{a:>10d}") if step == 1 else (lambda a: f"{a:>10d} - {a + step - 1:<10d}")
         return [
-            f"  {label(a)}{unit} {'#' * max(0, round(width * c / top)):<{width}} {c}" for a, c in zip(starts, counts)
+            f"  {label(a)}{unit} {'#' * max(0, round(width * c / top)):<{width}} {c}"
+            for a, c in zip(starts, counts, strict=False)
         ]
     v = v.astype(np.float64)
     lo, hi = float(v.min()), float(v.max())

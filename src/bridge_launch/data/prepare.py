@@ -28,8 +28,8 @@ from pathlib import Path
 
 from bridge_launch import __version__
 from bridge_launch.core.errors import LaunchError, UsageError
-from bridge_launch.data import source as src
 from bridge_launch.data import shards
+from bridge_launch.data import source as src
 
 SPLITS = ("train", "val")
 CHUNK_BYTES = 256 << 10  # a JSONL is parsed in byte ranges of at least this much, 4 per worker at most
@@ -121,7 +121,7 @@ def _chunks(jl: Path, n: int) -> list[tuple[int, int]]:
             if bounds[-1] < f.tell() < size:
                 bounds.append(f.tell())
     bounds.append(size)
-    return list(zip(bounds, bounds[1:]))
+    return list(zip(bounds, bounds[1:], strict=False))
 
 
 def _start_parse(subsets, source_dir, fraction, max_samples, pool, workers) -> list[tuple]:
@@ -266,7 +266,7 @@ def _prepare(
         from bridge_launch.data.array import check_cluster
 
         check_cluster(cluster)
-    log = log or (lambda msg: None)
+    log = log or (lambda _msg: None)
     t0 = time.perf_counter()
 
     # Integrity first: nothing is converted from a source that does not match its pins.
@@ -332,7 +332,8 @@ def _prepare(
         counts = {s: len(plan[s]) for s in SPLITS}
         if counts["train"] == 0:
             raise UsageError(
-                f"no training samples in {', '.join(subsets)} (read {total} records); check the source or lower --validation-fraction"
+                f"no training samples in {', '.join(subsets)} (read {total} records); check the source or lower "
+                "--validation-fraction"
             )
         if validation_fraction > 0 and counts["val"] == 0:
             raise UsageError(
@@ -392,7 +393,8 @@ def _prepare(
             "source_files": sorted(verified + hashed, key=lambda f: f["path"]),
             "tool": f"bridge-launch {__version__}",
             "energon": f"megatron-energon {energon_version}",
-            "layout": "Megatron-Bridge ChatMLWebdataset: <key>.jpgs (pickled list of image bytes), <key>.json (messages)",
+            "layout": "Megatron-Bridge ChatMLWebdataset: <key>.jpgs (pickled list of image bytes), <key>.json "
+            "(messages)",
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         t3 = time.perf_counter()
@@ -469,7 +471,7 @@ def index(root: Path, written: list[tuple], splits: list[str]) -> str:
     except ImportError as e:
         raise LaunchError(
             f"megatron-energon is not installed ({e}); install the data extra: pip install 'bridge-launch[data]'"
-        )
+        ) from e
     import uuid
 
     import yaml
@@ -496,13 +498,16 @@ def index(root: Path, written: list[tuple], splits: list[str]) -> str:
                     zip(
                         zip(repeat(tid), range(n), repeat("jpgs"), pp[0::4], pp[1::4]),
                         zip(repeat(tid), range(n), repeat("json"), pp[2::4], pp[3::4]),
+                        strict=False,
                     )
                 ),
             )
     finally:
         writer.close()
     (meta / ecfg.INDEX_UUID_FILENAME).write_text(str(uuid.uuid4()))
-    info = WebdatasetInfo(energon_version=energon_version, shard_counts={nm: w[1] for nm, w in zip(names, shards)})
+    info = WebdatasetInfo(
+        energon_version=energon_version, shard_counts={nm: w[1] for nm, w in zip(names, shards, strict=False)}
+    )
     with open(meta / ecfg.INFO_JSON_FILENAME, "w") as f:
         json.dump(to_json_object(info), f, indent=2)
     split_parts = {s: collapse([nm for nm in names if re.match(f"{s}-shard-.*", nm)], keep_order=True) for s in splits}

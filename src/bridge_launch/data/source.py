@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from json.encoder import encode_basestring as _jstr  # json.dumps' escaping with ensure_ascii=False
-import re
 import os
+import re
 import tarfile
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring as _jstr  # json.dumps' escaping with ensure_ascii=False
 from pathlib import Path, PurePosixPath
 
 from bridge_launch import __version__
@@ -63,7 +63,7 @@ def find_pins(dataset: str, subset: str) -> tuple[dict | None, str]:
         except (ValueError, KeyError) as e:
             raise UsageError(
                 f"integrity manifest {user} is unreadable ({e}); delete it and rerun with --write-manifest"
-            )
+            ) from e
     return None, ""
 
 
@@ -116,7 +116,7 @@ def verify_pins(source_dir: Path, pins: dict, origin: str, threads: int = 1) -> 
     else:
         digests = [sha256_file(p) for _, p, _, _ in files]
     out = []
-    for (rel, p, size, want), digest in zip(files, digests):
+    for (rel, p, size, want), digest in zip(files, digests, strict=False):
         if digest != want["sha256"]:
             raise UsageError(
                 f"source file {p} has sha256 {digest}; the integrity manifest ({origin}) pins {want['sha256']}"
@@ -150,8 +150,8 @@ class MediaIndex:
                     raise UsageError(
                         f"media archive {a} is {kind}-compressed; valid: an uncompressed tar "
                         f"(decompress it in place, keeping the name)"
-                    )
-                raise UsageError(f"media archive {a} is not a readable tar ({e})")
+                    ) from e
+                raise UsageError(f"media archive {a} is not a readable tar ({e})") from e
             for name, off, size in found:
                 if size < 0:
                     raise UsageError(
@@ -249,9 +249,9 @@ def parse_record(line: bytes | str, where: str) -> tuple[str, bytes, list[str]]:
     except UnicodeDecodeError as e:
         raise UsageError(
             f"{where}: not UTF-8 (byte 0x{e.object[e.start]:02x} at column {e.start + 1}); valid: UTF-8 JSON"
-        )
+        ) from e
     except ValueError as e:
-        raise UsageError(f"{where}: malformed JSON ({e.args[0] if e.args else e})")
+        raise UsageError(f"{where}: malformed JSON ({e.args[0] if e.args else e})") from e
     if not isinstance(row, dict):
         raise UsageError(f"{where}: record must be a JSON object, got {type(row).__name__}")
     sid = row.get("id")
@@ -303,7 +303,7 @@ def parse_record(line: bytes | str, where: str) -> tuple[str, bytes, list[str]]:
     except UnicodeEncodeError as e:
         raise UsageError(
             f"{where}: text holds an unpaired surrogate escape ({e.object[e.start]!a}); valid: Unicode text"
-        )
+        ) from e
     return sid, data, refs
 
 

@@ -75,7 +75,7 @@ class TextCounter:
             try:
                 from tokenizers import Tokenizer
             except ImportError:
-                raise LaunchError("--tokenizer needs the 'tokenizers' package: pip install tokenizers")
+                raise LaunchError("--tokenizer needs the 'tokenizers' package: pip install tokenizers") from None
             self._tok = Tokenizer.from_file(str(f))
 
     def count(self, messages, n_images: int) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 
-
 SUFFIX = "-canary"  # the canary's run id (job name, sbatch file) is the run's with this suffix
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import asdict, dataclass, field
 
-
 RUN_ID_PLACEHOLDER = "@RUN_ID@"
 
 

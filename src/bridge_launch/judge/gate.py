@@ -233,7 +233,9 @@ def golden(log: Log) -> dict:
         if not series:
             continue
         steps = sorted(series)
-        gaps = [b - a for a, b in zip(steps[1:], steps[2:])] or [b - a for a, b in zip(steps, steps[1:])]
+        gaps = [b - a for a, b in zip(steps[1:], steps[2:], strict=False)] or [
+            b - a for a, b in zip(steps, steps[1:], strict=False)
+        ]
         interval = math.gcd(*gaps) if gaps else 1
         values = {}
         for s in steps:

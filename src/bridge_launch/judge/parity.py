@@ -110,7 +110,7 @@ def _rel(a: float, b: float) -> float:
 
 
 def _pearson(xs: list, ys: list) -> float | None:
-    pairs = [(x, y) for x, y in zip(xs, ys) if finite(x) and finite(y)]
+    pairs = [(x, y) for x, y in zip(xs, ys, strict=False) if finite(x) and finite(y)]
     n = len(pairs)
     if n < 2:
         return None
@@ -145,7 +145,9 @@ def compare(
     n = len(rows)
     outside = n - sum(close)
     limit = allowed if allowed is not None else allowed_outside(n)
-    first = next(({"step": r[0], "a": r[1], "b": r[2], "rel": r[3]} for r, ok in zip(rows, close) if not ok), None)
+    first = next(
+        ({"step": r[0], "a": r[1], "b": r[2], "rel": r[3]} for r, ok in zip(rows, close, strict=False) if not ok), None
+    )
     rels = [(abs(r[3]), r[0]) for r in rows]
     worst = max(rels) if rels else None
     final = None

@@ -10,12 +10,15 @@ import re
 
 DETERMINISTIC = {
     "out of memory": r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|oom-kill",
-    "invalid configuration": r"OverridesError|ConfigCompositionException|smoke\.py: error:|AssertionError: .*(must|should) be|ValueError: .*(must|should|invalid)",
-    "missing data or file": r"FileNotFoundError|No such file or directory: |Dataset path .* does not exist|not a valid Energon dataset",
+    "invalid configuration": r"OverridesError|ConfigCompositionException|smoke\.py: error:|AssertionError: "
+    r".*(must|should) be|ValueError: .*(must|should|invalid)",
+    "missing data or file": r"FileNotFoundError|No such file or directory: |Dataset path .* does not exist|not a "
+    r"valid Energon dataset",
     "import error": r"ModuleNotFoundError|ImportError: ",
 }
 FLAKY = {
-    "NCCL timeout": r"Watchdog caught collective operation timeout|NCCL (communicator|operation).*timed? ?out|HYBRID-EP .*TIMEOUT",
+    "NCCL timeout": r"Watchdog caught collective operation timeout|NCCL (communicator|operation).*timed? "
+    r"?out|HYBRID-EP .*TIMEOUT",
     "NCCL error": r"NCCL error|ncclInternalError|ncclSystemError|ncclRemoteError",
     # the kernel's "NVRM: Xid (PCI:0000:1b:00): 79, pid=..., GPU has fallen off the bus."
     "ECC error": r"ECC error|uncorrectable ECC|Xid( \([^)]*\))?[ :]+(48|63|64|74|79|92|94|95)\b",

@@ -691,7 +691,7 @@ def first_error_detail(texts) -> ErrorLine | None:
                 roots.append(int(m.group(1)))
     by_rank: dict = {}
     order: list = []
-    for ti, text in enumerate(texts):
+    for text in texts:
         if not any(word in text for word in _SUSPECT_WORDS):
             continue  # a healthy log: no line-by-line reading
         for rank, line, i, raised in _candidates(_scan_window(text)):

@@ -41,11 +41,11 @@ import math
 import warnings
 from dataclasses import dataclass, field
 
+from bridge_launch.core.errors import UsageError
+from bridge_launch.plan import rules as validate
+from bridge_launch.plan.topology import ORDER, Parallel
 from bridge_launch.spec import models
 from bridge_launch.spec.config_keys import int_value as _int
-from bridge_launch.plan import rules as validate
-from bridge_launch.core.errors import UsageError
-from bridge_launch.plan.topology import ORDER, Parallel
 
 WARN_FRACTION = 0.90  # memory per GPU above this fraction is a warning (findings)
 GIB = 1024**3

@@ -125,7 +125,8 @@ def findings(job, *, groups: dict | None = None, memory_check: bool = True) -> d
                 "; would fit: "
                 + ", or ".join(f"{t} (about {m['total_gib']:.0f} GiB, {m['fraction']:.0%})" for t, m in fits)
                 if fits
-                else "; no single change of CP, TP, EP, PP, micro batch or recompute fits: combine them or use more GPUs"
+                else "; no single change of CP, TP, EP, PP, micro batch or recompute fits: combine them or use more "
+                "GPUs"
             )
             msg = f"memory: {_fraction_text(mem)} does not fit{fix}"
             if memory_check:

@@ -65,8 +65,9 @@ class Rule:
 
     __slots__ = ("id", "family", "level", "source", "fn", "world", "megatron")
 
-    def __init__(self, id, family, level, source, fn, world=False, megatron=True):
-        self.id, self.family, self.level, self.source, self.fn = id, family, level, source, fn  # level: error | warning
+    def __init__(self, rule_id, family, level, source, fn, world=False, megatron=True):
+        # level: error | warning
+        self.id, self.family, self.level, self.source, self.fn = rule_id, family, level, source, fn
         self.world = world  # restates the GPU count: left out when the count itself is wrong
         self.megatron = megatron  # applies to Megatron-Bridge jobs only (not the smoke workload)
 
@@ -77,9 +78,9 @@ class Rule:
 RULES: list = []
 
 
-def rule(id: str, family: str, source: str, *, level: str = "error", world: bool = False, megatron: bool = True):
+def rule(rule_id: str, family: str, source: str, *, level: str = "error", world: bool = False, megatron: bool = True):
     def deco(fn):
-        RULES.append(Rule(id, family, level, source, fn, world, megatron))
+        RULES.append(Rule(rule_id, family, level, source, fn, world, megatron))
         return fn
 
     return deco
@@ -184,8 +185,10 @@ def rule_world(c: Ctx) -> list:
     if c.job.world_size % mp:
         j = c.job
         return [
-            f"world size {j.world_size} ({j.nodes} node{'s' if j.nodes != 1 else ''} x {j.gpus_per_node}) is not divisible by "
-            f"TP*PP*CP = {c.tp}*{c.pp}*{c.cp} = {mp}; use a GPU count that is a multiple of {mp} or change the parallel sizes"
+            f"world size {j.world_size} ({j.nodes} node{'s' if j.nodes != 1 else ''} x {j.gpus_per_node}) is not "
+            "divisible by "
+            f"TP*PP*CP = {c.tp}*{c.pp}*{c.cp} = {mp}; use a GPU count that is a multiple of {mp} or change the "
+            "parallel sizes"
         ]
     return []
 
@@ -333,7 +336,7 @@ def rule_gdn_heads(c: Ctx) -> list:
     return [
         f"{c.facts.cite(f'gdn.{k}')} (Gated DeltaNet {k.replace('_', ' ')}) is not a multiple of TP*CP = "
         f"{c.tp}*{c.cp} = {n}; keep TP*CP a divisor of {v}"
-        for k, v in zip(("key_heads", "value_heads"), got)
+        for k, v in zip(("key_heads", "value_heads"), got, strict=False)
         if v % n
     ]
 
@@ -518,7 +521,8 @@ def rule_seq_sp(c: Ctx) -> list:
     n = c.tp * c.cp
     return [
         f"{_seq_text(seq, keys)}: with sequence parallelism each rank's {seq}/CP tokens are split over "
-        f"TP={c.tp}, so the length must be a multiple of TP*CP = {n}; use a multiple of {math.lcm(n, 2 * c.cp if c.cp > 1 else 1)}"
+        f"TP={c.tp}, so the length must be a multiple of TP*CP = {n}; use a multiple of "
+        f"{math.lcm(n, 2 * c.cp if c.cp > 1 else 1)}"
         for seq, keys in _seq_values(c).items()
         if seq % n and (c.cp == 1 or seq % (2 * c.cp) == 0)
     ]  # else seq-cp
@@ -949,7 +953,8 @@ def rule_mock_data(c: Ctx) -> list:
     steps = _int(c.cfg, "train.train_iters")
     return [
         f"{c.job.recipe} trains on mock data (random tokens){f' for {steps:,} steps' if steps else ''}: no "
-        f"dataset.data_path, dataset.blend or dataset.blend_per_split is set; give dataset.data_path=PREFIX for real data"
+        "dataset.data_path, dataset.blend or dataset.blend_per_split is set; give dataset.data_path=PREFIX for real "
+        "data"
     ]
 
 

@@ -9,11 +9,11 @@ could never save. The rest are warnings that name the values that would fit.
 
 from __future__ import annotations
 
+import math
+
 from bridge_launch.core.errors import UsageError
 from bridge_launch.plan import estimate as plan
 from bridge_launch.plan import topology
-
-import math
 
 # What a torch_dist save of Megatron's distributed optimizer holds per parameter: bf16 weights
 # (2 bytes), fp32 main weights (4) and Adam's two fp32 moments (8).

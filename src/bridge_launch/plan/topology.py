@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from bridge_launch.plan import rules as validate
 from bridge_launch.core.errors import UsageError
 from bridge_launch.core.hardware import segment_size  # the value the Slurm backend writes as --segment
+from bridge_launch.plan import rules as validate
 
 ORDER = "tp-cp-ep-dp-pp"  # Megatron's default rank order (initialize_model_parallel)
 MAX_RANKS = 65536  # larger worlds are not enumerated (groups are listed rank by rank)
@@ -97,8 +97,8 @@ def orthogonal_groups(sizes: list, mask: list) -> list:
             out = [o + i * stride for i in range(size) for o in out]
         return out
 
-    inside = offsets([(s, d) for s, d, m in zip(sizes, strides, mask) if m])
-    bases = offsets([(s, d) for s, d, m in zip(sizes, strides, mask) if not m])
+    inside = offsets([(s, d) for s, d, m in zip(sizes, strides, mask, strict=False) if m])
+    bases = offsets([(s, d) for s, d, m in zip(sizes, strides, mask, strict=False) if not m])
     return [[b + o for o in inside] for b in bases]
 
 

@@ -14,17 +14,15 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-from bridge_launch.spec import clusters
 from bridge_launch.core import image_cache, image_ref, paths, slurm_time
-from bridge_launch.core.upstream import BRIDGE_IN_CONTAINER
-from bridge_launch.spec import recipes
-from bridge_launch.spec import schema
-from bridge_launch.plan import findings
-from bridge_launch.resolve import secret_plan
 from bridge_launch.core.errors import UsageError
+from bridge_launch.core.upstream import BRIDGE_IN_CONTAINER
 from bridge_launch.job.resolved import BRIDGE_SRC_DIR as BRIDGE_SRC_DIR
 from bridge_launch.job.resolved import RUN_ID_PLACEHOLDER as RUN_ID_PLACEHOLDER
 from bridge_launch.job.resolved import ResolvedJob as ResolvedJob
+from bridge_launch.plan import findings
+from bridge_launch.resolve import secret_plan
+from bridge_launch.spec import clusters, recipes, schema
 from bridge_launch.spec.overrides import OverrideError, format_override, parse_override
 from bridge_launch.workloads import trainer_protocol as P
 
@@ -215,7 +213,7 @@ def _mounts(prof: dict, job_root: str) -> list:
 MAX_NO_PROGRESS = 2  # segments in a row that end without a new complete checkpoint stop the chain
 
 
-def _chain(opts: Options, prof: dict, recipe: dict, layers: _Layers, scheduler: dict, jobsrc: dict) -> dict:
+def _chain(opts: Options, prof: dict, layers: _Layers, scheduler: dict, jobsrc: dict) -> dict:
     """--until-done: segments that continue across time limits, told to save before the limit,
     each resuming from the newest complete checkpoint (trainer_protocol's publication rule)."""
     if prof["backend"] != "slurm":
@@ -358,7 +356,8 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
     for name in secrets:
         if name in env:
             raise UsageError(
-                f"{name} is both a secret and a plain environment value ({envsrc[name]}); secrets are passed by name only"
+                f"{name} is both a secret and a plain environment value ({envsrc[name]}); secrets are passed by name "
+                "only"
             )
 
     secrets, secret_sources, more_errors, more_warnings = secret_plan.plan(
@@ -443,7 +442,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         for flag, value in (("--max-segments", opts.max_segments), ("--step-time", opts.step_time)):
             if value is not None:
                 raise UsageError(f"{flag} sizes an --until-done chain; add --until-done or drop {flag}")
-    chain = _chain(opts, prof, recipe, layers, scheduler, jobsrc) if opts.until_done else None
+    chain = _chain(opts, prof, layers, scheduler, jobsrc) if opts.until_done else None
 
     if recipe.get("upstream_status") and not bridge_src:  # the full note: --dry-run's Upstream line, recipes show
         alt = ", or with --bridge-src CHECKOUT that has it" if prof["backend"] == "slurm" and container else ""

@@ -164,7 +164,8 @@ def _settle_slurm(be, run, c: dict) -> dict:
                 "check": "canary",
                 "status": "fail",
                 "detail": (
-                    f"the canary job ended {c['state']}{' (' + info['reason'] + ')' if info.get('reason') else ''} before its "
+                    f"the canary job ended {c['state']}{' (' + info['reason'] + ')' if info.get('reason') else ''} "
+                    "before its "
                     f"report was complete (checks done: {done}); see {run.run_dir}/logs/sbatch-{jid}.out"
                 ),
             },

@@ -24,7 +24,6 @@ from bridge_launch.core.errors import UsageError
 from bridge_launch.core.image_cache import remember
 from bridge_launch.core.image_ref import is_path, pyxis_ref
 
-
 # --- the local record ---------------------------------------------------------------------------
 
 
@@ -33,9 +32,9 @@ from bridge_launch.core.image_ref import is_path, pyxis_ref
 
 def import_image(image: str, cluster: str, *, timeout: float = 3600) -> dict:
     """Run the import job on the cluster and record the result. Returns the record entry."""
-    from bridge_launch.spec import clusters
     from bridge_launch.backends.slurm.backend import Backend
     from bridge_launch.core.errors import LaunchError
+    from bridge_launch.spec import clusters
 
     prof = clusters.load(cluster)
     if prof["backend"] != "slurm" or not prof["containers"]:

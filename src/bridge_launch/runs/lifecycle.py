@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 from bridge_launch import backends
-from bridge_launch.core.errors import UsageError
 from bridge_launch.backends.base import Tree, workload_files
 from bridge_launch.core import paths
+from bridge_launch.core.errors import UsageError
 from bridge_launch.resolve.resolver import BRIDGE_SRC_DIR, ResolvedJob, amend
 from bridge_launch.runs.records import job_json as job_json
 from bridge_launch.runs.records import load_job as load_job
@@ -328,7 +328,7 @@ def wait_until_done(
     a Tail that already read part of the logs (their lines are not sent again)."""
     be = backends.backend(run.backend)
     tail = tail or Tail(lambda: log_files(be, reg.get(run.run_id)))
-    emit = on_line or (lambda line: None)
+    emit = on_line or (lambda _line: None)
     asked = 0.0
     while True:
         for line in tail.lines():

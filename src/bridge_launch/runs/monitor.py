@@ -163,7 +163,7 @@ def group_column(runs: list, group):
         labels = {r.run_id: label for r, label in group["runs"]}
         return runs, lambda r: ["member"] if r is None else [labels.get(r.run_id, "")]
     if not any(r.info.get("experiment") for r in runs):
-        return runs, lambda r: []
+        return runs, lambda _r: []
     first: dict = {}
     for i, r in enumerate(runs):
         first.setdefault(r.info.get("experiment") or r.run_id, i)

@@ -19,7 +19,6 @@ from bridge_launch.job.run import STATES as STATES
 from bridge_launch.job.run import TERMINAL as TERMINAL
 from bridge_launch.job.run import Run as Run
 
-
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id       TEXT PRIMARY KEY,

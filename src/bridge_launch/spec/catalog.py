@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import copy
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import tomllib
 
 from bridge_launch.core.errors import UsageError, suggest
 
@@ -57,8 +58,8 @@ def key_line(path: Path, dotted: str) -> int | None:
 def where(paths, dotted: str | None = None) -> str:
     """'FILE:LINE' of the first of `paths` (head first) that sets `dotted`, else the first path."""
     paths = [Path(p) for p in paths]
-    for p in paths if dotted else ():
-        line = key_line(p, dotted)
+    for p in paths:
+        line = key_line(p, dotted) if dotted else None
         if line:
             return f"{p}:{line}"
     return str(paths[0]) if paths else "?"
@@ -149,7 +150,9 @@ class Catalog:
 
     def chain(self, name: str) -> list:
         """The files an entry is built from, head first: [(path, origin, name, own data)]."""
-        out, entry, seen = [], self.get(name), set()
+        out: list = []
+        seen: set = set()
+        entry: Entry | None = self.get(name)
         while entry is not None and entry.name not in seen:
             seen.add(entry.name)
             out += [(p, o, entry.name, d) for p, o, d in reversed(entry.layers)]

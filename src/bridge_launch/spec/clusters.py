@@ -5,16 +5,16 @@ from __future__ import annotations
 from functools import lru_cache
 
 from bridge_launch.core import paths, secret_ref, slurm_time
+from bridge_launch.core.errors import UsageError, suggest
 from bridge_launch.core.hardware import GPU_ARCH
 from bridge_launch.core.ports import EPHEMERAL_PORTS, port_in_ephemeral_range
 from bridge_launch.spec.catalog import Catalog, where
-from bridge_launch.core.errors import UsageError, suggest
 
 BACKENDS = ("local", "slurm", "lepton", "dgxcloud")
 
 
 # key -> (type or tuple of types, default). None default = optional / unset.
-_TOP = {
+_TOP: dict = {
     "name": (str, None),
     "description": (str, ""),
     "aliases": (list, []),
@@ -132,7 +132,7 @@ CANARY_KEYS = {
     "busbw_iters": (int, 20),
     "check_timeout": (int, 900),  # seconds for the trainer check and for the data check
 }
-_SECTIONS = {"slurm": _SLURM, "lepton": _LEPTON, "dgxcloud": _DGXC, "canary": CANARY_KEYS}
+_SECTIONS: dict[str, dict] = {"slurm": _SLURM, "lepton": _LEPTON, "dgxcloud": _DGXC, "canary": CANARY_KEYS}
 
 
 def _check(at, data: dict, spec: dict, section: str = "") -> dict:
@@ -217,7 +217,8 @@ def _validate(data: dict, path, paths=None) -> dict:
     _check_canary(at("canary"), prof["canary"])
     if prof["canary"]["enabled"] and prof["backend"] == "local":
         raise UsageError(
-            f"{at('canary.enabled')}: [canary] enabled: the local backend runs on this machine; a canary checks a cluster"
+            f"{at('canary.enabled')}: [canary] enabled: the local backend runs on this machine; a canary checks a "
+            "cluster"
         )
     prof["arch"] = GPU_ARCH[prof["gpu_type"]]
     prof["path"] = str(path)

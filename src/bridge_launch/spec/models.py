@@ -9,9 +9,10 @@ never imports megatron-core or torch.
 
 from __future__ import annotations
 
-import tomllib
 from functools import lru_cache
 from pathlib import Path
+
+import tomllib
 
 TABLE = "models.toml"
 

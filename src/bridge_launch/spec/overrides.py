@@ -128,7 +128,16 @@ _INT_RE = re.compile(rf"[+-]?{_INTU}")
 _ID_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _ESC_RE = re.compile(r"(?:\\\\|\\[()\[\]{}:=, \t])+")
 _INTERP_RE = re.compile(r"\$\{[^}]+\}")
-_BLANKS_RE = re.compile(r"[ \t]*")
+
+
+def _after_blanks(raw: str, i: int) -> int:
+    """The index after the blanks (spaces, tabs) at raw[i:]; i itself when there are none."""
+    n = len(raw)
+    while i < n and raw[i] in " \t":
+        i += 1
+    return i
+
+
 _KEY_SPECIAL_RE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$-]*")
 _KEY_SEG = rf"(?:[A-Za-z_$][A-Za-z0-9_$-]*|{_INTU})"
 _DOT_PATH_RE = re.compile(rf"{_KEY_SEG}(?:\.{_KEY_SEG})+")
@@ -143,7 +152,10 @@ _KEYWORDS = {"true": BOOL, "false": BOOL, "null": NULL, "inf": FLOAT, "nan": FLO
 _KEY_CHARS = {"~": TILDE, "+": PLUS, "@": AT, ":": COLON, "/": SLASH}
 
 _VALUE_HINT = "quote the value (key='...') or escape the character with a backslash"
-_KEY_HINT = "a key is a dotted path such as model.hidden_size (letters, digits, _, -, $), optionally prefixed with +, ++ or ~ and followed by =VALUE"
+_KEY_HINT = (
+    "a key is a dotted path such as model.hidden_size (letters, digits, _, -, $), "
+    "optionally prefixed with +, ++ or ~ and followed by =VALUE"
+)
 
 
 def _err(raw: str, what: str, pos: int | None = None, hint: str | None = None, cls=OverrideError):
@@ -159,7 +171,7 @@ def _lex_key(raw: str):
     while i < n:
         c = raw[i]
         if c == "=":
-            end = _BLANKS_RE.match(raw, i + 1).end()
+            end = _after_blanks(raw, i + 1)
             toks.append((EQUAL, "=", i))
             return toks, end
         kind = _KEY_CHARS.get(c)
@@ -203,16 +215,15 @@ def _lex_value(raw: str, i: int) -> list:
     """Lex raw[i:] in ANTLR's VALUE_MODE into (kind, text, position) tuples, ending with EOF."""
     toks = []
     n = len(raw)
-    blanks = _BLANKS_RE
     while i < n:
         c = raw[i]
         start = i
         if c == " " or c == "\t":
-            j = blanks.match(raw, i).end()
+            j = _after_blanks(raw, i)
             d = raw[j] if j < n else ""
             kind = _BLANK_BOTH.get(d)
             if kind is not None:
-                i = blanks.match(raw, j + 1).end()
+                i = _after_blanks(raw, j + 1)
             else:
                 kind = _BLANK_BEFORE.get(d)
                 i = j + 1 if kind is not None else j
@@ -220,6 +231,7 @@ def _lex_value(raw: str, i: int) -> list:
                     kind = WS
         elif c in _WORD_START:
             m = _ID_RE.match(raw, i)
+            assert m is not None  # c starts a word
             i = m.end()
             kind = _KEYWORDS.get(m.group().lower(), ID) if i - start <= 5 else ID
         elif c in _NUMBER_START:
@@ -232,13 +244,13 @@ def _lex_value(raw: str, i: int) -> list:
             i = m.end() if m is not None else i + 1
         elif c in _BLANK_BOTH:
             kind = _BLANK_BOTH[c]
-            i = blanks.match(raw, i + 1).end()
+            i = _after_blanks(raw, i + 1)
         elif c in _BLANK_BEFORE:
             kind = _BLANK_BEFORE[c]
             i += 1
         elif c in _BLANK_AFTER:
             kind = _BLANK_AFTER[c]
-            i = blanks.match(raw, i + 1).end()
+            i = _after_blanks(raw, i + 1)
         elif c == "'" or c == '"':
             i = _scan_quoted(raw, i)
             if i < 0:
@@ -433,7 +445,7 @@ class _Parser:
         toks = self.toks
         open_pos = toks[self.i][2]
         self.i += 1
-        out = []
+        out: list = []
         if toks[self.i][0] is BRACKET_CLOSE:
             self.i += 1
             return out
@@ -451,7 +463,7 @@ class _Parser:
         toks = self.toks
         open_pos = toks[self.i][2]
         self.i += 1
-        out = {}
+        out: dict = {}
         if toks[self.i][0] is BRACE_CLOSE:
             self.i += 1
             return out
@@ -481,7 +493,9 @@ class _Parser:
         toks = self.toks
         _, name, pos = toks[self.i]
         self.i += 2
-        args, kwargs, error, shadowed = [], {}, None, []
+        args: list = []
+        kwargs: dict = {}
+        error, shadowed = None, []
         if toks[self.i][0] is not PCLOSE:
             while True:
                 if toks[self.i][0] is ID and toks[self.i + 1][0] is EQUAL:
@@ -792,7 +806,7 @@ def _evaluate(v, raw: str, unsupported: list):
                 )
             )
         return exc.stand_in
-    except Exception as exc:  # whatever Hydra would wrap in "<Error> while evaluating ..."
+    except Exception as exc:  # noqa: BLE001 - whatever Hydra would wrap in "<Error> while evaluating ..."
         raise _err(raw, f"{type(exc).__name__} while evaluating {v.text!r}: {exc}", v.pos) from None
 
 
@@ -887,7 +901,7 @@ def parse_override(text: str) -> Override:
     parser = _Parser(text, _lex_value(text, value_start))
     value = parser.value()
     if parser.has_call:
-        unsupported = []
+        unsupported: list = []
         value = _evaluate(value, text, unsupported)
         if unsupported:
             raise unsupported[0]

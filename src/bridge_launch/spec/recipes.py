@@ -6,9 +6,9 @@ from __future__ import annotations
 from functools import lru_cache
 
 from bridge_launch.core import paths
+from bridge_launch.core.errors import UsageError, suggest
 from bridge_launch.core.upstream import RUN_RECIPE
 from bridge_launch.spec.catalog import Catalog, where
-from bridge_launch.core.errors import UsageError, suggest
 
 WORKLOADS = ("megatron-bridge", "smoke")
 MODES = ("pretrain", "sft", "lora", "dora")
@@ -51,7 +51,7 @@ _OVERLAY_KEYS = {
 }
 
 
-def flatten(table: dict, prefix: str = "", keep_dict=lambda key: False) -> dict:
+def flatten(table: dict, prefix: str = "", keep_dict=lambda _key: False) -> dict:
     """Nested TOML tables -> {dotted.key: value}, in file order. A table whose key
     the schema types as a dict (e.g. env_vars) is kept whole."""
     out = {}

@@ -173,7 +173,8 @@ def versions_line(found: dict, schema: dict) -> tuple[str, bool]:
 
     image = f"{one('megatron-bridge', 'megatron_bridge')}, {one('megatron-core', 'megatron_core')}"
     ours = (
-        f"megatron-bridge {schema.get('megatron_bridge_version', '?')} ({str(schema.get('megatron_bridge', '?'))[:9]}), "
+        f"megatron-bridge {schema.get('megatron_bridge_version', '?')} "
+        f"({str(schema.get('megatron_bridge', '?'))[:9]}), "
         f"megatron-core {schema.get('megatron_core_version', '?')} ({str(schema.get('megatron_core', '?'))[:9]})"
     )
     same = all(
@@ -235,7 +236,7 @@ def _trainer_in_process(spec: dict) -> dict:
     staged("apply_cli_overrides", "override application")
     built: dict = {}
 
-    def run_config(*, config, mode, step_func=None, **_kw):
+    def run_config(*, config, mode, **_kw):
         stage[0] = "ConfigContainer.validate()"
         from megatron.bridge.training.config import runtime_config_update
 
@@ -631,10 +632,9 @@ def _distributed(spec: dict, rank: int, world: int, local_rank: int):
     Returns (hosts, nodes, network result or None on ranks > 0, cuda)."""
     from datetime import timedelta
 
+    import fabric_checks
     import torch
     import torch.distributed as dist
-
-    import fabric_checks
 
     net = spec.get("network") or {}
     cuda = torch.cuda.is_available() and spec.get("gpu_type") != "cpu"

@@ -370,14 +370,13 @@ if __name__ == "__main__":
     if _early["exit_signal_handler"]:
         install_exit_handler(_early["exit_signal"])
 
+import fabric_checks  # noqa: E402
+import megatron_ckpt  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
-
-import megatron_ckpt  # noqa: E402
-import fabric_checks  # noqa: E402
 from tiny_lm import StepBatches, TinyGPT, bigram_table, synthetic_batch  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 
 def _log(msg: str) -> None:
@@ -512,7 +511,7 @@ class Smoke:
         padded[: data.numel()] = data
         chunks = [torch.zeros(longest, dtype=torch.uint8, device=self.device) for _ in range(self.world)]
         dist.all_gather(chunks, padded)
-        return [pickle.loads(bytes(c[: int(n.item())].cpu().tolist())) for c, n in zip(chunks, sizes)]
+        return [pickle.loads(bytes(c[: int(n.item())].cpu().tolist())) for c, n in zip(chunks, sizes, strict=False)]
 
     def barrier(self):
         if self.cuda:

@@ -461,7 +461,8 @@ SAVED_MARK = "successfully saved"
 LOADED_MARK = "successfully loaded checkpoint"
 STARTING_RE = re.compile(r"Starting training loop at iteration (\d+)")  # MB train.py:337
 VALIDATION_MARK = " loss at iteration "
-EXIT_MARK = "xiting program"  # "exiting program ..." (MB train.py:1426,1490,1509) and "Exiting program due to straggler detection."
+# "exiting program ..." (MB train.py:1426,1490,1509) and "Exiting program due to straggler detection."
+EXIT_MARK = "xiting program"
 EXIT_KINDS = (
     ("after receiving SIGTERM", "signal"),
     ("minutes", "duration"),

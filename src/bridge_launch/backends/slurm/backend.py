@@ -13,13 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bridge_launch.core.errors import LaunchError, UsageError
-from bridge_launch.logs.failures import DETERMINISTIC, grep_pattern
-from bridge_launch.core.image_ref import pyxis_ref
-from bridge_launch.core.upstream import BRIDGE_IN_CONTAINER
-from bridge_launch.workloads import trainer_protocol as P
 from bridge_launch.backends import torchrun as T
-from bridge_launch.backends.base import stage_locally
 from bridge_launch.backends.base import (
     RANK_PREFIX_ENV,
     Artifact,
@@ -32,10 +26,16 @@ from bridge_launch.backends.base import (
     progress,
     q,
     runtime_env,
+    stage_locally,
 )
 from bridge_launch.backends.slurm import secrets as slurm_secrets
+from bridge_launch.core.errors import LaunchError, UsageError
 from bridge_launch.core.hardware import segment_size
+from bridge_launch.core.image_ref import pyxis_ref
 from bridge_launch.core.ports import EPHEMERAL_PORTS
+from bridge_launch.core.upstream import BRIDGE_IN_CONTAINER
+from bridge_launch.logs.failures import DETERMINISTIC, grep_pattern
+from bridge_launch.workloads import trainer_protocol as P
 
 _DIRECTIVE_SAFE = re.compile(r"^[^\s'\"\\]+$")
 
@@ -186,26 +186,30 @@ def _checkpoint_functions(c: dict) -> list[str]:
     return [
         f"save_dir={q(c['save'])}",
         f"np_dir={q(c.get('non_persistent_dir') or '')}",
-        f'missing() {{ local f out=""; for f in {files}; do [ -e "$1/$f" ] || out="$out $f"; done; echo "${{out# }}"; }}',
+        f'missing() {{ local f out=""; for f in {files}; do [ -e "$1/$f" ] || out="$out $f"; done; '
+        'echo "${out# }"; }',
         'complete() { [ -d "$1" ] && [ -z "$(missing "$1")" ]; }',
         f'tracked() {{ local t; t=$(cat "$1/"{tracker} 2>/dev/null) || return 1; t=${{t//[[:space:]]/}}; '
         'case $t in ""|*[!0-9]*) return 1;; esac; echo $((10#$t)); }',
         'iter_of() { printf "%s/iter_%07d" "$1" "$2"; }',
         'newest_complete() { local d it best=""; for d in "$1"/iter_*; do it=${d##*/iter_}; '
         'case $it in ""|*[!0-9]*) continue;; esac; it=$((10#$it)); [ "$it" -le "$2" ] || continue; '
-        'complete "$d" || continue; if [ -z "$best" ] || [ "$it" -gt "$best" ]; then best=$it; fi; done; echo "$best"; }',
+        'complete "$d" || continue; if [ -z "$best" ] || [ "$it" -gt "$best" ]; then best=$it; fi; done; echo '
+        '"$best"; }',
         "resume_point() {",
         '    resume_it=0; resume_args=(); resume_note=""',
         "    local p np choice dir m",
         '    p=$(tracked "$save_dir") || p=""; np=""',
         '    if [ -n "$np_dir" ]; then np=$(tracked "$np_dir") || np=""; fi',
         '    [ -n "$p$np" ] || return 0',
-        '    if [ -n "$np" ] && { [ -z "$p" ] || [ "$np" -ge "$p" ]; }; then choice=$np; dir=$(iter_of "$np_dir" "$np");'
+        '    if [ -n "$np" ] && { [ -z "$p" ] || [ "$np" -ge "$p" ]; }; then choice=$np; dir=$(iter_of "$np_dir" '
+        '"$np");'
         ' else choice=$p; dir=$(iter_of "$save_dir" "$p"); fi',
         '    if complete "$dir"; then resume_it=$choice; return 0; fi',
         '    m=$(newest_complete "$save_dir" "${p:-0}")',
         '    if [ -z "$m" ]; then',
-        '        resume_note="the checkpoint tracker names iteration $choice, but $dir is incomplete (missing: $(missing "$dir"));'
+        '        resume_note="the checkpoint tracker names iteration $choice, but $dir is incomplete (missing: '
+        '$(missing "$dir"));'
         ' no earlier complete checkpoint"; return 1',
         "    fi",
         f'    resume_it=$m; resume_args=("{P.CKPT_STEP_KEY}=$m")',
@@ -227,7 +231,8 @@ def _chain_block(job, srun) -> list[str]:
     det = q(grep_pattern(DETERMINISTIC))
     step_cmd = " \\\n    ".join(_arg(a) for a in [*srun, *torchrun_command(job)])
     successor = [
-        f'    next=$(BRIDGE_LAUNCH_SEGMENT=$((segment + 1)) sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID" {script}) || next=""',
+        '    next=$(BRIDGE_LAUNCH_SEGMENT=$((segment + 1)) sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID" '
+        f'{script}) || next=""',
         "    next=${next%%;*}",
         '    if [ -n "$next" ]; then echo "$next" >> "$chain/jobs"; fi',
     ]
@@ -254,18 +259,23 @@ def _chain_block(job, srun) -> list[str]:
         "    local started finished",
         f'    started=$(cat "$logs/sbatch-$1.out" "$logs/$1"-*.log 2>/dev/null | grep -cE {q(P.SAVING_GREP)})',
         f'    finished=$(cat "$logs/sbatch-$1.out" "$logs/$1"-*.log 2>/dev/null | grep -cE {q(P.SAVED_GREP)})',
-        f'    if [ "$4" = 1 ] && [ "$started" -gt "$finished" ]; then why="the save did not finish within the signal lead of {lead} s"',
-        f'    elif [ "$4" = 1 ] && {{ [ "$6" = 1 ] || [ "$5" = "?" ]; }}; then why="the trainer did not finish its step and save within the signal lead of {lead} s"',
-        '    elif [ "$4" = 1 ] && [ "$5" != 0 ]; then why="the trainer exited with code $5 after the signal without saving"',
+        '    if [ "$4" = 1 ] && [ "$started" -gt "$finished" ]; then why="the save did not finish within the signal '
+        f'lead of {lead} s"',
+        f'    elif [ "$4" = 1 ] && {{ [ "$6" = 1 ] || [ "$5" = "?" ]; }}; then why="the trainer did not finish its '
+        f'step and save within the signal lead of {lead} s"',
+        '    elif [ "$4" = 1 ] && [ "$5" != 0 ]; then why="the trainer exited with code $5 after the signal without '
+        'saving"',
         '    elif [ "$4" = 1 ]; then why="the trainer exited after the signal without saving"',
-        '    elif [ "$6" = 1 ] || [ "$5" = "?" ]; then why="Slurm ended the segment (time limit or a lost node) before a new checkpoint"',
+        '    elif [ "$6" = 1 ] || [ "$5" = "?" ]; then why="Slurm ended the segment (time limit or a lost node) '
+        'before a new checkpoint"',
         '    else why="the trainer exited (code $5) below train_iters without a new checkpoint"; fi',
         "}",
         "# no_progress JOB FROM WHY: count it; two in a row stop the chain (returns 1)",
         "no_progress() {",
         '    local n=$(( $(cat "$chain/no_progress" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$chain/no_progress"',
         '    outcome "$1" no-progress "$2" "$2" "$3"',
-        f'    if [ "$n" -ge {c["max_no_progress"]} ]; then stop "no progress in $n segments in a row: $3"; return 1; fi',
+        f'    if [ "$n" -ge {c["max_no_progress"]} ]; then stop "no progress in $n segments in a row: $3"; return 1; '
+        "fi",
         "}",
         *_checkpoint_functions(c),
         'if [ -e "$chain/done" ] || [ -e "$chain/stopped" ]; then end 0; fi',
@@ -302,17 +312,22 @@ def _chain_block(job, srun) -> list[str]:
         'touch "$chain/done"; outcome "$SLURM_JOB_ID" done "$before" "$after"; end 0; fi',
         'if [ "$after" -gt "$before" ]; then echo 0 > "$chain/no_progress"; fi',
         'if [ "$rc" -ne 0 ] && [ "$asked" = 0 ] && [ "$ended" = 0 ]; then',
-        f'    why=$(grep -hE {det} "$logs/sbatch-$SLURM_JOB_ID.out" "$logs/$SLURM_JOB_ID"-*.log 2>/dev/null | head -n 1 | cut -c 1-240)',
-        '    if [ -n "$why" ]; then stop "deterministic failure in segment $segment: $why"; outcome "$SLURM_JOB_ID" failed "$before" "$after" "$why"; finish "$rc"; fi',
+        f'    why=$(grep -hE {det} "$logs/sbatch-$SLURM_JOB_ID.out" "$logs/$SLURM_JOB_ID"-*.log 2>/dev/null | head -n '
+        "1 | cut -c 1-240)",
+        '    if [ -n "$why" ]; then stop "deterministic failure in segment $segment: $why"; outcome "$SLURM_JOB_ID" '
+        'failed "$before" "$after" "$why"; finish "$rc"; fi',
         '    restarts=$(( $(cat "$chain/restarts" 2>/dev/null || echo 0) + 1 )); echo "$restarts" > "$chain/restarts"',
         f'    outcome "$SLURM_JOB_ID" failed "$before" "$after" "exit $rc, restart $restarts of {restarts_max}"',
-        f'    if [ "$restarts" -gt {restarts_max} ]; then stop "failed $restarts times; --max-restarts {restarts_max} used up"; finish "$rc"; fi',
-        f'    echo "bridge-launch: segment $segment failed (exit $rc); retry $restarts of {restarts_max} in ${{next:-nothing}}" >&2; end "$rc"',
+        f'    if [ "$restarts" -gt {restarts_max} ]; then stop "failed $restarts times; --max-restarts {restarts_max} '
+        'used up"; finish "$rc"; fi',
+        f'    echo "bridge-launch: segment $segment failed (exit $rc); retry $restarts of {restarts_max} in '
+        f'${{next:-nothing}}" >&2; end "$rc"',
         "fi",
         'judge "$SLURM_JOB_ID" "$before" "$after" "$asked" "$rc" "$ended"',
         'if [ -z "$why" ]; then',
         '    outcome "$SLURM_JOB_ID" continued "$before" "$after"',
-        '    if [ -z "$next" ]; then stop "segment $segment ended at iteration $after, below train_iters, with no successor"; finish 1; fi',
+        '    if [ -z "$next" ]; then stop "segment $segment ended at iteration $after, below train_iters, with no '
+        'successor"; finish 1; fi',
         '    echo "bridge-launch: segment $segment saved iteration $after (from $before); $next continues" >&2; end 0',
         "fi",
         'no_progress "$SLURM_JOB_ID" "$before" "$why" || finish 1',
@@ -328,7 +343,8 @@ def _chain_block(job, srun) -> list[str]:
 # the other nodes cannot reach); the name itself when neither answers.
 _HEAD_LINES = [
     'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-    "head_addr=$(scontrol show node \"$head_node\" 2>/dev/null | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p' | head -n 1)",
+    "head_addr=$(scontrol show node \"$head_node\" 2>/dev/null | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p' | head -n "
+    "1)",
     "rdzv_host=$(getent ahostsv4 \"${head_addr:-$head_node}\" 2>/dev/null | awk '$1 !~ /^127\\./ {print $1; exit}')",
     "rdzv_host=${rdzv_host:-${head_addr:-$head_node}}",
 ]
@@ -556,7 +572,7 @@ class Backend:
             subprocess.run([*self._ssh(s), f"rm -rf {q(job.run_dir)}"], capture_output=True, timeout=60)
 
     # -- submit -----------------------------------------------------------------------------
-    def submit(self, job, run, artifact, secrets: dict) -> list[str]:
+    def submit(self, job, run, artifact, secrets: dict) -> list[str]:  # noqa: ARG002 - the Backend protocol's signature
         s = job.scheduler
         script = f"{job.run_dir}/{artifact.filename}"
         segment = re.search(r"^#SBATCH --segment=(\d+)$", artifact.text, re.M)
@@ -642,7 +658,7 @@ class Backend:
                 by_profile.setdefault(run.cluster, []).append(run)
                 jobs[run.run_id] = job
         out = {}
-        for cluster, group in by_profile.items():
+        for group in by_profile.values():
             job = jobs[group[0].run_id]
             s = job.scheduler
             ids = [r.job_ids[-1] for r in group]
@@ -775,7 +791,7 @@ class Backend:
             return {"state": "CANCELLED", "reason": f"exit code {code}"}
         return {"state": "COMPLETED", "reason": ""} if code == 0 else {"state": "FAILED", "reason": f"exit code {code}"}
 
-    def _stop_training(self, job, run, jid: str) -> None:
+    def _stop_training(self, job, jid: str) -> None:
         """USR1 to the batch shell alone (scancel --batch): its trap has every node's launcher signal
         the training processes (a chain's trainers save first); then wait for the job to end."""
         s = job.scheduler
@@ -902,7 +918,7 @@ class Backend:
         running = [i for i, st in self.squeue(s, ids).items() if st["state"] == "RUNNING"]
         for jid in running:
             try:
-                self._stop_training(job, run, jid)
+                self._stop_training(job, jid)
             except LaunchError:
                 pass  # nothing reached the trainers: scancel below still ends the job
         proc = self.command(s, ["scancel", *ids])

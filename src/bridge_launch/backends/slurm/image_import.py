@@ -8,7 +8,6 @@ import re
 from bridge_launch.backends.base import q
 from bridge_launch.core.image_ref import DIGEST
 
-
 MARK = "bridge-launch-import:"
 
 
@@ -37,7 +36,8 @@ def import_script(ref: str, cache_dir: str) -> str:
                 "trap 'rm -f \"$tmp\"' EXIT",
                 f"if [ -f {src} ]; then",
                 f'    cp {src} "$tmp" || exit 1',
-                '    [ "sha256:$(sha256sum "$tmp" | cut -d\' \' -f1)" = "$digest" ] || { echo "the image changed while it was copied" >&2; exit 1; }',
+                '    [ "sha256:$(sha256sum "$tmp" | cut -d\' \' -f1)" = "$digest" ] || { echo "the image changed '
+                'while it was copied" >&2; exit 1; }',
                 "else",
                 f'    enroot import --output "$tmp" {q("docker://" + ref)}"@$digest" || exit 1',
                 "fi",

@@ -30,10 +30,10 @@ import json
 import os
 import re
 import time
+from pathlib import Path
 
-from bridge_launch.core.secret_ref import FILE_HINT, parse
 from bridge_launch.backends.base import q
-
+from bridge_launch.core.secret_ref import FILE_HINT, parse
 
 # Exit codes of bl_secret (below)
 OK, UNUSABLE, MISSING, LEFT_OUT = 0, 1, 3, 4
@@ -41,45 +41,9 @@ OK, UNUSABLE, MISSING, LEFT_OUT = 0, 1, 3, 4
 
 # --- the shell side: one function for the job's first lines, each job step, and the submit check ---
 
-_READER = r"""bl_secret() { # NAME KIND PATH [MACHINE] [optional]: the value on stdout; else why on stderr and 1 (3: missing, 4: optional and missing)
-    local name=$1 kind=$2 path=$3 machine=${4:-} mode value="" m="" i
-    local -a w
-    if [ ! -e "$path" ]; then
-        if [ "${5:-}" = optional ]; then bl_absent "$name" "$path does not exist"; return 4; fi
-        echo "bridge-launch: secret $name: $path does not exist" >&2; return 3
-    fi
-    if [ ! -f "$path" ] || [ ! -r "$path" ]; then echo "bridge-launch: secret $name: $path is not a readable file" >&2; return 1; fi
-    if [ ! -O "$path" ]; then echo "bridge-launch: secret $name: $path is not owned by $(id -un)" >&2; return 1; fi
-    mode=$(stat -L -c %a -- "$path") || { echo "bridge-launch: secret $name: cannot stat $path" >&2; return 1; }
-    if [ $((8#$mode & 8#077)) -ne 0 ]; then
-        if [ $((8#$mode & 8#044)) -ne 0 ]; then m="readable by"; elif [ $((8#$mode & 8#022)) -ne 0 ]; then m="writable by"; else m="open to"; fi
-        printf 'bridge-launch: secret %s: %s is %s group or others (mode %04o); chmod 600 %s\n' "$name" "$path" "$m" "$((8#$mode))" "$path" >&2
-        return 1
-    fi
-    if [ "$kind" = file ]; then
-        value=$(< "$path")
-    else
-        read -r -d '' -a w < "$path"
-        for ((i = 0; i < ${#w[@]}; i++)); do
-            case ${w[i]} in
-                machine) i=$((i + 1)); m=${w[i]:-};;
-                default) m="";;
-                login|account) i=$((i + 1));;
-                password) i=$((i + 1)); if [ "$m" = "$machine" ]; then value=${w[i]:-}; break; fi;;
-            esac
-        done
-        if [ -z "$value" ]; then
-            if [ "${5:-}" = optional ]; then bl_absent "$name" "$path has no password for machine $machine"; return 4; fi
-            echo "bridge-launch: secret $name: $path has no password for machine $machine" >&2; return 3
-        fi
-    fi
-    if [ -z "$value" ]; then echo "bridge-launch: secret $name: $path is empty" >&2; return 1; fi
-    printf '%s' "$value"
-}
-bl_absent() { # NAME WHY: an optional secret whose source is not there
-    if [ -n "${!1:-}" ]; then echo "bridge-launch: note: secret $1: $2; the value from sbatch's environment is used" >&2
-    else echo "bridge-launch: note: secret $1: $2; the job runs without it" >&2; fi
-}"""
+# The job's secret reader (bash, sourced into every job script that names a secret, and the submit
+# check's): one file, so it can be read and shellchecked as the shell it is.
+_READER = Path(__file__).with_name("secret_reader.sh").read_text().rstrip("\n")
 
 
 def _call(name: str, spec: dict, *, optional: bool) -> str:
@@ -248,5 +212,8 @@ def job_env_note(file_names: list) -> str:
         "database (AccountingStoreFlags=job_env), where sacct --env-vars shows it"
     )
     if file_names:
-        text += f"; {', '.join(file_names)} {'is' if len(file_names) == 1 else 'are'} read from files on the cluster and not in it"
+        text += (
+            f"; {', '.join(file_names)} {'is' if len(file_names) == 1 else 'are'} "
+            "read from files on the cluster and not in it"
+        )
     return text

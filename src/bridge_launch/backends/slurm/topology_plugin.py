@@ -90,8 +90,8 @@ def nvlink_spans(job) -> list[dict] | None:
     """The job's rank groups that must stay inside one NVLink domain and span more than one node
     ([{"label", "size", "nodes"}]), by plan's arithmetic; None when it cannot tell (the parallel
     sizes are not integers, or the arithmetic's dependencies are missing)."""
-    from bridge_launch.plan import topology
     from bridge_launch.core.errors import UsageError
+    from bridge_launch.plan import topology
 
     try:
         par = topology.parallel_of(job)
