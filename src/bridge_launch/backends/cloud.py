@@ -51,7 +51,7 @@ def job_script(job, rank_prelude: list[str]) -> str:
     """The self-contained bash script every node runs: rank variables from the platform's
     own environment, one torchrun per node, per-node logs and an exit marker in the run dir.
     Nothing is downloaded."""
-    if getattr(job, "canary", None):  # the canary's checks first, failing fast (canary.py)
+    if getattr(job, "canary", None):  # the canary's checks first, failing fast (workloads/cluster_checks.py)
         return cloud_script(job, rank_prelude, job_script)
     torchrun = ["torchrun"] if job.container else [job.python, "-m", "torch.distributed.run"]
     cmd = [*torchrun, f"--nnodes={job.nodes}", f"--nproc-per-node={job.gpus_per_node}"]

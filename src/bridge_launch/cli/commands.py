@@ -552,7 +552,7 @@ def clusters_show(name, output) -> int:
 
 # submit's parameters that shape the job (all of them but --dry-run, --follow and --output), by
 # the name click gives them -> resolve.Options field. diff parses each side with submit's own
-# parser (cli.py), so a side accepts exactly what submit accepts.
+# parser (cli/app.py), so a side accepts exactly what submit accepts.
 SIDE_FIELDS = {
     "cluster": "cluster",
     "overlay": "overlays",
@@ -678,7 +678,7 @@ def diff_rows(a, b) -> list[tuple]:
 
 
 def diff(argv, *, all_keys, output, parse_side) -> int:
-    """`parse_side(words)` -> submit's parsed parameters for one side (cli.py: submit's own parser)."""
+    """`parse_side(words)` -> submit's parsed parameters for one side (cli/app.py: submit's own parser)."""
     from bridge_launch.resolve import resolver as resolve
     from bridge_launch.runs import lifecycle as launch
     from bridge_launch.runs.registry import Registry

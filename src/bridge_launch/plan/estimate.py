@@ -10,7 +10,7 @@ Three estimates from one ResolvedJob:
    A node's NVLink domain is its Slurm segment (`--segment`, the value the Slurm backend
    requests), which Slurm places inside one domain. megatron-core costs seconds to import, so
    only this module imports it, and only inside `plan()`; submit places the same groups with
-   topology.py's arithmetic, and both report the same findings (preflight.py).
+   topology.py's arithmetic, and both report the same findings (findings.py).
 
 2. Memory per GPU on the most loaded pipeline stage: BF16 parameters, gradients (FP32 when
    gradients are reduced in FP32), and the optimizer's FP32 master weights and Adam moments,
@@ -23,7 +23,7 @@ Three estimates from one ResolvedJob:
    Gated DeltaNet and Mamba blocks, flash attention, sequence parallelism and Megatron's
    recompute modules each change the terms they touch. The architecture comes from the model
    description (models.py: models.toml, every number with its source, and the job's own
-   model.* keys on top), the same one validate.py checks Megatron's rules against.
+   model.* keys on top), the same one rules.py checks Megatron's rules against.
 
 3. Throughput: tokens per step, steps and GPU-hours for the job's token budget (steps x
    global batch x sequence length, typically an overlay's), from the model's FLOPs per token

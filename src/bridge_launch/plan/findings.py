@@ -144,7 +144,7 @@ def findings(job, *, groups: dict | None = None, memory_check: bool = True) -> d
 
 def check(job, gpu_count_ok: bool = True, memory_check: bool = True) -> tuple[list, list]:
     """(errors, warnings) of every rule, then plan's findings (memory per GPU, rank groups across
-    nodes and NVLink domains; preflight.py). When the GPU count itself is wrong (already one
+    nodes and NVLink domains; this module). When the GPU count itself is wrong (already one
     error), the rules that only restate it are left out."""
     c = validate.context(job)
     errors: list = []

@@ -44,7 +44,7 @@ _TOP: dict = {
     "slurm": (dict, {}),
     "lepton": (dict, {}),
     "dgxcloud": (dict, {}),
-    "canary": (dict, {}),  # canary.py: the checks before the job (submit --canary)
+    "canary": (dict, {}),  # runs/canary.py: the checks before the job (submit --canary)
 }
 _SLURM = {
     "account": (str, ""),

@@ -1,7 +1,7 @@
 """The model description: one place for a recipe's architecture facts (layers, heads, query
 groups, experts, hidden sizes, vocabulary, MTP layers, vision tower, ...), each with its source.
 
-`plan` (memory, FLOPs), validate.py (Megatron's divisibility rules before submit) and
+`plan` (memory, FLOPs), plan/rules.py (Megatron's divisibility rules before submit) and
 `submit --dry-run` all read it through `facts_for(job)`. The facts live in models.toml; a job's
 own model.* values win over the table and say so. Standard library only, so the --dry-run path
 never imports megatron-core or torch.

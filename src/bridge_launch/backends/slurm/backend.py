@@ -372,7 +372,7 @@ def render(job) -> Artifact:
             srun += [f"--container-mounts={','.join(job.mounts)}"]
         names = [*env, *([T.TRACE_FILE_VAR] if trace else []), *job.secrets]
         srun += [f"--container-env={','.join(names)}", f"--container-workdir={run_dir}"]
-    # --cpu-bind (clusters.py): a site's autobind would pin the node's one task, and so every worker
+    # --cpu-bind (spec/clusters.py): a site's autobind would pin the node's one task, and so every worker
     # and DataLoader process under it, to the task's CPUs before the NUMA wrapper binds each worker
     bind = s.get("cpu_bind", "none")
     srun += [*([f"--cpu-bind={bind}"] if bind else []), f"--mpi={s.get('mpi') or 'none'}", *s.get("srun_args", [])]
