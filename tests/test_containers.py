@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bridge_launch import backends
+from bridge_launch.backends.slurm import backend as slurm
 from bridge_launch.backends.slurm import image_import
 from bridge_launch.core import image_cache, image_ref
 from bridge_launch.core.errors import UsageError
@@ -108,7 +109,8 @@ def test_local_slurm_pyxis_uses_the_gb200_code_path():
     ):
         assert flag in text, flag
     assert f"{job.job_root}:{job.job_root}" in job.mounts  # the job root is mounted at the same path
-    assert ' torchrun --node-rank="$SLURM_NODEID"' in text  # the image's torchrun, not this machine's interpreter
+    launcher = backends.render(job).files[slurm.node_launcher_path(job)]
+    assert '\ntorchrun --node-rank="$SLURM_NODEID"' in launcher  # the image's torchrun, not this machine's interpreter
     env_names = text.split("--container-env=")[1].split(" ")[0].split(",")
     assert "TOKENIZERS_PARALLELISM" in env_names and "OMP_NUM_THREADS" in env_names
 
@@ -294,13 +296,14 @@ def test_bridge_src_dry_run_mounts_the_staged_tree(tmp_path):
     assert f"{d['run_dir']}/bridge-src:/opt/Megatron-Bridge" in d["mounts"]
     text = d["artifact"]["text"]
     assert f"{d['run_dir']}/bridge-src:/opt/Megatron-Bridge" in text
+    (launcher,) = (body for rel, body in d["artifact"]["files"].items() if rel.endswith(".node-launch.sh"))
     assert (
-        "export PYTHONPATH=/opt/Megatron-Bridge/src:/opt/Megatron-Bridge/3rdparty/Megatron-LM"
-        "${PYTHONPATH:+:$PYTHONPATH}; "
-        "stop=$1 sig=$2; shift 2; torchrun --node-rank" in text
+        "\nexport PYTHONPATH=/opt/Megatron-Bridge/src:/opt/Megatron-Bridge/3rdparty/Megatron-LM"
+        "${PYTHONPATH:+:$PYTHONPATH}\n"
+        "stop=$1 sig=$2\nshift 2\ntorchrun --node-rank" in launcher
     )
-    plain = run_cli("submit", "smoke", "-c", "gb200-8", "--dry-run", "-o", "json").json()["artifact"]["text"]
-    assert "PYTHONPATH" not in plain
+    plain = run_cli("submit", "smoke", "-c", "gb200-8", "--dry-run", "-o", "json").json()["artifact"]
+    assert "PYTHONPATH" not in plain["text"] and "PYTHONPATH" not in "".join(plain["files"].values())
 
 
 @pytest.mark.usefixtures("home")

@@ -55,10 +55,14 @@ def _fake_bin(tmp_path, name, body):
 
 
 def _node_args(job, tmp_path, node_id):
-    """Run the task's own `bash -c` (plain or --until-done launcher) with a fake torchrun that
-    prints its arguments: what torchrun really receives on node `node_id`."""
+    """Run the task's own command (the staged per-node launcher, plain or --until-done) with a
+    fake torchrun that prints its arguments: what torchrun really receives on node `node_id`."""
     bindir = _fake_bin(tmp_path, "torchrun", 'printf "%s\\n" "$@"\n')
-    words = slurm.torchrun_command(job.with_run_id("r-1"))
+    job = job.with_run_id("r-1")
+    launcher = tmp_path / "node-launch.sh"
+    launcher.write_text(slurm.node_launcher(job))
+    staged = f"{job.run_dir}/{slurm.node_launcher_path(job)}"
+    words = [str(launcher) if w == staged else w for w in slurm.torchrun_command(job)]
     script = "\n".join(
         ["rdzv_host=10.0.0.5 rdzv_port=21234 stop_file=/nonexistent", " ".join(slurm._arg(w) for w in words)]
     )
@@ -89,7 +93,8 @@ def test_join_timeout_follows_the_image_source_and_the_profile(home):
     assert torchrun_opts.join_timeout(_job("smoke", "sq")) == 600  # a squashfs: mounted in seconds
     assert torchrun_opts.join_timeout(_job("smoke", "local-slurm")) == 600  # bare processes
     _profile(home, "slow", 'extends = "gb200-8"\nrdzv_join_timeout = 3600\n')
-    assert "join_timeout=3600,read_timeout=3600" in backends.render(_job("smoke", "slow")).text
+    art = backends.render(_job("smoke", "slow"))
+    assert "join_timeout=3600,read_timeout=3600" in "".join(art.files.values())
     for c in ("lepton-gb200", "dgxc-gb200"):  # pods pull the image too
         assert "join_timeout=1800,read_timeout=1800" in backends.render(_job("smoke", c, nodes=2)).text
 

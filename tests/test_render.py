@@ -68,7 +68,9 @@ def test_golden(name):
     recipe, cluster, overlays, overrides, *opts = CASES[name]
     job = _job(recipe, cluster, overlays, overrides, *opts)
     assert job.errors == [], job.errors
-    text = _normalized(backends.render(job).text)
+    art = backends.render(job)
+    # the artifact, then each staged file it calls by name, as --dry-run prints them
+    text = _normalized(art.text + "".join(f"\n--- staged: {rel} ---\n{body}" for rel, body in art.files.items()))
     ext = {"local": "sh", "slurm": "sbatch"}.get(job.backend, "json")
     path = GOLDEN / f"{name}.{ext}"
     if os.environ.get("BRIDGE_LAUNCH_UPDATE_GOLDEN") or not path.exists():
@@ -94,8 +96,11 @@ def test_script_structure(name):
     job = _job(recipe, cluster, overlays, overrides, *opts)
     art = backends.render(job)
     text = art.text
-    # bash accepts it
-    subprocess.run(["bash", "-n"], input=text, text=True, check=True)
+    # bash accepts it, and each staged file it calls
+    for body in (text, *art.files.values()):
+        subprocess.run(["bash", "-n"], input=body, text=True, check=True)
+    for rel in art.files:  # called by name from the script, at their place in the run dir
+        assert f"{job.run_dir}/{rel}" in text, rel
     assert not re.search(r"^\s*set -[a-z]*x", text, re.M), "no tracing: it would print values into logs"
     words = _script_args(text)
     # every value the job sets is one explicit override word

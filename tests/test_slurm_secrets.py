@@ -256,7 +256,11 @@ def _batch(tmp_path, sources, body, env=None, chain=False):
     """The secret lines of a batch script, then `body`, as the batch shell runs them."""
     run_dir = tmp_path / "run"
     (run_dir / "exit").mkdir(parents=True, exist_ok=True)
-    text = "set -uo pipefail\n" + "\n".join(S.script_lines(_Job(run_dir, sources, chain))) + "\n" + body
+    job = _Job(run_dir, sources, chain)
+    reader = run_dir / S.reader_path(job)  # staged beside the script, as submit stages it
+    reader.parent.mkdir(parents=True, exist_ok=True)
+    reader.write_text(S.reader_file(job))
+    text = "set -uo pipefail\n" + "\n".join(S.script_lines(job)) + "\n" + body
     full = {k: v for k, v in os.environ.items() if k not in ("T", "U")}
     full.update(SLURM_JOB_ID="77", HOME=str(tmp_path), **(env or {}))
     proc = subprocess.run(["bash", "-c", text], capture_output=True, text=True, env=full)

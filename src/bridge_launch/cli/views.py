@@ -170,21 +170,20 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
 
 def print_job(job, artifact: Artifact, placeholder: str) -> None:
     head = job_text(job, artifact, placeholder)
+    lexer = "bash" if artifact.kind != "lepton-job" and artifact.kind != "dgxc-workload" else "json"
+    # the artifact, then each staged file it calls by name, in full
+    parts = [(head, artifact.text, lexer)]
+    parts += [(f"\n--- staged: {rel} (in the run dir) ---\n", text, "bash") for rel, text in artifact.files.items()]
     if is_tty():
         from rich.console import Console
         from rich.syntax import Syntax
 
         console = Console()
-        console.print(head, markup=False, highlight=False, end="")
-        console.print(
-            Syntax(
-                artifact.text,
-                "bash" if artifact.kind != "lepton-job" and artifact.kind != "dgxc-workload" else "json",
-                word_wrap=True,
-            )
-        )
+        for title, text, lang in parts:
+            console.print(title, markup=False, highlight=False, end="")
+            console.print(Syntax(text, lang, word_wrap=True))
     else:
-        sys.stdout.write(head + artifact.text)
+        sys.stdout.write("".join(title + text for title, text, _ in parts))
 
 
 def table(title: str, columns: list[str], rows: list[list[str]]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -10,9 +10,15 @@ class Artifact:
     kind: str  # "sbatch" | "local-command" | "lepton-job" | "dgxc-workload"
     text: str
     filename: str  # where submit writes it, relative to the run dir
+    # the files it calls by name (Slurm: the per-node launcher, the secret reader), relative to the
+    # run dir -> text; staged with it, and printed in full by --dry-run
+    files: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "text": self.text}
+        out = {"kind": self.kind, "text": self.text}
+        if self.files:
+            out["files"] = dict(self.files)
+        return out
 
 
 class Tree(bytes):

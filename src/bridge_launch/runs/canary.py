@@ -43,6 +43,7 @@ def files(job) -> dict:
     if job.backend == "slurm":
         art = artifact(job)
         out[art.filename] = art.text
+        out.update(art.files)
     return out
 
 
@@ -61,7 +62,7 @@ def submit(be, job, run, main_artifact, secrets: dict) -> tuple[list, dict]:
     try:
         main = gated(job, cid)
         art = slurm.render(main)
-        be.stage(main, {art.filename: art.text}, new_dir=False)
+        be.stage(main, {art.filename: art.text, **art.files}, new_dir=False)
         ids = be.submit(main, run, art, secrets)
     except BaseException:
         with contextlib.suppress(Exception):

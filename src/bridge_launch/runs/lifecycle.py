@@ -30,6 +30,7 @@ def _launch(reg: Registry, job: ResolvedJob, run: Run, *, new_dir: bool, code: d
         files = {
             f"launch/{run.run_id}.json": job_json(job),
             artifact.filename: artifact.text,
+            **artifact.files,
         }
         if job.workload == "smoke" or job.canary:
             files.update(workload_files())

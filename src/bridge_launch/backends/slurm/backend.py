@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bridge_launch import __version__
 from bridge_launch.backends import torchrun as T
 from bridge_launch.backends.base import (
     RANK_PREFIX_ENV,
@@ -83,29 +84,47 @@ def directives(job) -> list[tuple[str, str | None]]:
     return out
 
 
-# The per-node launcher of an --until-done segment. torchrun runs as its child, not exec'ed, so
-# that when the batch shell asks for a save (the stop file appears) the signal goes to the
-# training processes themselves (torchrun's children) and never to torchrun: a signalled
-# torchrun forwards it to each worker's whole process group, DataLoader workers included, waits
-# only its shutdown timeout (30 s) before SIGKILL, and exits non-zero even when every worker saved,
-# which sets off srun --kill-on-bad-exit on the other nodes (trainer_protocol.py, torchrun). Finding
-# children through /proc works for every torch version and needs neither procps nor torchrun flags;
-# a pyxis container shares the host's PID namespace, so the same holds inside it. Before torchrun
-# has started its workers, a cancel (a stop file that says "cancel") waits for them and stops them;
-# a time-limit stop (an empty stop file) leaves them be: a trainer signalled before its exit-signal
-# handler is installed would die without saving, and there is nothing new to save yet.
-_NODE_CHAIN = (
-    'stop=$1 sig=$2; shift 2; {launcher} {node_args} "$@" & tr=$!; '
-    'while kill -0 "$tr" 2>/dev/null; do '
-    'if [ -e "$stop" ]; then pids=""; '
-    'for p in /proc/[0-9]*; do s=$(cat "$p/stat" 2>/dev/null) || continue; s=${{s##*) }}; set -- $s; '
-    '[ "$2" = "$tr" ] && pids="$pids ${{p#/proc/}}"; done; '
-    'if [ -n "$pids" ]; then '
-    'echo "bridge-launch: $(hostname): SIG$sig to the training processes$pids (torchrun $tr is left alone)" >&2; '
-    'kill -s "$sig" $pids; break; fi; '
-    '[ -s "$stop" ] || {{ echo "bridge-launch: $(hostname): no training process has started yet; none signalled" >&2; '
-    'break; }}; fi; sleep 1; done; wait "$tr"'
-)
+# The per-node launcher (every job; for an --until-done segment, its time-limit stop too).
+# torchrun runs as its child, not exec'ed, so that when the batch shell asks for a save (the stop
+# file appears) the signal goes to the training processes themselves (torchrun's children) and
+# never to torchrun: a signalled torchrun forwards it to each worker's whole process group,
+# DataLoader workers included, waits only its shutdown timeout (30 s) before SIGKILL, and exits
+# non-zero even when every worker saved, which sets off srun --kill-on-bad-exit on the other nodes
+# (trainer_protocol.py, torchrun). Finding children through /proc works for every torch version
+# and needs neither procps nor torchrun flags; a pyxis container shares the host's PID namespace,
+# so the same holds inside it. Before torchrun has started its workers, a cancel (a stop file that
+# says "cancel") waits for them and stops them; a time-limit stop (an empty stop file) leaves them
+# be: a trainer signalled before its exit-signal handler is installed would die without saving,
+# and there is nothing new to save yet.
+# The launcher's body, one command per line; {launcher} and {node_args} are the job's.
+_NODE_LAUNCH = """\
+stop=$1 sig=$2
+shift 2
+{launcher} {node_args} "$@" &
+tr=$!
+while kill -0 "$tr" 2>/dev/null; do
+    if [ -e "$stop" ]; then
+        pids=""
+        for p in /proc/[0-9]*; do
+            s=$(cat "$p/stat" 2>/dev/null) || continue
+            s=${{s##*) }}
+            set -- $s
+            [ "$2" = "$tr" ] && pids="$pids ${{p#/proc/}}"
+        done
+        if [ -n "$pids" ]; then
+            echo "bridge-launch: $(hostname): SIG$sig to the training processes$pids (torchrun $tr is left alone)" >&2
+            kill -s "$sig" $pids
+            break
+        fi
+        [ -s "$stop" ] || {{
+            echo "bridge-launch: $(hostname): no training process has started yet; none signalled" >&2
+            break
+        }}
+    fi
+    sleep 1
+done
+wait "$tr"
+"""
 
 
 def _node_args(job) -> str:
@@ -121,24 +140,40 @@ def _node_args(job) -> str:
     )
 
 
-def torchrun_command(job) -> list:
-    """One torchrun per node; its node rank comes from the Slurm task's own environment,
-    so it is read inside the task (bash -c) rather than in the batch shell."""
+def node_launcher_path(job) -> str:
+    """Where the per-node launcher is staged: launch/<run id>.node-launch.sh in the run dir."""
+    return f"launch/{job.run_id}.node-launch.sh"
+
+
+def node_launcher(job) -> str:
+    """The per-node launcher, a staged file: srun starts it once per node (in the container when
+    there is one), with the stop file, the signal for the training processes, and torchrun's
+    arguments. The node rank and the node's log dir come from the Slurm task's own environment,
+    so they are read here rather than in the batch shell."""
     launcher = "torchrun" if job.container else f"{q(job.python)} -m torch.distributed.run"
-    # --bridge-src: the mounted checkout's src and Megatron-LM ahead of the image's install (as
-    # Megatron-Bridge's own NeMo-Run launchers set PYTHONPATH), expanded inside the container
-    prefix = (
-        f"export PYTHONPATH={BRIDGE_IN_CONTAINER}/src:{BRIDGE_IN_CONTAINER}/3rdparty/Megatron-LM"
-        "${PYTHONPATH:+:$PYTHONPATH}; "
-        if job.bridge_src
-        else ""
-    )
+    lines = [
+        "#!/bin/bash",
+        f"# bridge-launch {__version__}: the per-node launcher of run {job.run_id} (srun starts one per node).",
+        "# Usage: node-launch.sh STOP_FILE SIGNAL TORCHRUN-ARGUMENTS...",
+        "# torchrun runs as a child: when STOP_FILE appears, SIGNAL goes to the training processes (torchrun's",
+        "# children), never to torchrun; a STOP_FILE that says 'cancel' also stops workers still starting.",
+    ]
+    if job.bridge_src:
+        # --bridge-src: the mounted checkout's src and Megatron-LM ahead of the image's install (as
+        # Megatron-Bridge's own NeMo-Run launchers set PYTHONPATH), expanded inside the container
+        lines.append(
+            f"export PYTHONPATH={BRIDGE_IN_CONTAINER}/src:{BRIDGE_IN_CONTAINER}/3rdparty/Megatron-LM"
+            "${PYTHONPATH:+:$PYTHONPATH}"
+        )
+    return "\n".join(lines) + "\n" + _NODE_LAUNCH.format(launcher=launcher, node_args=_node_args(job))
+
+
+def torchrun_command(job) -> list:
+    """One torchrun per node, through the staged per-node launcher (node_launcher)."""
     # every job: a cancel (or a chain's time limit) reaches the training processes, never torchrun
     head = [
         "bash",
-        "-c",
-        prefix + _NODE_CHAIN.format(launcher=launcher, node_args=_node_args(job)),
-        "node-launch",
+        f"{job.run_dir}/{node_launcher_path(job)}",
         Raw('"$stop_file"'),
         job.chain["exit_signal"] if job.chain else "TERM",
     ]
@@ -408,7 +443,10 @@ def render(job) -> Artifact:
         "",
         *(_chain_block(job, srun) if job.chain else _single_block(job, srun)),
     ]
-    return Artifact("sbatch", "\n".join(lines) + "\n", f"launch/{job.run_id}.sbatch")
+    files = {node_launcher_path(job): node_launcher(job)}
+    if secret_lines:
+        files[slurm_secrets.reader_path(job)] = slurm_secrets.reader_file(job)
+    return Artifact("sbatch", "\n".join(lines) + "\n", f"launch/{job.run_id}.sbatch", files)
 
 
 # --- talking to Slurm ------------------------------------------------------------------------

@@ -56,8 +56,23 @@ def _call(name: str, spec: dict, *, optional: bool) -> str:
     return "bl_secret " + " ".join(args)
 
 
+def reader_path(job) -> str:
+    """Where the secret reader is staged: launch/<run id>.secret-reader.sh in the run dir."""
+    return f"launch/{job.run_id}.secret-reader.sh"
+
+
+def reader_file(job) -> str:
+    """The secret reader as the job's staged file (sourced by the batch script): bl_secret, bl_absent."""
+    return (
+        "#!/bin/bash\n"
+        f"# bridge-launch: the secret reader of run {job.run_id}, sourced by its batch script. It reads each\n"
+        "# value on the cluster, from a file only its owner can read; no value is in this file.\n"
+        f"{_READER}\n"
+    )
+
+
 def script_lines(job) -> list[str]:
-    """The batch script's secret lines (none without sources): the reader, load_secrets (export
+    """The batch script's secret lines (none without sources): the reader (sourced), load_secrets (export
     each value, in the caller's shell), with_secrets (a subshell that loads them and execs its
     arguments: the srun of each step), and the check in the job's first lines, in a subshell so
     that the batch shell itself, and the successor a chain segment submits with sbatch, never hold
@@ -81,7 +96,7 @@ def script_lines(job) -> list[str]:
     return [
         "# Secrets: read here, on the cluster, from files only their owner can read, when each job step starts",
         "# (with_secrets); their values are in neither this script, sbatch's environment nor Slurm's job record.",
-        *_READER.splitlines(),
+        f". {q(job.run_dir + '/' + reader_path(job))} || exit 1  # bl_secret NAME KIND PATH [MACHINE] [optional]",
         "load_secrets() {",
         "    local v rc=0",
         *loads,
