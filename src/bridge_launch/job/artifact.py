@@ -15,7 +15,7 @@ class Artifact:
     files: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        out = {"kind": self.kind, "text": self.text}
+        out: dict = {"kind": self.kind, "text": self.text}
         if self.files:
             out["files"] = dict(self.files)
         return out
