@@ -538,7 +538,10 @@ def test_convert_load_back_and_determinism(src, tmp_path):
     # same bytes regardless of the number of workers (and across runs)
     assert _tree_bytes(a) == _tree_bytes(b)
     assert (a / ".nv-meta/split.yaml").read_text() == (b / ".nv-meta/split.yaml").read_text()
-    strip = lambda m: {k: v for k, v in m.items() if k not in ("timings_s", "output_dir")}  # noqa: E731
+
+    def strip(m):
+        return {k: v for k, v in m.items() if k not in ("timings_s", "output_dir")}
+
     assert strip(m1) == strip(m2) == strip(json.loads((a / "manifest.json").read_text()))
     # counts and split membership
     c = m1["counts"]

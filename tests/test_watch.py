@@ -180,7 +180,10 @@ def test_experiments_show_and_compare_together(cli, tmp_path):
 
     reg = Registry()
     reg.add_experiment("lr-sweep", {"recipes": ["smoke"]})
-    base = lambda s: 10.0 * math.exp(-s / 40) + 1.0  # noqa: E731
+
+    def base(s):
+        return 10.0 * math.exp(-s / 40) + 1.0
+
     a = _record(
         reg,
         "smoke",

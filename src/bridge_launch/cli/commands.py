@@ -645,14 +645,28 @@ def diff_rows(a, b) -> list[tuple]:
             )
 
     pa, pb = a.provenance, b.provenance
-    job = lambda j: {**{k: getattr(j, k) for k in _JOB_KEYS}, "until_done": j.chain is not None}  # noqa: E731
+
+    def job(j):
+        return {**{k: getattr(j, k) for k in _JOB_KEYS}, "until_done": j.chain is not None}
+
+    def chain(j):
+        return {k: v for k, v in j.chain.items() if k != "estimate"}
+
+    def removed(j):
+        return {k: "removed" for k, s in j.provenance["config"].items() if s == "cli (removed)"}
+
+    def prof(p):  # what of the profile reaches the job and is not in a section above
+        return {k: p.get(k) for k in _PROFILE_KEYS}
+
+    def artifact_lines(j):  # the script, then each staged file it calls, as --dry-run prints them
+        art = backends.render(j)
+        return "".join([art.text, *(f"\n--- staged: {rel} ---\n{t}" for rel, t in art.files.items())]).splitlines()
+
     add("job", job(a), job(b), pa["job"], pb["job"])
     add("scheduler", a.scheduler, b.scheduler, pa["job"], pb["job"])
     if a.chain and b.chain:
-        chain = lambda j: {k: v for k, v in j.chain.items() if k != "estimate"}  # noqa: E731
         add("chain", chain(a), chain(b))
     add("config", a.config, b.config, pa["config"], pb["config"])
-    removed = lambda j: {k: "removed" for k, s in j.provenance["config"].items() if s == "cli (removed)"}  # noqa: E731
     add(
         "config",
         {k: v for k, v in removed(a).items() if k not in b.config or k in removed(b)},
@@ -665,11 +679,9 @@ def diff_rows(a, b) -> list[tuple]:
         {n: "passed by name" for n in b.secrets},
         missing="(not passed)",
     )
-    # what of the profile reaches the job and is not in a section above
-    prof = lambda p: {k: p.get(k) for k in _PROFILE_KEYS}  # noqa: E731
     add("profile", prof(a.profile), prof(b.profile))
     if not any(r[2] != r[4] for r in rows):
-        ta, tb = backends.render(a).text.splitlines(), backends.render(b).text.splitlines()
+        ta, tb = artifact_lines(a), artifact_lines(b)
         for n, (la, lb) in enumerate(zip([*ta, *[""] * len(tb)], [*tb, *[""] * len(ta)], strict=False), 1):
             if la != lb:
                 rows.append(("artifact", f"line {n}", la or "(none)", "", lb or "(none)", ""))
