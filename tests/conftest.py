@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+GOLDEN = REPO / "tests" / "golden"
+WORKLOADS = REPO / "src" / "bridge_launch" / "workloads"
 CLI = [sys.executable, "-m", "bridge_launch.cli.app"]
+
+
+# the smoke workload's bus-bandwidth check cut to one size and one iteration
+FAST = ["smoke.busbw_sizes=[1024]", "smoke.busbw_iters=1"]
 
 
 def local_slurm(*args, check=True):
@@ -100,3 +106,41 @@ def files_holding(value: str, roots, since: float, skip=()) -> list[str]:
                 except OSError:
                     continue
     return sorted(hits)
+
+
+@pytest.fixture
+def src(tmp_path):
+    """A small synthetic Nemotron-Image-Training-v3 source tree."""
+    from bridge_launch.data import synthetic
+
+    return synthetic.make_source(tmp_path / "src", n=24, seed=1, noisy_every=5)
+
+
+@pytest.fixture(scope="module")
+def energon_dataset(tmp_path_factory):
+    from bridge_launch.data import prepare, synthetic
+
+    root = tmp_path_factory.mktemp("ds")
+    src = synthetic.make_source(root / "src", n=8, seed=1)
+    prepare.prepare(
+        "nemotron-image-v3",
+        src,
+        root / "out",
+        subsets=["clevr_2"],
+        skip_integrity=True,
+        validation_fraction=0.25,
+        max_samples_per_tar=5,
+        num_workers=1,
+    )
+    return root / "out"
+
+
+@pytest.fixture
+def preflight_mod():
+    sys.path.insert(0, str(WORKLOADS))
+    try:
+        import fabric_checks
+
+        yield fabric_checks
+    finally:
+        sys.path.remove(str(WORKLOADS))

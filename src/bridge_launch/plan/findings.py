@@ -6,8 +6,8 @@
   NVLink domain: warnings.
 
 `submit` (and --dry-run) place the groups with topology.py's arithmetic; `plan` passes the
-groups megatron-core's RankGenerator built. tests/test_topology.py holds the two equal, and
-tests/test_preflight.py holds plan's findings equal to submit's on the same jobs.
+groups megatron-core's RankGenerator built. tests/plan/test_topology.py holds the two equal, and
+tests/plan/test_findings.py holds plan's findings equal to submit's on the same jobs.
 """
 
 from __future__ import annotations

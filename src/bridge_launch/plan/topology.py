@@ -4,7 +4,7 @@ PP and DP group, and which nodes and NVLink domains each group spans.
 megatron-core's RankGenerator (parallel_state.py) builds the groups from the parallel sizes and
 the order "tp-cp-ep-dp-pp" with generate_masked_orthogonal_rank_groups; `orthogonal_groups`
 below is that computation in plain Python, so that `submit --dry-run` can place the groups
-without importing megatron-core or torch. tests/test_topology.py holds it equal to
+without importing megatron-core or torch. tests/plan/test_topology.py holds it equal to
 megatron-core's RankGenerator over many layouts; `plan` still asks megatron-core itself.
 
 Ranks are laid out as torchrun numbers them: node n holds ranks n*G .. n*G+G-1 (G GPUs per

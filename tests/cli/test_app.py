@@ -1,0 +1,293 @@
+"""The command line as a user meets it: exit codes, one-line errors, JSON output."""
+
+import json
+
+import pytest
+
+from conftest import run_cli, write
+
+ERROR_CASES = [
+    # (args, fragment of the one error line)
+    (["submit", "smokee", "--dry-run"], "unknown recipe 'smokee'; did you mean 'smoke'?"),
+    (["submit", "smoke", "-c", "gb200-23", "--dry-run"], "unknown cluster 'gb200-23'; did you mean 'gb200-32'"),
+    (["submit", "smoke", "--overlay", "validation-rn", "--dry-run"], "did you mean 'validation-run'"),
+    (
+        ["submit", "smoke", "--dry-run", "model.num_layer=3"],
+        "unknown config key 'model.num_layer'; did you mean 'model.num_layers'",
+    ),
+    (["submit", "smoke", "--dry-run", "train.seq_length=3"], "did you mean 'dataset.seq_length'"),
+    (["submit", "smoke", "--dry-run", "model.num_layers=abc"], "model.num_layers expects an integer"),
+    (["submit", "smoke", "--dry-run", "model.num_layers=2.5"], "model.num_layers expects an integer"),
+    (["submit", "smoke", "--dry-run", "optimizer.lr=[1]"], "optimizer.lr expects a number"),
+    (["submit", "smoke", "--dry-run", "model.cuda_graph_impl=sometimes"], "one of none, local"),
+    (["submit", "smoke", "--dry-run", "model.num_layers=[1,"], "invalid override 'model.num_layers=[1,'"),
+    (["submit", "smoke", "--dry-run", "model.num_layers"], "invalid override"),
+    (["submit", "smoke", "--dry-run", "a b=1"], "invalid override"),
+    (["submit", "smoke", "--dry-run", "+smoke.x=$(rm -rf /tmp/x)"], "invalid override"),
+    (["submit", "smoke", "--dry-run", "train.train_iters=1,2"], "sweeps are not supported"),
+    (["submit", "smoke", "--dry-run", "+model.num_layers=3"], "'model.num_layers' already exists"),
+    (["submit", "smoke", "--dry-run", "~model.not_a_field"], "cannot remove 'model.not_a_field'"),
+    (["submit", "smoke", "--dry-run", "--env", "HF_TOKEN=abc"], "pass it by name with --secret HF_TOKEN"),
+    (["submit", "smoke", "--dry-run", "--env", "1X=2"], "expected NAME=VALUE"),
+    (["submit", "smoke", "--dry-run", "--nodes", "2"], "2 nodes exceeds cluster 'local' maximum of 1"),
+    (["submit", "smoke", "--dry-run", "--time", "01:00:00"], "--time applies to Slurm clusters"),
+    (["submit", "smoke", "-c", "gb200-8", "--dry-run", "--time", "4h"], "time limit '4h' (cli) is not a Slurm time"),
+    (
+        [
+            "submit",
+            "smoke",
+            "-c",
+            "local-slurm",
+            "--until-done",
+            "--time",
+            "00:01:00",
+            "--signal-lead",
+            "90",
+            "--dry-run",
+        ],
+        "--signal-lead 90s is not shorter than the time limit 00:01:00 (60s)",
+    ),
+    # issue 12: what Megatron would refuse after the queue, refused before it
+    (
+        ["submit", "qwen35-9b-pretrain", "-c", "gb200-8", "--dry-run", "model.pipeline_model_parallel_size=0"],
+        "model.pipeline_model_parallel_size=0: parallel sizes must be integers >= 1",
+    ),
+    (
+        ["submit", "qwen35-9b-pretrain", "-c", "gb200-8", "--dry-run", "model.tensor_model_parallel_size=0"],
+        "model.tensor_model_parallel_size=0: parallel sizes must be integers >= 1",
+    ),
+    (
+        ["submit", "qwen35-9b-pretrain", "-c", "gb200-8", "--dry-run", "model.context_parallel_size=0"],
+        "model.context_parallel_size=0: parallel sizes must be integers >= 1",
+    ),
+    (
+        [
+            "submit",
+            "nemotron-3-nano-pretrain",
+            "-c",
+            "gb200-64",
+            "--nodes",
+            "36",
+            "model.expert_model_parallel_size=72",
+            "train.global_batch_size=2880",
+            "--dry-run",
+        ],
+        "model.num_moe_experts=128 (models.toml nemotron-3-nano-30b-a3b [mb] [paper]) is not divisible by EP=72; "
+        "valid EP values divide 128: 1, 2, 4, 8, 16, 32, 64, 128",
+    ),
+    (
+        [
+            "submit",
+            "qwen35-9b-pretrain",
+            "-c",
+            "gb200-8",
+            "--dry-run",
+            "dataset.seq_length=8192",
+            "model.seq_length=4096",
+        ],
+        "model.seq_length=4096 and dataset.seq_length=8192 differ",
+    ),
+    (
+        ["submit", "qwen35-9b-pretrain", "-c", "gb200-8", "model.pipeline_model_parallel_size=0"],
+        "model.pipeline_model_parallel_size=0: parallel sizes must be integers >= 1",
+    ),  # submit, not only --dry-run
+    (["plan", "qwen35-9b-pretrain", "-c", "gb200-8", "--tokens", "inf"], "--tokens inf: expected a positive number"),
+    (["plan", "qwen35-9b-pretrain", "-c", "gb200-8", "--tflops", "-3"], "--tflops -3: expected a positive number"),
+    (["recipes", "show", "nope"], "unknown recipe 'nope'"),
+    (["clusters", "show", "lokal"], "did you mean 'local'"),
+    (["status", "no-such-run"], "no run 'no-such-run'"),
+    (["status", "--state", "DONE"], "--state 'DONE' is not a state"),
+]
+
+
+@pytest.mark.parametrize("args,fragment", ERROR_CASES)
+def test_bad_input_is_one_line_and_exit_2(cli, args, fragment):
+    r = cli(*args)
+    assert r.code == 2, (r.out, r.err)
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1, r.err
+    assert lines[0].startswith("bridge-launch: error: ") and fragment in lines[0], lines[0]
+    assert "Traceback" not in r.err + r.out
+
+
+def test_help_and_version(cli):
+    r = cli("--help")
+    assert r.code == 0 and "submit" in r.out and "status" in r.out
+    r = cli("--version")
+    assert r.code == 0 and r.out.startswith("bridge-launch 0.")
+    assert cli("submit", "--help").code == 0
+
+
+def test_listings_have_json(cli):
+    recipes = cli("recipes", "list", "-o", "json").json()
+    assert "smoke" in [r["name"] for r in recipes]
+    clusters = cli("clusters", "list", "-o", "json").json()
+    names = {c["name"]: c for c in clusters}
+    assert {"local", "gb200-8", "gb200-32", "gb200-64", "gb200-nvl72", "lepton-gb200", "dgxc-gb200"} <= set(names)
+    assert (names["gb200-8"]["nodes"], names["gb200-32"]["nodes"], names["gb200-64"]["nodes"]) == (2, 8, 16)
+    overlays = {o["name"] for o in cli("overlays", "list", "-o", "json").json()}
+    assert {"nemo-ci-convergence", "validation-run"} <= overlays
+    assert cli("status", "-o", "json").json() == []
+    text = cli("clusters", "list")
+    assert text.code == 0 and "gb200-32" in text.out
+
+
+def test_dry_run_json_has_the_contract_fields(cli):
+    r = cli("submit", "smoke", "--dry-run", "-o", "json", "train.train_iters=7")
+    assert r.code == 0, r.err
+    d = r.json()
+    for key in (
+        "recipe",
+        "cluster",
+        "nodes",
+        "gpus_per_node",
+        "world_size",
+        "config",
+        "env",
+        "provenance",
+        "artifact",
+        "warnings",
+        "errors",
+    ):
+        assert key in d
+    assert d["config"]["train.train_iters"] == 7
+    assert d["provenance"]["config"]["train.train_iters"] == "cli"
+    assert d["provenance"]["config"]["model.num_layers"] == "recipe"
+    assert d["artifact"]["kind"] == "local-command"
+    assert " train.train_iters=7 " in d["artifact"]["text"].replace("\\\n", " ").replace("\n", " ")
+
+
+def test_dry_run_with_errors_prints_json_and_exits_2(cli, home):
+    write(home / "clusters" / "tiny.toml", 'extends = "local"\nnodes = 1\ngpus_per_node = 3\n')
+    r = cli("submit", "smoke", "-c", "tiny", "--dry-run", "-o", "json", "train.global_batch_size=8")
+    assert r.code == 2
+    assert any("not divisible by train.micro_batch_size*DP = 4*3 = 12" in e for e in r.json()["errors"])
+
+
+def test_user_profile_extends_shipped_one(cli, home):
+    write(
+        home / "clusters" / "gb200-32.toml",
+        """
+        name = "gb200-32"
+        extends = "gb200-32"
+        job_root = "/scratch/me/runs"
+        [slurm]
+        account = "my-acct"
+    """,
+    )
+    d = cli("submit", "smoke", "-c", "gb200-32", "--dry-run", "-o", "json").json()
+    assert d["nodes"] == 8 and d["run_dir"] == "/scratch/me/runs/@RUN_ID@"
+    assert "#SBATCH --account=my-acct" in d["artifact"]["text"]
+    assert "#SBATCH --partition=batch" in d["artifact"]["text"]  # still inherited from gb200-nvl72
+
+
+def test_cli_flags_override_the_profile(cli):
+    d = cli(
+        "submit",
+        "smoke",
+        "-c",
+        "gb200-8",
+        "--dry-run",
+        "-o",
+        "json",
+        "--time",
+        "00:30:00",
+        "-p",
+        "debug",
+        "-A",
+        "acct",
+        "--container",
+        "my/image:1",
+    ).json()
+    text = d["artifact"]["text"]
+    for line in ("#SBATCH --time=00:30:00", "#SBATCH --partition=debug", "#SBATCH --account=acct"):
+        assert line in text
+    assert "--container-image=my/image:1" in text
+    assert d["provenance"]["job"]["time"] == "cli" and d["provenance"]["job"]["container"] == "cli"
+
+
+@pytest.mark.usefixtures("home")
+def test_secret_values_never_appear(cli):
+    value = "s3cr3t-VALUE-do-not-print"
+    env = {"HF_TOKEN": value, "WANDB_API_KEY": value, "MY_KEY": value}
+    for out in ("text", "json"):
+        r = cli("submit", "smoke", "-c", "gb200-8", "--dry-run", "--secret", "MY_KEY", "-o", out, env=env)
+        assert r.code == 0, r.err
+        assert value not in r.out + r.err
+        assert "MY_KEY" in r.out and "HF_TOKEN" in r.out
+
+
+def test_tty_free_text_dry_run_shows_provenance_and_script(cli):
+    r = cli("submit", "smoke", "--dry-run", "train.train_iters=9")
+    assert r.code == 0
+    assert "train.train_iters" in r.out and "cli" in r.out
+    assert "--- local-command: launch/@RUN_ID@.sh" in r.out
+    assert r.out.rstrip().endswith('exit "$rc"')
+
+
+def test_sequence_lengths_bridge_accepts_pass(cli):
+    # lcm(2*CP, TP*CP) = 16 for TP2 CP8 with sequence parallelism: 131088 passes (2*CP*TP = 32 does not divide it)
+    r = cli(
+        "submit",
+        "qwen35-vl-sft",
+        "-c",
+        "gb200-32",
+        "model.seq_length=131088",
+        "dataset.seq_length=131088",
+        "dataset.path=/lustre/fsw/clevr2",
+        "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt",
+        "--dry-run",
+    )
+    assert r.code == 0, r.err
+    assert "model.seq_length=131088" in r.out
+
+
+def test_dry_run_says_what_the_job_will_not_do_as_asked(cli):
+    r = cli(
+        "submit",
+        "nemotron-3-nano-pretrain",
+        "-c",
+        "gb200-64",
+        "--nodes",
+        "36",
+        "train.global_batch_size=2880",
+        "--overlay",
+        "nemo-ci-convergence",
+        "--dry-run",
+    )
+    assert r.code == 0, r.err
+    warnings = r.out.split("\nWarnings\n", 1)[1].split("\n\n", 1)[0]
+    assert (
+        "--nodes 36 overrides the fixed size of cluster 'gb200-64' (16 nodes, 64 GPUs): this job asks for "
+        "144 GPUs (36 x 4)"
+    ) in warnings
+    assert "nemotron-3-nano-pretrain trains on mock data (random tokens) for 48,000 steps" in warnings
+    r = cli(
+        "submit",
+        "qwen35-vl-sft",
+        "-c",
+        "gb200-32",
+        "dataset.path=/home/me/clevr2",
+        "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt",
+        "--dry-run",
+    )
+    assert "! dataset.path=/home/me/clevr2 is outside every container mount (/lustre/fsw)" in r.out
+
+
+@pytest.mark.usefixtures("home")
+@pytest.mark.parametrize(
+    "args,code,fragment",
+    [
+        (["submit", "nope", "-o", "json"], 2, "unknown recipe 'nope'"),
+        (["submit", "smoke", "--bogus", "--output", "json"], 2, "No such option: --bogus"),
+        (["submit", "nemotron-3-nano-pretrain", "-o", "json"], 2, "needs 8 GPUs"),
+        (["status", "no-such-run", "--output=json"], 2, "no run 'no-such-run'"),
+        (["plan", "nemotron-3-nano-pretrain", "-o", "json"], 2, "needs 8 GPUs"),
+        (["diff", "smoke", "--", "nope", "-o", "json"], 2, "unknown recipe 'nope'"),
+    ],
+)
+def test_errors_in_json_mode_are_json_on_stdout(args, code, fragment):
+    r = run_cli(*args)
+    assert r.code == code
+    d = json.loads(r.out)  # the whole of stdout is one JSON document
+    assert fragment in d["error"] and d["exit_code"] == code

@@ -1,0 +1,319 @@
+"""Jobs through the real container path: pyxis and enroot on the local two-node Slurm cluster
+(`scripts/local-slurm start --containers`), the local torch image, the local-slurm-pyxis profile."""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from test_slurm_e2e import _wait_state
+
+from conftest import FAST, REPO, files_holding, run_cli, write
+from launch_checks import check_torchrun_artifacts
+
+pytestmark = pytest.mark.slow
+
+
+def _sources_missing() -> str | None:
+    vendor = REPO.parent / "shared" / "vendor"
+    for var, name in (("PYXIS_SRC", "pyxis-0.24.0.tar.gz"), ("ENROOT_SRC", "enroot-8ea147d.tar.gz")):
+        path = Path(os.environ.get(var) or vendor / name)
+        if not path.exists():
+            return f"container tests need the pyxis and enroot sources: {path} is missing (set {var})"
+    return None
+
+
+if os.geteuid() != 0:
+    pytest.skip("the local Slurm cluster needs root", allow_module_level=True)
+
+
+if _sources_missing():
+    pytest.skip(_sources_missing(), allow_module_level=True)
+
+
+SCRIPT = REPO / "scripts" / "local-slurm"
+
+
+STATE = Path("/var/lib/bridge-launch-slurm")
+
+
+IMAGE = STATE / "containers" / "images" / "local-torch.sqsh"
+
+
+STANDIN = REPO / "scripts" / "image" / "Megatron-Bridge"  # the image's Megatron-Bridge
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """The container-capable cluster: started with --containers only when it is not already up
+    with pyxis wired and the image built (a restart would disturb others' jobs)."""
+    status = subprocess.run([str(SCRIPT), "status"], capture_output=True, text=True, timeout=120)
+    if status.returncode or "pyxis wired" not in status.stdout or "(missing)" in status.stdout:
+        started = subprocess.run([str(SCRIPT), "start", "--containers"], capture_output=True, text=True, timeout=1800)
+        assert started.returncode == 0, started.stdout + started.stderr
+    else:  # the image this checkout builds (cached: about a second when it is current; no daemon restarts)
+        built = subprocess.run([str(SCRIPT), "build-containers"], capture_output=True, text=True, timeout=1800)
+        assert built.returncode == 0, built.stdout + built.stderr
+    return str(STATE / "etc" / "slurm.conf")
+
+
+def _wait(run_id, states=("COMPLETED", "FAILED", "CANCELLED"), timeout=300):
+    return _wait_state(run_id, set(states), timeout=timeout)
+
+
+def _submit(*args, env=None):
+    r = run_cli("submit", *args, "-o", "json", env=env, timeout=300)
+    assert r.code == 0, r.err
+    return r.json()
+
+
+def _probe_recipe(home):
+    """A Megatron-Bridge recipe as a user writes one; the image's run_recipe.py (a probe) runs it."""
+    write(
+        home / "recipes" / "probe.toml",
+        """
+        name = "probe"
+        description = "reports what the process inside the container sees"
+        upstream = "probe_config"
+        mode = "pretrain"
+        container = "nvcr.io/nvidia/nemo:26.10"
+        [config]
+        train.train_iters = 1
+        [env]
+        RECIPE_VAR = "from-recipe"
+        """,
+    )
+
+
+def _probes(run_dir):
+    files = sorted((Path(run_dir) / "probe").glob("*.json"))
+    return [json.loads(p.read_text()) for p in files]
+
+
+def _bridge_checkout(root: Path) -> Path:
+    """A Megatron-Bridge checkout: the image's stand-in tree, its origin marks and probe line changed."""
+    mb = root / "Megatron-Bridge"
+    shutil.copytree(STANDIN, mb, ignore=shutil.ignore_patterns("__pycache__"))
+    init = mb / "src" / "megatron" / "bridge" / "__init__.py"
+    init.write_text(init.read_text().replace('ORIGIN = "image"', 'ORIGIN = "checkout-committed"'))
+    core = mb / "3rdparty" / "Megatron-LM" / "megatron" / "core" / "__init__.py"
+    core.write_text(core.read_text().replace('ORIGIN = "image"', 'ORIGIN = "checkout"'))
+    probe = mb / "src" / "megatron" / "bridge" / "training" / "probe.py"
+    probe.write_text(probe.read_text().replace('f"probe: rank', 'f"checkout probe: rank'))
+    git = ["git", "-C", str(mb), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "local work"], check=True)
+    init.write_text(init.read_text().replace('"checkout-committed"', '"checkout-uncommitted"'))
+    return mb
+
+
+@pytest.mark.usefixtures("home")
+def test_smoke_on_two_nodes_in_containers(cluster):
+    sub = _submit("smoke", "-c", "local-slurm-pyxis", *FAST, "train.train_iters=6")
+    st = _wait(sub["run_id"])
+    assert st["state"] == "COMPLETED", (st, run_cli("logs", sub["run_id"]).out[-3000:])
+    s = json.loads((Path(sub["run_dir"]) / "summary.json").read_text())
+    assert s["world_size"] == 4 and sorted(set(s["hosts"])) == ["node1", "node2"] and s["steps_completed"] == 6
+    assert s["python"].startswith("/venv/"), s["python"]  # the image's interpreter, not this machine's
+    text = (Path(sub["run_dir"]) / "launch" / f"{sub['run_id']}.sbatch").read_text()
+    assert f"--container-image={IMAGE}" in text and "--container-writable" in text
+    # torchrun's per-rank logs and the flight-recorder dir reach the run dir from inside the container
+    check_torchrun_artifacts(sub["run_dir"], sub["job_ids"][0], cluster)
+    # the preflight says whether the IMEX channels are visible in the container (no GPUs here: not)
+    assert s["imex"] == {"node1": {"visible": False, "channels": []}, "node2": {"visible": False, "channels": []}}
+    logs = run_cli("logs", sub["run_id"]).out
+    assert re.search(
+        r"\[smoke\] imex channels: /dev/nvidia-caps-imex-channels not visible in the container on "
+        r"node1, node2 \(enroot mounts it only from 4\.0",
+        logs,
+    ), logs[-3000:]
+
+
+@pytest.mark.usefixtures("cluster", "home")
+def test_until_done_across_a_time_limit_in_containers():
+    """The USR1 before the time limit becomes a SIGTERM to the training processes inside the
+    container (the per-node launcher runs there too); they save and exit, and the next segment's
+    container loads that checkpoint."""
+    sub = _submit(
+        "smoke",
+        "-c",
+        "local-slurm-pyxis",
+        "--until-done",
+        "--time",
+        "00:02:00",
+        "--signal-lead",
+        "60",
+        *FAST,
+        "train.train_iters=60",
+        "smoke.step_sleep=1.0",
+        "~checkpoint.save_interval",
+        "validation.eval_iters=1",
+    )
+    st = _wait(sub["run_id"], timeout=900)
+    assert st["state"] == "COMPLETED", (st, run_cli("logs", sub["run_id"]).out[-3000:])
+    logs = Path(sub["run_dir"]) / "logs"
+    ran = [s for s in st["info"]["segments"] if s.get("outcome") in ("continued", "done")]
+    assert len(ran) >= 2 and ran[0]["outcome"] == "continued", st["info"]["segments"]
+    first = "".join(p.read_text(errors="replace") for p in logs.glob(f"{ran[0]['job_id']}-*.log"))
+    second = "".join(p.read_text(errors="replace") for p in logs.glob(f"{ran[1]['job_id']}-*.log"))
+    assert re.search(r"SIGTERM to the training processes \d+ \d+ \(torchrun \d+ is left alone\)", first), first[-3000:]
+    assert "[exiting program after receiving SIGTERM.]" in first and "SignalException" not in first
+    saved = ran[0]["checkpoint"]
+    assert f"successfully saved checkpoint from iteration {saved:7d}" in first
+    assert re.search(rf"successfully loaded checkpoint from \S+ .*at iteration {saved}\b", second), second[-3000:]
+    assert re.search(rf"iteration +{saved + 1}/ +60 \|", second)
+    s = json.loads((Path(sub["run_dir"]) / "summary.json").read_text())
+    assert s["python"].startswith("/venv/") and s["steps_completed"] == 60  # the image's interpreter, to the end
+
+
+@pytest.mark.usefixtures("cluster")
+def test_recipe_profile_and_secret_values_reach_the_container_and_a_mount_works(home, tmp_path):
+    """Both kinds of secret reach the container through --container-env: MY_TOKEN read from its file
+    on the cluster (in no file Slurm, enroot or pyxis write, nor the run or state dir), LEGACY_TOKEN
+    from the submitting environment (only in the environment slurmctld keeps, as the warning says)."""
+    t0 = time.time() - 1
+    _probe_recipe(home)
+    data = tmp_path / "data"
+    write(data / "in.txt", "hello from the host\n")
+    write(
+        home / "clusters" / "pyxis-data.toml",
+        f'''
+        extends = "local-slurm-pyxis"
+        container_mounts = ["{data}:/data"]
+        [env]
+        PROFILE_VAR = "from-profile"
+        ''',
+    )
+    token = "s3cr3t-" + os.urandom(8).hex()
+    keys = tmp_path / "keys"
+    keys.mkdir(mode=0o700)
+    src = keys / "token"
+    src.write_text(token + "\n")
+    src.chmod(0o600)
+    legacy = "legacy-" + os.urandom(8).hex()
+    sub = _submit(
+        "probe",
+        "-c",
+        "pyxis-data",
+        "--secret",
+        f"MY_TOKEN=file:{src}",
+        "--secret",
+        "LEGACY_TOKEN",
+        "--env",
+        "BRIDGE_LAUNCH_PROBE_VARS=RECIPE_VAR,PROFILE_VAR,TOKENIZERS_PARALLELISM,BRIDGE_LAUNCH_IMAGE",
+        "--env",
+        "PROBE_READ=/data/in.txt",
+        "--env",
+        "PROBE_WRITE=/data/out",
+        env={"LEGACY_TOKEN": legacy},
+    )
+    st = _wait(sub["run_id"])
+    assert st["state"] == "COMPLETED", (st, run_cli("logs", sub["run_id"]).out[-3000:])
+    probes = _probes(sub["run_dir"])
+    assert len(probes) == 4 and {p["host"] for p in probes} == {"node1", "node2"}
+    for p in probes:
+        assert p["env"]["RECIPE_VAR"] == "from-recipe"
+        assert p["env"]["PROFILE_VAR"] == "from-profile"
+        # the image sets "true" in its /etc/environment; --container-env lets the profile's value win
+        assert p["env"]["TOKENIZERS_PARALLELISM"] == "false"
+        assert p["env"]["BRIDGE_LAUNCH_IMAGE"] == "local-torch"  # set by the image alone: we are inside it
+        for name, value in (("MY_TOKEN", token), ("LEGACY_TOKEN", legacy)):
+            assert p["secrets"][name] == {
+                "present": True,
+                "length": len(value),
+                "sha256": hashlib.sha256(value.encode()).hexdigest(),
+            }
+        assert p["read"] == "hello from the host\n"
+        assert p["cwd"] == sub["run_dir"]  # --container-workdir
+        assert p["bridge_origin"] == "image" and p["bridge_file"].startswith("/opt/Megatron-Bridge/src/")
+    assert sorted(f.name for f in data.glob("out.*")) == ["out.0", "out.1", "out.2", "out.3"]
+    roots = [STATE, os.environ["BRIDGE_LAUNCH_HOME"], sub["run_dir"], "/tmp", str(data)]
+    assert files_holding(token, roots, t0, skip=[src]) == []
+    jid = sub["job_ids"][0]
+    kept = STATE / "spool" / "slurmctld" / f"hash.{int(jid) % 10}" / f"job.{jid}" / "environment"
+    assert files_holding(legacy, roots, t0) == [str(kept)]
+
+
+@pytest.mark.usefixtures("cluster")
+def test_bridge_src_is_mounted_over_the_images_copy_through_the_login_host(home, tmp_path):
+    _probe_recipe(home)
+    write(
+        home / "clusters" / "pyxis-ssh.toml",
+        f'''
+        extends = "local-slurm-pyxis"
+        job_root = "{STATE}/jobs"
+        [slurm]
+        login_host = "local-slurm-login"
+        ssh_config = "{STATE}/etc/ssh_config"
+        ''',
+    )
+    mb = _bridge_checkout(tmp_path)
+    head = subprocess.run(["git", "-C", str(mb), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    sub = _submit("probe", "-c", "pyxis-ssh", "--bridge-src", str(mb))
+    st = _wait(sub["run_id"])
+    assert st["state"] == "COMPLETED", (st, run_cli("logs", sub["run_id"]).out[-3000:])
+    assert st["info"]["bridge_commit"] == head and st["info"]["bridge_dirty"] is True
+    probes = _probes(sub["run_dir"])
+    assert len(probes) == 4
+    for p in probes:
+        assert p["bridge_origin"] == "checkout-uncommitted" and p["core_origin"] == "checkout"
+        assert p["bridge_file"] == "/opt/Megatron-Bridge/src/megatron/bridge/__init__.py"
+    assert "checkout probe: rank" in run_cli("logs", sub["run_id"]).out  # the checkout's entry script ran
+    shown = run_cli("status", sub["run_id"]).out
+    assert f"@ {head} + uncommitted changes" in shown
+
+
+@pytest.mark.usefixtures("cluster", "home")
+def test_an_image_that_cannot_be_pulled_fails_fast_with_enroots_line():
+    t0 = time.time()
+    sub = _submit("smoke", "-c", "local-slurm-pyxis", "--container", "nvcr.io/nvidia/nemo:26.10", *FAST)
+    st = _wait(sub["run_id"], timeout=120)
+    assert st["state"] == "FAILED" and time.time() - t0 < 90, st
+    assert "Could not resolve host: nvcr.io" in st["reason"], st
+    assert "nvcr.io#nvidia/nemo:26.10" in (Path(sub["run_dir"]) / "launch" / f"{sub['run_id']}.sbatch").read_text()
+
+
+@pytest.mark.usefixtures("cluster", "home")
+def test_image_import_once_then_submit_starts_from_the_cache():
+    cache = STATE / "enroot-cache"
+
+    def imp(_):
+        return run_cli("image", "import", str(IMAGE), "-c", "local-slurm-pyxis", "-o", "json", timeout=600)
+
+    with ThreadPoolExecutor(2) as pool:  # two imports of the same image at once
+        results = list(pool.map(imp, range(2)))
+    assert all(r.code == 0 for r in results), [r.err for r in results]
+    entries = [r.json() for r in results]
+    digest = "sha256:" + subprocess.run(["sha256sum", str(IMAGE)], capture_output=True, text=True).stdout.split()[0]
+    assert {e["digest"] for e in entries} == {digest}
+    final = cache / f"sha256-{digest[7:]}.sqsh"
+    assert {e["squashfs"] for e in entries} == {str(final)} and final.stat().st_size == IMAGE.stat().st_size
+    assert not [p for p in cache.iterdir() if p.name.startswith(".sha256-")]  # no partial left behind
+    d = run_cli("submit", "smoke", "-c", "local-slurm-pyxis", "--dry-run", "-o", "json").json()
+    assert d["container"] == str(final) and "image cache" in d["provenance"]["job"]["container"]
+    sub = _submit("smoke", "-c", "local-slurm-pyxis", *FAST, "train.train_iters=2")
+    st = _wait(sub["run_id"])
+    assert st["state"] == "COMPLETED" and st["info"]["image_digest"] == digest, st
+    bad = run_cli("image", "import", "nvcr.io/nvidia/nemo:26.10", "-c", "local-slurm-pyxis", timeout=300)
+    assert bad.code == 1 and "Could not resolve host: nvcr.io" in bad.err.strip().splitlines()[-1], bad.err
+
+
+def test_pyxis_stays_wired_on_a_plain_start(cluster):
+    started = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=300)
+    assert started.returncode == 0 and "containers on (pyxis" in started.stdout, started.stdout + started.stderr
+    help_text = subprocess.run(
+        [str(SCRIPT), "exec", "srun", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, SLURM_CONF=cluster),
+    ).stdout
+    assert "--container-image" in help_text and "--container-env" in help_text
+    assert re.search(r"pyxis: version v0\.24\.0", (STATE / "log" / "slurmd-node1.log").read_text())

@@ -1,0 +1,290 @@
+"""--until-done on the local Slurm cluster: segment chains across time limits with the smoke
+workload speaking Megatron-Bridge's protocol (workloads/trainer_protocol.py), retries of flaky
+failures, a stop on deterministic ones and on segments that save nothing, cancel, and the
+checkpoint publication rule. Slurm checks time limits and signals only about every 30 s, so
+bounds here are wide."""
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from test_slurm_e2e import _wait_state as _wait
+
+from conftest import FAST, run_cli
+from launch_checks import check_torchrun_artifacts
+
+pytestmark = pytest.mark.slow
+
+
+def _chain(*args, timeout=120):
+    r = run_cli("submit", "smoke", "-c", "local-slurm", "--until-done", "-o", "json", *FAST, *args, timeout=timeout)
+    assert r.code == 0, r.err
+    return r.json()
+
+
+def _segments(sub):
+    path = Path(sub["run_dir"]) / "chain" / sub["run_id"] / "segments"
+    rows = [line.split() for line in path.read_text().splitlines()]
+    spans = {}
+    for jid, seg, what, ts in rows:
+        spans.setdefault((int(seg), jid), {})[what] = int(ts)
+    return [dict(segment=k[0], job_id=k[1], **v) for k, v in sorted(spans.items())]
+
+
+def _steps_by_job(sub, job_ids):
+    out = []
+    for jid in job_ids:
+        text = "".join(p.read_text(errors="replace") for p in (Path(sub["run_dir"]) / "logs").glob(f"{jid}-*.log"))
+        steps = [int(m) for m in re.findall(r"iteration\s+(\d+)/", text)]
+        if steps:
+            out.append((jid, steps))
+    return out
+
+
+def _pids_of(job_id: str, node_id: str):
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            env = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (
+            f"SLURM_JOB_ID={job_id}".encode() in env
+            and f"SLURM_NODEID={node_id}".encode() in env
+            and b"smoke.py" in (proc / "cmdline").read_bytes()
+        ):
+            yield int(proc.name)
+
+
+def kill_node_when(sub: dict, job_id: str, pattern: str, node_id: str = "1", timeout: float = 180) -> None:
+    """Once `pattern` shows in job `job_id`'s node logs, SIGKILL that node's training processes (a lost node)."""
+    logs = Path(sub["run_dir"]) / "logs"
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if re.search(pattern, "".join(p.read_text(errors="replace") for p in logs.glob(f"{job_id}-*.log"))):
+            break
+        time.sleep(0.5)
+    killed = list(_pids_of(job_id, node_id))
+    assert killed, f"no training processes of node {int(node_id) + 1} found"
+    for pid in killed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _segment_text(sub, job_id):
+    logs = Path(sub["run_dir"]) / "logs"
+    return "".join(
+        p.read_text(errors="replace")
+        for p in [logs / f"sbatch-{job_id}.out", *logs.glob(f"{job_id}-*.log")]
+        if p.exists()
+    )
+
+
+@pytest.mark.usefixtures("home")
+def test_time_limited_segments_reach_the_target(cluster):
+    sub = _chain(
+        "--time",
+        "00:01:00",
+        "--signal-lead",
+        "30",
+        "train.train_iters=110",
+        "smoke.step_sleep=1.0",
+        "checkpoint.save_interval=5",
+    )
+    st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=900)
+    assert st["state"] == "COMPLETED", st
+    segs = _segments(sub)
+    ran = [s for s in segs if "end" in s]
+    assert len(ran) >= 3, segs
+    for a, b in zip(ran, ran[1:], strict=False):  # never two segments at once
+        assert a["end"] <= b["start"], (a, b)
+    runs = _steps_by_job(sub, [s["job_id"] for s in ran])
+    assert runs[-1][1][-1] == 110
+    for (_, before), (_, after) in zip(runs, runs[1:], strict=False):  # resumes lose at most one checkpoint interval
+        assert 0 <= before[-1] - (after[0] - 1) <= 5, (before[-1], after[0])
+    assert st["info"]["restarts"] == 0
+    states = [s["state"] for s in st["info"]["segments"]]
+    assert states[-1] == "CANCELLED"  # the spare successor is cancelled once the target is reached
+    for s in ran:  # the per-node launcher passes torchrun the same log dir and rendezvous settings
+        check_torchrun_artifacts(sub["run_dir"], s["job_id"], cluster)
+
+
+@pytest.mark.usefixtures("cluster", "home")
+def test_killed_node_is_retried_and_resumes():
+    sub = _chain(
+        "--time",
+        "00:05:00",
+        "--max-restarts",
+        "2",
+        "train.train_iters=40",
+        "smoke.step_sleep=0.3",
+        "checkpoint.save_interval=5",
+    )
+    kill_node_when(sub, sub["job_ids"][0], r"iteration\s+1[2-9]/")
+    st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=600)
+    assert st["state"] == "COMPLETED", st
+    assert st["info"]["restarts"] == 1
+    runs = _steps_by_job(sub, st["job_ids"])
+    assert len(runs) >= 2 and runs[1][1][0] > 1  # the retry resumed, it did not start over
+    assert runs[0][1][-1] - (runs[1][1][0] - 1) <= 5
+
+
+@pytest.mark.usefixtures("cluster", "home")
+def test_deterministic_failure_stops_the_chain():
+    sub = _chain(
+        "--time",
+        "00:05:00",
+        "train.train_iters=20",
+        "+smoke.fail_at_step=3",
+        "+smoke.fail_message='torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB'",
+    )
+    st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=300)
+    assert st["state"] == "FAILED"
+    assert st["reason"].startswith("deterministic failure in segment 1: ") and "CUDA out of memory" in st["reason"]
+    assert st["info"]["restarts"] == 0
+    assert [s["state"] for s in st["info"]["segments"]][1:] == ["CANCELLED"]  # its successor never ran
+    assert len([s for s in _segments(sub) if "end" in s]) == 1
+    text = run_cli("status", sub["run_id"]).out
+    assert "CUDA out of memory" in text
+
+
+@pytest.mark.usefixtures("home")
+def test_cancel_cancels_pending_segments(cluster):
+    sub = _chain("--time", "00:05:00", "train.train_iters=500", "smoke.step_sleep=0.2")
+    st = _wait(sub["run_id"], {"RUNNING"}, timeout=120)
+    deadline = time.time() + 60
+    while time.time() < deadline and len(st["job_ids"]) < 2:
+        time.sleep(1)
+        st = run_cli("status", sub["run_id"], "-o", "json").json()[0]
+    assert len(st["job_ids"]) == 2
+    r = run_cli("cancel", sub["run_id"])
+    assert r.code == 0
+    st = _wait(sub["run_id"], {"CANCELLED"}, timeout=60)
+    ids = ",".join(st["job_ids"])
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        q = subprocess.run(
+            ["squeue", "-h", "-j", ids, "-t", "PD,R,CG", "-o", "%i"],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, SLURM_CONF=cluster),
+        )
+        if not q.stdout.strip():
+            break
+        time.sleep(1)
+    assert q.stdout.strip() == "", q.stdout  # neither the running segment nor its successor is left
+    assert (Path(sub["run_dir"]) / "chain" / sub["run_id"] / "stopped").read_text().strip() == "cancelled by user"
+
+
+@pytest.mark.usefixtures("cluster", "home")
+def test_steps_and_saves_longer_than_torchruns_timeout():
+    """Steps and saves of 32 s each (longer than torchrun's 30 s shutdown timeout): every segment
+    gets the whole lead to finish its step and save, and the next one resumes exactly there."""
+    sub = _chain(
+        "--time",
+        "00:03:00",
+        "--signal-lead",
+        "110",
+        "train.train_iters=4",
+        "smoke.step_sleep=32",
+        "smoke.save_sleep=32",
+        "~checkpoint.save_interval",
+        "validation.eval_iters=1",
+    )
+    st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=1200)
+    assert st["state"] == "COMPLETED", st
+    ran = [s for s in _segments(sub) if "end" in s]
+    assert len(ran) >= 2, ran
+    texts = [_segment_text(sub, s["job_id"]) for s in ran]
+    for before, after in zip(texts, texts[1:], strict=False):
+        saved = [int(x) for x in re.findall(r"successfully saved checkpoint from iteration +(\d+)", before)]
+        loaded = [int(x) for x in re.findall(r"successfully loaded checkpoint from \S+ .*?at iteration (\d+)", after)]
+        first = min(int(x) for x in re.findall(r"iteration +(\d+)/ +4 \|", after))
+        assert saved and loaded == [saved[-1]] and first == saved[-1] + 1, (saved, loaded, first)
+        assert "[exiting program after receiving SIGTERM.]" in before
+        assert "to the training processes" in before  # the launcher signalled them, not torchrun
+    for text in texts:
+        assert not re.search(r"Unable to shutdown process|SignalException", text)
+    outcomes = [s.get("outcome") for s in st["info"]["segments"]]
+    assert outcomes[: len(ran) - 1] == ["continued"] * (len(ran) - 1) and outcomes[len(ran) - 1] == "done", outcomes
+    assert st["info"]["checkpoint"] == 4
+
+
+@pytest.mark.usefixtures("cluster", "home")
+def test_a_save_that_cannot_finish_in_the_lead_stops_the_chain():
+    """Each segment is told to save 60 s before its limit, but the save takes 300 s: no segment
+    publishes a checkpoint, and the chain stops after two of them, saying why."""
+    sub = _chain(
+        "--time",
+        "00:02:00",
+        "--signal-lead",
+        "60",
+        "train.train_iters=1000",
+        "smoke.step_sleep=1",
+        "smoke.save_sleep=300",
+        "~checkpoint.save_interval",
+    )
+    st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=900)
+    assert st["state"] == "FAILED", st
+    assert (
+        st["reason"] == "no progress in 2 segments in a row: the save did not finish within the signal lead of 60 s"
+    ), st
+    segs = st["info"]["segments"]
+    assert [s.get("outcome") for s in segs[:2]] == ["no-progress", "no-progress"], segs
+    assert all(s["state"] != "COMPLETED" for s in segs), segs
+    # The two segments either judged themselves or (killed with their batch shell at the limit) were
+    # judged by their successor; either way no third segment trained.
+    assert len([s for s in _segments(sub) if "start" in s]) in (2, 3)
+    assert not list((Path(sub["run_dir"]) / "logs").glob(f"{segs[2]['job_id']}-*.log")) if len(segs) > 2 else True
+    shown = run_cli("status", sub["run_id"]).out
+    assert "no progress: the save did not finish within the signal lead of 60 s" in shown
+
+
+@pytest.mark.usefixtures("cluster", "home")
+def test_a_half_written_checkpoint_is_refused(tmp_path):
+    """The tracker names iter_6, which holds shards but no .metadata: the segment loads the newest
+    complete earlier checkpoint (iter_4) with checkpoint.ckpt_step, instead of failing on iter_6."""
+    ckpt = tmp_path / "ckpt"
+    first = _chain("--time", "00:05:00", "train.train_iters=4", "checkpoint.save_interval=2", f"checkpoint.save={ckpt}")
+    assert _wait(first["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=300)["state"] == "COMPLETED"
+    half = ckpt / "iter_0000006"
+    half.mkdir()
+    for shard in (ckpt / "iter_0000004").glob("__*_0.distcp"):
+        (half / shard.name).write_bytes(shard.read_bytes())
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("6")
+    sub = _chain("--time", "00:05:00", "train.train_iters=8", "checkpoint.save_interval=2", f"checkpoint.save={ckpt}")
+    st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=300)
+    assert st["state"] == "COMPLETED", st
+    text = _segment_text(sub, st["job_ids"][0])
+    assert re.search(
+        r"iteration 6 is incomplete \(\S+/iter_0000006 is missing: \.metadata metadata\.json "
+        r"train_state\.pt\); loading iteration 4",
+        text,
+    ), text[-3000:]
+    assert "Loading checkpoint from iteration 4 (specified via ckpt_step)" in text
+    assert min(int(x) for x in re.findall(r"iteration +(\d+)/ +8 \|", text)) == 5
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == "8"
+
+
+@pytest.mark.usefixtures("cluster", "home")
+def test_a_tracker_without_its_checkpoint_is_never_loaded(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("10\n")  # published, but iter_0000010 is missing
+    sub = _chain("--time", "00:05:00", "train.train_iters=20", f"checkpoint.save={ckpt}", f"checkpoint.load={ckpt}")
+    st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=180)
+    assert st["state"] == "FAILED" and "names iteration 10" in st["reason"] and "no earlier complete" in st["reason"], (
+        st
+    )
+    assert not list((Path(sub["run_dir"]) / "logs").glob("*-node*.log"))  # training never started
+
+
+@pytest.mark.usefixtures("home")
+def test_until_done_needs_slurm():
+    r = run_cli("submit", "smoke", "--until-done", "--dry-run")
+    assert r.code == 2 and "--until-done runs a chain of Slurm jobs" in r.err

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bridge_launch.judge import parity
+from conftest import write
+
+# ------------------------------------------------------------------------------------------------
+# parity
+# ------------------------------------------------------------------------------------------------
+# The head of a real golden-values file of Megatron-LM's functional tests (tests/functional_tests/
+# test_cases/gpt/gpt3_15b_8t_release/golden_values_dev_dgx_h100.json at d98e8a64), cut at step 50.
+MLM_GOLDEN = {
+    "lm loss": {
+        "start_step": 1,
+        "end_step": 50,
+        "step_interval": 5,
+        "values": {
+            "1": 12.95636,
+            "5": 12.91492,
+            "10": 12.06072,
+            "15": 11.39912,
+            "20": 10.42784,
+            "25": 9.97709,
+            "30": 9.6286,
+            "35": 9.36623,
+            "40": 9.17247,
+            "45": 9.00251,
+            "50": 8.84223,
+        },
+    }
+}
+
+
+def series(values: dict, label="x"):
+    return parity.Series(label, dict(values))
+
+
+def test_parity_against_megatron_golden_values(tmp_path):
+    path = write(tmp_path / "golden_values_dev_dgx_h100.json", json.dumps(MLM_GOLDEN))
+    ref = parity.golden_series(str(path), "lm loss")
+    assert ref.values[50] == 8.84223 and len(ref.values) == 11
+    # a log with every step; only the golden's steps are compared
+    mine = {s: 12.95636 - (12.95636 - 8.84223) * (s - 1) / 49 for s in range(1, 51)}
+    mine.update({s: v * 1.01 for s, v in ref.values.items()})
+    c = parity.compare(series(mine), ref)
+    assert c.steps == 11 and c.outside == 0 and c.parity and c.final["step"] == 50
+    assert c.correlation == pytest.approx(1.0)
+    # two steps 5% off: one is allowed out of 11, the second is not; the first is named
+    off = {**mine, 20: ref.values[20] * 1.05, 35: ref.values[35] * 0.95}
+    c = parity.compare(series(off), ref)
+    assert (c.outside, c.allowed, c.parity) == (2, 1, False)
+    assert c.first_outside["step"] == 20 and c.first_outside["rel"] == pytest.approx(0.05)
+    assert parity.compare(series(off), ref, allowed=2).parity
+    # the final value beyond 3% fails on its own; "nan" in a golden file is never close
+    c = parity.compare(series({**mine, 50: ref.values[50] * 1.04}), ref, rtol=0.05)
+    assert c.outside == 0 and not c.final["ok"] and not c.parity
+    g = json.loads(json.dumps(MLM_GOLDEN))
+    g["lm loss"]["values"]["25"] = "nan"
+    c = parity.compare(series(mine), parity.golden_series(str(write(tmp_path / "g2.json", json.dumps(g))), "lm loss"))
+    assert c.first_outside["step"] == 25 and c.outside == 1
+
+
+def test_a_shorter_run_is_not_in_parity():
+    ref = series({s: 10.0 - s * 0.01 for s in range(1, 101)}, "ref")
+    c = parity.compare(series({s: 10.0 - s * 0.01 for s in range(1, 51)}), ref)
+    assert not c.parity and any("no value at the reference's last step 100" in p for p in c.problems)

@@ -1,0 +1,272 @@
+"""The one log reader (src/bridge_launch/logread.py) on real Megatron-LM / Megatron-Bridge output:
+each fixture is quoted from a public issue, pull request or doc, named above it (whitespace as
+published; where the quote was cut off in the source, it is cut off here too)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bridge_launch.logs import reader as logread
+from bridge_launch.logs.reader import Log, first_error, strip_prefix
+from bridge_launch.workloads import trainer_protocol as P
+
+# NVIDIA-NeMo/Megatron-Bridge docs/training/multi-token-prediction.md:140 (at 067f987): MTP and MoE
+# auxiliary losses, no timestamp.
+MB_DOCS_MTP = (
+    "iteration      100/  300000 | consumed samples:         3200 | elapsed time per iteration (ms): 3738.6 | "
+    "learning rate: 6.000000E-05 | global batch size:    32 | lm loss: 7.968678E+00 | load_balancing_loss: "
+    "1.329517E+00 | mtp_1 loss: 7.925096E+00 | loss scale: 1.0 | grad norm: 1.040 | number of skipped iterations:   "
+    "0 | number of nan iterations:   0 |"
+)
+
+
+# NVIDIA-BioNeMo/bionemo-recipes#1357 ("Evo2 Megatron Bridge Recipe Prototype"): Bridge's Step Time
+# line, an iteration line with a stamp without microseconds, and Bridge's memory report (GB).
+BIONEMO_1357 = """\
+Setting rerun_state_machine.current_iteration to 0...
+Starting training loop at iteration 0
+Step Time : 7.04s GPU utilization: 24.7MODEL_TFLOP/s/GPU
+Number of parameters in transformer layers in billions:  0.86
+ [2025-12-05 00:25:41] iteration        1/      10 | consumed samples:          128 | elapsed time per iteration (ms): 7037.3 | learning rate: 3.000000E-05 | global batch size:   128 | lm loss: 6.700717E+00 | loss scale: 1.0 | grad norm: 117.718 | number of skipped iterations:   0 | number of nan iterations:   0 |
+Number of parameters in embedding layers in billions: 0.00
+Total number of parameters in billions: 0.86
+Number of parameters in most loaded shard in billions: 0.8614
+Theoretical memory footprints: weight and optimizer=9857.42 MB
+[Rank 0] (after 1 iterations) memory (GB) | mem-allocated-gigabytes: 13.367 | mem-active-gigabytes: 13.367 | mem-inactive-gigabytes: 0.42641 | mem-reserved-gigabytes: 14.259 | mem-max-allocated-gigabytes: 13.367 | mem-max-active-gigabytes: 13.367 | mem-max-in"""
+
+
+# NVIDIA/Megatron-LM#756 ("Training Mixtral 8x7B on 16 x H100 only achieves low throughput"): MoE
+# load_balancing_loss, throughput per GPU, num zeros.
+MLM_756 = """\
+ [2024-04-06 03:02:12] iteration       71/     100 | consumed samples:         9088 | elapsed time per iteration (ms): 5361.6 | throughput per GPU (TFLOP/s/GPU): 243.6 | learning rate: 1.420000E-05 | global batch size:   128 | lm loss: 1.818812E+00 | load_balancing_loss: 1.013377E+00 | loss scale: 1.0 | grad norm: 1.300 | num zeros: 0.0 | number of skipped iterations:   0 | number of nan iterations:   0 |
+ [2024-04-06 03:02:18] iteration       72/     100 | consumed samples:         9216 | elapsed time per iteration (ms): 5470.7 | throughput per GPU (TFLOP/s/GPU): 238.7 | learning rate: 1.440000E-05 | global batch size:   128 | lm loss: 1.820313E+00 | load_balancing_loss: 1.019612E+00 | loss scale: 1.0 | grad norm: 1.305 | num zeros: 0.0 | number of skipped iterations:   0 | number of nan iterations:   0 |
+ [2024-04-06 03:02:24] iteration       73/     100 | consumed samples:         9344 | elapsed time per iteration (ms): 5829.9 | throughput per GPU (TFLOP/s/GPU): 224.0 | learning rate: 1.460000E-05 | global batch size:   128 | lm loss: 1.798953E+00 | load_balancing_loss: 1.010977E+00 | loss scale: 1.0 | grad norm: 1.539 | num zeros: 0.0 | number of skipped iterations:   0 | number of nan iterations:   0 |
+"""
+
+
+# NVIDIA/nccl#743 ("Megatron-LM pretrain_bert_distributed.sh example get stuck"): fp16, the first
+# interval all skipped while the loss scale settles, so no loss and no grad norm on its line; the
+# quote of the second line ends mid-field.
+NCCL_743 = """\
+[before the start of training step] datetime: 2022-10-31 08:35:51 
+ iteration       10/ 1000000 | consumed samples:           40 | elapsed time per iteration (ms): 356.2 | learning rate: 0.000E+00 | global batch size:     4 | loss scale: 8388608.0 | number of skipped iterations:  10 | number of nan iterations:   0 |
+time (ms) | forward-compute: 193.77 | backward-compute: 73.02 | backward-params-all-reduce: 20.10 | backward-layernorm-all-reduce: 0.02 | backward-embedding-all-reduce: 0.04 | backward-reduce-model-grads: 20.22 | optimizer-copy-to-main-grad: 12.19 | optimizer-unscale-and-check-inf: 50.71 | optimizer: 63.01 | batch-generator: 25.27
+ iteration       20/ 1000000 | consumed samples:           80 | elapsed time per iteration (ms): 140.6 | learning rate: 2.020E-08 | global batch size:     4 | lm loss: 1.005022E+01 | sop loss: 8.174902E-01 | loss scale: 32768.0 | grad norm: 217.199 | number of skipp"""
+
+
+# bigscience-workshop/Megatron-DeepSpeed#396 ("...what does the "grad norm: nan" mean?"): a fork's
+# line with extra fields, no loss printed, grad norm nan.
+MDS_396 = (
+    " iteration     5426/  250000 | consumed samples:        43408 | consumed tokens:     88899584 | elapsed time per "
+    "iteration (ms): 4247.9 | learning rate: 2.999E-04 | global batch size:     8 | loss scale: 1.0 | grad norm: nan | "
+    "actual seqlen:  2048 | number of skipped iterations:   0 | number of nan iterations:   0 | samples per second: "
+    "1.886 | TFLOPs: 78.46 |"
+)
+
+
+# epfLLM/Megatron-LLM#11: Megatron-LM's 2023 format (learning rate "{:.3E}", no stamp).
+EPFL_11 = """\
+ iteration      201/  250000 | consumed samples:       205824 | elapsed time per iteration (ms): 139113.4 | learning rate: 1.507E-05 | global batch size:  1024 | lm loss: 2.373574E+00 | loss scale: 1.0 | grad norm: 0.811 | number of skipped iterations:   0 | number of nan iterations:   0 |
+ iteration      202/  250000 | consumed samples:       206848 | elapsed time per iteration (ms): 139221.4 | learning rate: 1.515E-05 | global batch size:  1024 | lm loss: 2.413736E+00 | loss scale: 1.0 | grad norm: 0.567 | number of skipped iterations:   0 | number of nan iterations:   0 |
+"""
+
+
+# NVIDIA-NeMo/Speech#14348 (a NeMo-Run launch): a launcher prefix, torchrun's "[default2]:" and torch's
+# "[rank2]: " in front of megatron-core's NaN check (rerun_state_machine.py:518-535), iteration -1.
+NEMO_14348 = (
+    "i.pretrain/0 [default2]:[rank2]: RuntimeError: Rank 2, node dcfai-xe9680-01, device 2, iteration -1: "
+    "Unexpected result nan (message='found NaN in local grad norm for bucket #0 in backward pass before "
+    "data-parallel communication collective')"
+)
+
+
+def test_every_field_of_bridges_line_with_mtp_and_moe_losses():
+    its = Log([MB_DOCS_MTP]).iterations
+    assert [(i.step, i.total) for i in its] == [(100, 300000)]
+    f = its[0].fields
+    assert f["consumed samples"] == 3200 and f["elapsed time per iteration (ms)"] == 3738.6
+    assert f["learning rate"] == 6e-05 and f["global batch size"] == 32 and f["loss scale"] == 1.0
+    assert its[0].losses == {"lm loss": 7.968678, "load_balancing_loss": 1.329517, "mtp_1 loss": 7.925096}
+    assert its[0].grad_norm == 1.04 and its[0].skipped == 0 and its[0].nan == 0
+
+
+def test_bridge_step_time_memory_and_stamp_without_microseconds():
+    log = Log([BIONEMO_1357])
+    it = log.last
+    assert (it.step, it.total, it.loss, it.grad_norm) == (1, 10, 6.700717, 117.718)
+    assert log.step_times == [(7.04, 24.7)] and log.last_step_time == (7.04, 24.7)
+    assert log.memory[0]["rank"] == 0 and log.memory[0]["step"] == 1 and log.memory[0]["unit"] == "GB"
+    assert log.memory[0]["values"]["mem-allocated-gigabytes"] == 13.367
+    assert log.stamp_of(it).isoformat() == "2025-12-05T00:25:41"
+    assert [e.step for e in log.events if e.kind == "starting"] == [0]
+    p = log.progress()
+    assert p["step"] == 1 and p["loss"] == 6.700717 and p["step_time_s"] == pytest.approx(7.0373)
+    assert p["tflops_per_gpu"] == 24.7 and p["global_batch"] == 128
+
+
+def test_megatron_lm_moe_lines_with_throughput_and_num_zeros():
+    log = Log([MLM_756])
+    assert [i.step for i in log.iterations] == [71, 72, 73]
+    last = log.last
+    assert last.fields["throughput per GPU (TFLOP/s/GPU)"] == 224.0 and last.fields["num zeros"] == 0.0
+    assert last.losses == {"lm loss": 1.798953, "load_balancing_loss": 1.010977}
+    assert log.series("load_balancing_loss") == {71: 1.013377, 72: 1.019612, 73: 1.010977}
+    assert log.progress()["tflops_per_gpu"] == 224.0
+
+
+def test_microsecond_stamps_of_megatron_lm():
+    # MC training/training.py:2959 stamps with '%Y-%m-%d %H:%M:%S.%f'
+    line = " [2026-02-03 04:05:06.789012] " + MB_DOCS_MTP
+    log = Log([line])
+    assert log.last.step == 100
+    assert log.stamp_of(log.last).isoformat() == "2026-02-03T04:05:06.789012"
+
+
+def test_fp16_skips_without_loss_fields_and_a_cut_line():
+    log = Log([NCCL_743])
+    its = log.iterations
+    assert [i.step for i in its] == [10, 20]
+    assert its[0].losses == {} and its[0].grad_norm is None and its[0].skipped == 10
+    assert its[1].losses == {"lm loss": 10.05022, "sop loss": 0.8174902} and its[1].grad_norm == 217.199
+    assert log.series("lm loss") == {20: 10.05022}
+
+
+def test_grad_norm_nan_and_a_forks_extra_fields():
+    it = Log([MDS_396]).last
+    assert it.step == 5426 and math.isnan(it.grad_norm) and it.losses.get("lm loss") is None
+    assert it.fields["consumed tokens"] == 88899584 and it.fields["TFLOPs"] == 78.46
+    assert not it.clean()
+
+
+def test_old_megatron_format():
+    log = Log([EPFL_11])
+    assert log.series() == {201: 2.373574, 202: 2.413736}
+    assert log.last.fields["learning rate"] == 1.515e-05
+
+
+def test_rank_prefixes_are_stripped():
+    # torchrun --tee with bridge-launch's template, torchrun's default, srun --label, and NeMo-Run's chain
+    assert strip_prefix("[rank7]:  [2025-12-05 00:25:41] iteration 1/2 |") == (
+        7,
+        " [2025-12-05 00:25:41] iteration 1/2 |",
+    )
+    assert strip_prefix("[default3]:hello") == (3, "hello")
+    assert strip_prefix(" 3: hello") == (3, "hello")
+    assert strip_prefix("11: [rank5]: x") == (5, "x")
+    assert strip_prefix(NEMO_14348)[0] == 2
+    assert strip_prefix("no prefix here") == (None, "no prefix here")
+    prefixed = "\n".join(f"[rank3]: {line}" for line in MLM_756.splitlines())
+    assert Log([prefixed]).series() == Log([MLM_756]).series()
+    labelled = "\n".join(f"{i % 12:2d}: [default0]:{line}" for i, line in enumerate(BIONEMO_1357.splitlines()))
+    assert Log([labelled]).last.loss == 6.700717 and Log([labelled]).last_step_time == (7.04, 24.7)
+
+
+def test_nan_check_error_from_megatron_core():
+    log = Log([NEMO_14348])
+    (ev,) = log.nan_checks
+    assert ev.step == -1 and ev.rank == 2 and ev.data["result"] == "nan"
+    assert ev.data["message"].startswith("found NaN in local grad norm for bucket #0")
+    assert [e.step for e in log.nan_checks_fast()] == [-1]
+    assert first_error([NEMO_14348]).startswith("rank 2: RuntimeError: Rank 2, node dcfai-xe9680-01")
+
+
+def test_checkpoint_lines_old_and_new_forms():
+    text = "\n".join(
+        [
+            # Megatron-LM before cbb9c05c06 (May 2024): megatron/training/checkpointing.py:345
+            "  successfully saved checkpoint at iteration     500 to /ckpt",
+            # Megatron-Bridge 067f987 training/checkpointing.py:1502-1509
+            P.saved_line(1000, "/ckpt"),
+            # megatron-core 2a75ac12 training/checkpointing.py:1053-1059 (a stamp in front, gtp_remat)
+            "  [2026-01-02 03:04:05.678901] successfully saved checkpoint from iteration    1500 to /ckpt "
+            "[ t 1/2, gtp_remat 1/1, p 1/1 ]",
+            # MC training/checkpointing.py:2900-2906 and MB checkpointing.py:3263-3268
+            "  successfully loaded checkpoint from /ckpt [ t 1/2, gtp_remat 1/1, p 1/1 ] at iteration 1500",
+        ]
+    )
+    log = Log([text])
+    assert [e.step for e in log.saves] == [500, 1000, 1500]
+    assert [(e.step, e.data["path"]) for e in log.of_kind("loaded")] == [(1500, "/ckpt")]
+
+
+def test_validation_test_and_exit_lines():
+    lines = [
+        *P.validation_lines("iteration 50", {"lm loss": 2.5}),  # MB eval.py:462-466, in the loop
+        # MC training/training.py:4536 with several validation sets: " validation-<name> loss at ..."
+        " validation-clevr loss at iteration 50 | lm loss value: 2.400000E+00 | lm loss PPL: 1.102318E+01 | ",
+        *P.validation_lines("iteration 100 on validation set", {"lm loss": 2.25}),
+        *P.validation_lines("iteration 100 on test set", {"lm loss": 2.3}),
+        P.barrier_and_log(P.EXIT_SIGNAL, stamp="2026-09-06 17:57:10"),
+        # MC training.py:294-302 print_datetime: microseconds
+        "[exiting program at iteration 100] datetime: 2026-09-06 17:57:10.123456 ",
+    ]
+    log = Log(["\n".join(lines)])
+    assert [(e.step, e.data["set"], e.data["losses"]["lm loss"]) for e in log.validations] == [
+        (50, "in-loop", 2.5),
+        (50, "in-loop", 2.4),
+        (100, "validation", 2.25),
+        (100, "test", 2.3),
+    ]
+    assert [e.data["why"] for e in log.exits] == ["signal", "interval"]
+    assert log.exits[1].step == 100
+
+
+def test_segments_and_restarts_are_read_in_order():
+    def seg(steps, load=None):
+        out = [P.loaded_line("/c", load)] if load is not None else []
+        out += [
+            P.iteration_line(
+                iteration=s,
+                train_iters=10,
+                consumed=s * 8,
+                elapsed_ms=100.0,
+                lr=1e-4,
+                global_batch=8,
+                losses={"lm loss": 10.0 - s + (0.5 if load is None else 0.0)},
+                loss_scale=1.0,
+                grad_norm=1.0,
+                skipped=0,
+                nan=0,
+                stamp="2026-01-01 00:00:00",
+            )
+            for s in steps
+        ]
+        return "\n".join(out)
+
+    # segment 1 reached 7, saved at 5, was killed; segment 2 loaded 5 and ran 6..10
+    log = Log([seg(range(1, 8)), seg(range(6, 11), load=5)])
+    assert [i.step for i in log.iterations] == list(range(1, 11))
+    assert [i.text for i in log.iterations] == [0] * 5 + [1] * 5  # 6 and 7 are the second attempt's
+    assert log.series()[6] == 4.0 and log.series()[5] == 5.5
+    # a load that came before any new iteration line drops what came after it
+    log = Log([seg(range(1, 8)), P.loaded_line("/c", 5)])
+    assert log.last.step == 5
+    # a restart without a load line (a requeue appended to the same file) is seen by the step going back
+    log = Log([seg(range(1, 8)) + "\n" + seg(range(1, 4))])
+    assert [i.step for i in log.iterations] == [1, 2, 3] and log.final().step == 3
+
+
+def test_the_gate_counts_agree_with_the_lines():
+    """The whole-log counts the gate uses on long logs (Log.tally) agree with reading every line."""
+    for text in (MB_DOCS_MTP, BIONEMO_1357, MLM_756, NCCL_743, MDS_396, EPFL_11):
+        log = Log([text])
+        t = log.tally()
+        its = log.iterations
+        complete = [i for i in its if P.FIELD_SKIPPED in i.fields]
+        assert t["counters"] == len(complete)
+        assert t["zero_counters"] == sum(1 for i in complete if i.skipped == 0 and i.nan == 0)
+        assert bool(t["nonfinite"]) == any(
+            not logread.finite(v) for i in its for v in [*i.losses.values(), i.grad_norm] if v is not None
+        )
+        # bytes and str give the same answers
+        assert Log([text.encode()]).tally() == t
+
+
+def test_last_step_and_progress_keep_their_old_contract():
+    from bridge_launch.backends.base import last_step, progress
+
+    assert last_step(MLM_756) == (73, 100, 1.798953)
+    assert last_step("nothing") is None
+    assert progress([MLM_756, None])["step"] == 73

@@ -1,0 +1,474 @@
+"""The canary: its settings, the Slurm canary job and the gated real job (rendered), the first step of
+Lepton and DGX Cloud jobs (the script run here with a stand-in torchrun), and the in-job checks
+(workloads/cluster_checks.py) against the image's stand-in Megatron-Bridge, a prepared Energon dataset,
+checkpoints in Bridge's layout and a HuggingFace cache. The runs on the local Slurm cluster with
+containers are in test_canary_e2e.py."""
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from canary_jobs import STANDIN, STANDIN_PATH, _spec
+from conftest import WORKLOADS, run_cli, write
+
+VL_ARGS = ["dataset.path=/lustre/clevr2", "checkpoint.pretrained_checkpoint=/lustre/ckpt"]
+
+
+@pytest.fixture
+def canary_mod(monkeypatch):
+    monkeypatch.syspath_prepend(str(WORKLOADS))
+    import cluster_checks
+
+    return cluster_checks
+
+
+def _dry(*args):
+    r = run_cli("submit", *args, "--dry-run", "-o", "json")
+    assert r.code == 0, r.err
+    return r.json()
+
+
+FAKE_TORCHRUN = """#!/bin/bash
+# records what it was asked to run; the canary fails when CANARY_RC says so
+echo "$*" >> "$CALLS"
+case "$*" in
+  *--rdzv-id=*-canary*)
+    echo "bridge-launch canary: FAIL at data: dataset.path /x does not exist in the container; report r"
+    exit "${CANARY_RC:-0}";;
+  *) echo "training ran"; exit 0;;
+esac
+"""
+
+
+def _subcheck(name, spec_path):
+    env = dict(os.environ, PYTHONPATH=STANDIN_PATH)
+    proc = subprocess.run(
+        [sys.executable, str(WORKLOADS / "cluster_checks.py"), "--check", name, str(spec_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("@@bridge-launch-canary-result ")]
+    assert proc.returncode == 0 and line, proc.stdout + proc.stderr
+    return json.loads(line[-1].split(" ", 1)[1])
+
+
+@pytest.mark.usefixtures("home")
+def test_slurm_canary_is_a_short_job_in_the_same_image_the_real_job_waits_for():
+    d = _dry("qwen35-vl-sft", "-c", "gb200-32", "--canary", *VL_ARGS)
+    main, c = d["artifact"]["text"], d["canary"]
+    assert "#SBATCH --dependency=afterok:@CANARY_JOB_ID@\n#SBATCH --kill-on-invalid-dep=yes\n" in main
+    text = c["artifact"]["text"]
+    assert c["artifact"]["filename"] == "launch/@RUN_ID@-canary.sbatch"
+    assert "#SBATCH --nodes=2\n" in text and "#SBATCH --time=00:30:00\n" in text and "--dependency" not in text
+    for line in ("#SBATCH --partition=batch", "#SBATCH --exclusive", "#SBATCH --gpus-per-node=4"):
+        assert line in main and line in text
+    # the same container, mounts, environment and srun flags as the job: only the node count differs
+    srun = [ln for ln in main.splitlines() if ln.startswith("    --") and "nodes=" not in ln and "--nnodes" not in ln]
+    csrun = [ln for ln in text.splitlines() if ln.startswith("    --") and "nodes=" not in ln and "--nnodes" not in ln]
+    assert [ln for ln in srun if ln.startswith(("    --container", "    --mpi", "    --no-container"))] == [
+        ln for ln in csrun if ln.startswith(("    --container", "    --mpi", "    --no-container"))
+    ]
+    exports = [ln for ln in main.splitlines() if ln.startswith("export ") and "RUN_ID=" not in ln]
+    assert exports and all(ln in text for ln in exports)
+    entry = text.index("    /lustre/fsw/bridge-launch/runs/@RUN_ID@/workload/cluster_checks.py \\\n")
+    assert text[entry:].splitlines()[1] == "    /lustre/fsw/bridge-launch/runs/@RUN_ID@/canary/@RUN_ID@.spec.json &"
+    spec = c["spec"]
+    tokens = shlex.split(main.split("srun \\\n")[1].split(" &\n")[0].replace("\\\n", " "))
+    at = tokens.index(spec["entry"])
+    assert tokens[at + 1 : at + 5] == ["--recipe", spec["recipe"], "--mode", spec["mode"]]
+    assert spec["args"] == tokens[at + 5 :]  # the job's exact overrides
+    assert spec["recipe"] == "qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config" and spec["mode"] == "sft"
+    assert spec["world_size"] == 32 and spec["dataset"] == {"kind": "energon", "path": "/lustre/clevr2"}
+    assert spec["pretrained_checkpoint"] == "/lustre/ckpt"
+    assert (
+        spec["hf"]["model"] == "Qwen/Qwen3.5-35B-A3B"
+        and spec["hf"]["processor_revision"] == spec["hf"]["model_revision"]
+    )
+    assert spec["schema_source"]["megatron_bridge_version"] == "0.7.0"
+    assert spec["schema_source"]["megatron_core_version"] == "0.20.0"
+    assert spec["network"]["expected_busbw_gbps"] == 700 and spec["fabric"]["expect_mnnvl"] is True
+    assert d["provenance"]["job"]["canary"] == "cli"
+
+
+@pytest.mark.usefixtures("home")
+def test_dry_run_text_shows_the_canary_job_and_spec():
+    r = run_cli("submit", "qwen35-vl-sft", "-c", "gb200-32", "--canary", *VL_ARGS, "--dry-run")
+    assert r.code == 0, r.err
+    assert "Canary     a job on 2 nodes of the same partition, time 00:30:00, submitted first" in r.out
+    assert (
+        "--- canary sbatch: launch/@RUN_ID@-canary.sbatch" in r.out
+        and "--- canary spec: canary/@RUN_ID@.spec.json" in r.out
+    )
+    assert "busbw >= 80% of 700 GB/s (gb200)" in r.out
+
+
+@pytest.mark.usefixtures("home")
+def test_with_until_done_only_the_first_segment_waits_for_the_canary():
+    d = _dry("smoke", "-c", "gb200-8", "--canary", "--until-done", "--step-time", "1", "checkpoint.save=/lustre/ck")
+    text = d["artifact"]["text"]
+    assert "#SBATCH --dependency=afterok:@CANARY_JOB_ID@" in text
+    # a segment submits its successor with a dependency of its own on the command line, which sbatch
+    # takes over the script's #SBATCH line
+    assert 'sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID"' in text
+    assert d["canary"]["spec"]["workload"] == "smoke" and "--until-done" not in d["canary"]["artifact"]["text"]
+
+
+def test_profile_default_and_no_canary(home):
+    write(home / "clusters" / "gb-canary.toml", 'extends = "gb200-32"\n[canary]\nenabled = true\nnodes = 1\n')
+    d = _dry("qwen35-vl-sft", "-c", "gb-canary", *VL_ARGS)
+    assert d["canary"]["settings"]["nodes"] == 1 and d["provenance"]["job"]["canary"] == "cluster:gb-canary"
+    assert "#SBATCH --nodes=1\n" in d["canary"]["artifact"]["text"]
+    d = _dry("qwen35-vl-sft", "-c", "gb-canary", "--no-canary", *VL_ARGS)
+    assert "canary" not in d and "--dependency" not in d["artifact"]["text"]
+
+
+@pytest.mark.usefixtures("home")
+def test_no_canary_means_no_change_to_the_job():
+    plain = _dry("qwen35-vl-sft", "-c", "gb200-32", *VL_ARGS)
+    assert "canary" not in plain and "dependency" not in plain["artifact"]["text"]
+
+
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        ('[canary]\ntime = "soon"\n', "[canary]: time 'soon' is not a Slurm time"),
+        ("[canary]\nbusbw_sizes = []\n", "[canary]: busbw_sizes must be a list of byte counts"),
+        ("[canary]\nbusbw_min_fraction = 1.5\n", "[canary]: busbw_min_fraction must be in (0, 1]"),
+        ("[canary]\nbusbw_gbs = 3\n", "unknown [canary] key 'busbw_gbs'"),
+    ],
+)
+def test_bad_canary_settings_are_one_line(home, body, message):
+    write(home / "clusters" / "bad.toml", 'extends = "gb200-32"\n' + body)
+    r = run_cli("submit", "qwen35-vl-sft", "-c", "bad", *VL_ARGS, "--dry-run")
+    assert r.code == 2 and message in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    assert "Traceback" not in r.err
+
+
+def test_local_backend_has_no_canary(home):
+    r = run_cli("submit", "smoke", "--canary", "--dry-run")
+    assert r.code == 2 and "cluster 'local' runs torchrun on this machine" in r.err and "Traceback" not in r.err
+    write(home / "clusters" / "loc.toml", 'extends = "local"\n[canary]\nenabled = true\n')
+    r = run_cli("submit", "smoke", "-c", "loc", "--dry-run")
+    assert r.code == 2 and "[canary] enabled: the local backend" in r.err
+
+
+@pytest.mark.parametrize("cluster", ["lepton-gb200", "dgxc-gb200"])
+@pytest.mark.parametrize("canary_rc", [0, 1])
+def test_cloud_jobs_run_the_canary_first_and_stop_when_it_fails(home, tmp_path, cluster, canary_rc):
+    from bridge_launch.backends import cloud, lepton
+    from bridge_launch.resolve import resolver as resolve
+
+    write(home / "clusters" / "c.toml", f'extends = "{cluster}"\njob_root = "{tmp_path}/runs"\n')
+    job = resolve.resolve("smoke", resolve.Options(cluster="c", nodes=2, canary=True)).with_run_id("r1")
+    script = cloud.job_script(job, lepton.RANK_PRELUDE)
+    bindir = tmp_path / "bin"
+    write(bindir / "torchrun", FAKE_TORCHRUN).chmod(0o755)
+    calls = tmp_path / "calls"
+    env = dict(
+        os.environ,
+        PATH=f"{bindir}:{os.environ['PATH']}",
+        CALLS=str(calls),
+        CANARY_RC=str(canary_rc),
+        LEPTON_JOB_WORKER_INDEX="0",
+        MASTER_PORT="29400",
+    )
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    ran = calls.read_text().splitlines()
+    assert "--rdzv-id=r1-canary" in ran[0] and "workload/cluster_checks.py" in ran[0]
+    assert "--rdzv-endpoint=127.0.0.1:29401" in ran[0]  # the canary's rendezvous one port above the job's
+    assert "--nnodes=2" in ran[0]  # every node of the job runs it
+    if canary_rc:
+        assert proc.returncode == canary_rc and len(ran) == 1, (proc.stdout, proc.stderr)
+        assert "the canary failed (exit 1): training not started" in proc.stderr
+        assert (tmp_path / "runs" / "r1" / "exit" / "r1").read_text().strip() == "1"
+    else:
+        assert proc.returncode == 0 and len(ran) == 2 and "--rdzv-id=r1 " in ran[1], (proc.stdout, proc.stderr)
+
+
+def test_checkpoint_check_follows_bridge(canary_mod, tmp_path):
+    import torch
+
+    P = __import__("trainer_protocol")
+    check = canary_mod.check_checkpoint
+
+    def spec(path):
+        return {"pretrained_checkpoint": str(path)}
+
+    assert check({})["status"] == "skip"
+    r = check(spec(tmp_path / "nope"))
+    assert r["status"] == "fail" and "does not exist in the container" in r["detail"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = check(spec(empty))
+    assert r["status"] == "fail" and P.NO_CHECKPOINT in r["detail"]
+
+    ck = tmp_path / "ck"
+    it = ck / "iter_0000007"
+    it.mkdir(parents=True)
+    (ck / P.TRACKER).write_text("7")
+    r = check(spec(ck))
+    assert r["status"] == "fail" and "Unknown checkpoint format" in r["detail"]
+    (it / P.MCORE_METADATA).write_text(json.dumps(P.MCORE_METADATA_CONTENT))
+    r = check(spec(ck))
+    assert r["status"] == "fail" and ".metadata is missing" in r["detail"]
+    (it / P.DIST_METADATA).write_bytes(b"x")
+    r = check(spec(ck))
+    assert r["status"] == "ok" and "-> iter_0000007, format torch_dist" in r["detail"], r
+    assert r["data"]["metadata"] == P.MCORE_METADATA_CONTENT
+    assert check(spec(it))["detail"].endswith(
+        "an iteration directory (loaded as it is), format torch_dist "
+        '(metadata.json {"sharded_backend": "torch_dist", "sharded_backend_version": 1})'
+    )
+    (ck / P.TRACKER).write_text("9")
+    r = check(spec(ck))
+    assert r["status"] == "fail" and "iter_0000009, which does not exist" in r["detail"]
+    for text, why in (("0", "error parsing metadata file"), ("abc", "Invalid metadata file")):
+        (ck / P.TRACKER).write_text(text)
+        r = check(spec(ck))
+        assert r["status"] == "fail" and why in r["detail"], r
+    (ck / P.TRACKER).write_text("release")
+    (ck / P.RELEASE_DIR).mkdir()
+    (ck / P.RELEASE_DIR / P.DIST_METADATA).write_bytes(b"x")
+    r = check(spec(ck))
+    assert r["status"] == "ok" and "-> release, format fsdp_dtensor" in r["detail"], r
+    # Bridge's own tracker first (latest_train_state.pt), as it reads it (weights_only)
+    torch.save({"step": torch.tensor(7)}, ck / P.TRACKER_STATE)
+    assert "-> iter_0000007" in check(spec(ck))["detail"]
+    hf = tmp_path / "hf"
+    write(hf / "config.json", "{}")
+    write(hf / "model-00001-of-00002.safetensors", "")
+    r = check(spec(hf))
+    assert r["status"] == "ok" and r["data"]["format"] == "hf"
+
+
+def test_hf_cache_check_resolves_revisions_as_the_hub_does(canary_mod, tmp_path, monkeypatch):
+    rev = "59d61f3ce65a6d9863b86d2e96597125219dc754"
+    spec = {
+        "hf": {
+            "model": "Qwen/Qwen3.5-35B-A3B",
+            "model_revision": rev,
+            "processor": "Qwen/Qwen3.5-35B-A3B",
+            "processor_revision": rev,
+        }
+    }
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
+    assert canary_mod.check_hf_cache(spec)["status"] == "skip"
+    assert canary_mod.check_hf_cache({"hf": {}})["status"] == "skip"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    r = canary_mod.check_hf_cache(spec)
+    assert r["status"] == "fail" and "no models--Qwen--Qwen3.5-35B-A3B in" in r["detail"]
+    snap = tmp_path / "hf" / "hub" / "models--Qwen--Qwen3.5-35B-A3B" / "snapshots" / rev
+    write(snap / "config.json", "{}")
+    r = canary_mod.check_hf_cache(spec)
+    assert r["status"] == "fail" and "lacks preprocessor_config.json or processor_config.json" in r["detail"]
+    write(snap / "preprocessor_config.json", "{}")
+    assert canary_mod.check_hf_cache(spec)["status"] == "ok"
+    other = dict(spec, hf=dict(spec["hf"], model_revision="main"))
+    r = canary_mod.check_hf_cache(other)
+    assert r["status"] == "fail" and "no snapshot main" in r["detail"]
+    write(snap.parent.parent / "refs" / "main", rev)  # refs/main names the commit
+    assert canary_mod.check_hf_cache(other)["status"] == "ok"
+
+
+def test_busbw_verdict(canary_mod):
+    rows = [{"size_bytes": 1 << 20, "busbw_gbps": 10.0}, {"size_bytes": 1 << 30, "busbw_gbps": 600.0}]
+
+    def judge(expected, fraction=0.8, world=8, nodes=2):
+        spec = {"gpu_type": "gb200", "network": {"expected_busbw_gbps": expected, "min_fraction": fraction}}
+        return canary_mod.judge_busbw(spec, rows, world, nodes, "nccl")
+
+    ok = judge(700)
+    assert ok["status"] == "ok" and ok["detail"].startswith(
+        "all-reduce busbw 600.000 GB/s at 1 GiB >= 80% of the expected 700 GB/s"
+    )
+    bad = judge(800)
+    assert (
+        bad["status"] == "fail"
+        and "is below 80% of the expected 800 GB/s for gb200 (8 ranks on 2 node(s), nccl)" in bad["detail"]
+    )
+    assert judge(0)["status"] == "warn" and "not judged" in judge(0)["detail"]
+    assert "one node only" in judge(700, nodes=1)["detail"]
+    assert canary_mod.judge_busbw({}, [], 1, 1, "gloo")["status"] == "skip"
+
+
+def test_fabric_verdict(canary_mod):
+    assert canary_mod.check_fabric({}, {}, cuda=False)["status"] == "skip"
+    good = {"state": "Completed", "status": "Success", "clique_id": "7", "cluster_uuid": "u"}
+    nodes = {
+        "n1": {"imex": {"visible": True, "channels": ["channel0"]}, "fabric": good},
+        "n2": {"imex": {"visible": False, "channels": []}, "fabric": good},
+    }
+    spec = {"fabric": {"expect_mnnvl": True}}
+    r = canary_mod.check_fabric(spec, nodes, cuda=True)
+    assert r["status"] == "fail" and "IMEX channels visible on 1/2 node(s) (none on n2)" in r["detail"]
+    nodes["n2"]["imex"] = {"visible": True, "channels": ["channel0"]}
+    r = canary_mod.check_fabric(spec, nodes, cuda=True)
+    assert r["status"] == "ok" and "multi-node NVLink likely" in r["detail"]
+    nodes["n2"]["fabric"] = dict(good, clique_id="8")
+    assert canary_mod.check_fabric(spec, nodes, cuda=True)["status"] == "fail"
+    assert canary_mod.check_fabric({"fabric": {"expect_mnnvl": False}}, nodes, cuda=True)["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    "recipe,args,status,expected",
+    [
+        (
+            "tiny_vl_sft_config",
+            ["train.train_iters=2", "dataset.path=/d"],
+            "ok",
+            "recipe tiny_vl_sft_config built with 2 overrides and validated for 4 ranks (data-parallel size 4); image: "
+            "megatron-bridge 0.7.0, megatron-core 0.20.0; schema/ from megatron-bridge 0.7.0 (067f987df), "
+            "megatron-core 0.20.0 (2a75ac12c)",
+        ),
+        (
+            "qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config",
+            [],
+            "fail",
+            "recipe lookup failed: AttributeError: Recipe "
+            "'qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config' not "
+            "found in megatron.bridge.recipes or megatron.bridge.perf_recipes.",
+        ),
+        (
+            "tiny_vl_sft_config",
+            ["dataset.path=/d", "model.mtp_num_layers=1"],
+            "fail",
+            "override application failed: OverridesError: Failed to parse Hydra overrides: Could not override "
+            "'model.mtp_num_layers'. To append to your config use +model.mtp_num_layers=1",
+        ),
+        (
+            "tiny_vl_sft_config",
+            ["dataset.path=/d", "train.global_batch_size=6"],
+            "fail",
+            "ConfigContainer.validate() failed: AssertionError: eval_global_batch_size (6) must be divisible by "
+            "eval_micro_batch_size * eval_data_parallel_size (1 * 4 = 4)",
+        ),
+        (
+            "tiny_vl_sft_config",
+            ["dataset.path=/d", "--bogus"],
+            "fail",
+            "argument parsing failed: run_recipe.py exited: run_recipe.py: error: Unknown option: --bogus",
+        ),
+    ],
+)
+def test_trainer_check_runs_run_recipes_path_in_the_image(tmp_path, recipe, args, status, expected):
+    r = _subcheck("trainer", _spec(tmp_path, recipe=recipe, args=args))
+    assert r["status"] == status and r["detail"].startswith(expected), r["detail"]
+    assert r["data"]["versions"]["megatron_bridge"]["file"] == str(STANDIN / "src/megatron/bridge/__init__.py")
+
+
+def test_trainer_check_reports_a_version_skew(tmp_path):
+    src = {
+        "megatron_bridge": "abc",
+        "megatron_core": "def",
+        "megatron_bridge_version": "0.8.0",
+        "megatron_core_version": "0.20.0",
+    }
+    r = _subcheck("trainer", _spec(tmp_path, schema_source=src, args=["dataset.path=/d"]))
+    assert r["status"] == "ok" and r["data"]["versions_match"] is False
+    assert r["detail"].endswith(
+        "schema/ from megatron-bridge 0.8.0 (abc), megatron-core 0.20.0 (def) (they differ: "
+        "the overrides were checked by the image's own code)"
+    )
+
+
+def test_trainer_check_skips_the_smoke_workload(canary_mod):
+    assert canary_mod.check_trainer({"workload": "smoke"}, "x")["status"] == "skip"
+
+
+def test_data_check_reads_one_sample_with_energon(canary_mod, tmp_path, energon_dataset):
+    r = _subcheck("data", _spec(tmp_path, dataset={"kind": "energon", "path": str(energon_dataset)}))
+    assert r["status"] == "ok" and r["detail"].startswith(
+        f"{energon_dataset} opened with the image's Energon 7.4.1; one train sample read (ChatMLSample clevr_2__"
+    ), r
+    assert r["data"]["sample"]["imgs"].endswith("item(s)") and r["data"]["sample"]["conversation"] == "2 item(s)"
+    spec = json.loads(_spec(tmp_path).read_text())
+    r = canary_mod.check_data(spec, "unused")
+    assert r["status"] == "fail" and r["detail"] == f"dataset.path {tmp_path / 'nope'} does not exist in the container"
+    r = canary_mod.check_data(dict(spec, dataset={"kind": "energon", "path": str(tmp_path)}), "unused")
+    assert r["status"] == "fail" and "is not a prepared Energon dataset (no .nv-meta/)" in r["detail"]
+    assert canary_mod.check_data(dict(spec, dataset={"kind": None, "path": str(tmp_path)}), "x")["status"] == "ok"
+    assert canary_mod.check_data(dict(spec, dataset={}), "x")["status"] == "skip"
+
+
+def test_data_check_without_the_sample_type_in_the_image(tmp_path, energon_dataset):
+    """An image whose Megatron-Bridge lacks the dataset's sample type: Energon cannot open it."""
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}")  # no megatron.bridge on the path
+    spec = _spec(tmp_path, dataset={"kind": "energon", "path": str(energon_dataset)})
+    proc = subprocess.run(
+        [sys.executable, str(WORKLOADS / "cluster_checks.py"), "--check", "data", str(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    r = json.loads(proc.stdout.strip().splitlines()[-1].split(" ", 1)[1])
+    assert r["status"] == "fail" and "megatron.bridge" in r["detail"] and "Energon 7.4.1" in r["detail"], r
+
+
+def test_lepton_run_with_a_canary_stages_it_and_status_names_the_failing_check(home, tmp_path, monkeypatch):
+    """Through the Lepton contract server: the canary's files reach the run dir, the job's script
+    runs it first, and a job its canary stopped is FAILED with the check in `status`."""
+    from bridge_launch.resolve import resolver as resolve
+    from bridge_launch.runs import lifecycle as launch
+    from bridge_launch.runs.registry import Registry
+    from contract_server import LEPTON_TOKEN, Server
+
+    with Server() as server:
+        monkeypatch.setenv("HOME", str(tmp_path / "userhome"))
+        monkeypatch.setenv("LEPTON_WORKSPACE_ID", "ws-test")
+        monkeypatch.setenv("LEPTON_WORKSPACE_TOKEN", LEPTON_TOKEN)
+        monkeypatch.setenv("LEPTON_WORKSPACE_URL", server.url + "/lepton")
+        write(
+            home / "clusters" / "lep.toml",
+            'name = "lep"\nextends = "lepton-gb200"\n[lepton]\nrequest_timeout = 1\n'
+            "retries = 3\nretry_wait = 0\npoll_interval = 0\n[canary]\nenabled = true\n",
+        )
+        server.contract.script = ["Queueing", "Running", "Failed"]
+        server.contract.replica_log = (
+            "bridge-launch canary: data: FAIL: dataset.path /mnt/x does not exist in the container\n"
+            "bridge-launch canary: FAIL at data: dataset.path /mnt/x does not exist in the "
+            "container; report /mnt/shared/r.json\n"
+        )
+        job = resolve.resolve("smoke", resolve.Options(cluster="lep", nodes=2), for_submit=True)
+        run = launch.submit(job)
+        staged = server.contract.staged[run.run_dir]
+        spec = json.loads(staged[f"canary/{run.run_id}.spec.json"])
+        assert spec["report"] == f"{run.run_dir}/canary/{run.run_id}.json" and "workload/cluster_checks.py" in staged
+        script = server.contract.calls("POST", r"^/lepton/jobs$")[-1][4]["spec"]["container"]["command"][2]
+        assert script.index(f"--rdzv-id={run.run_id}-canary") < script.index(f"--rdzv-id={run.run_id} ")
+        reg = Registry()
+        states = [launch.refresh(reg, [reg.get(run.run_id)])[0] for _ in range(3)]
+        final = states[-1]
+        assert [s.state for s in states[:2]] == ["PENDING", "RUNNING"] and final.state == "FAILED"
+        assert final.reason == "canary failed at data: dataset.path /mnt/x does not exist in the container"
+        assert final.info["canary"]["verdict"] == "fail"
+        shown = run_cli("status", run.run_id).out
+        assert "canary      first step: FAILED at data: dataset.path /mnt/x does not exist in the container" in shown
+
+
+def test_image_versions_name_a_checkouts_commit_only(canary_mod, tmp_path):
+    """A Megatron-Bridge checkout (src/megatron/bridge under a .git root) gives its commit; the same
+    package lying somewhere inside another repository gives none (the stand-in tree in this repo)."""
+    root = tmp_path / "Megatron-Bridge"
+    pkg = root / "src" / "megatron" / "bridge"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    assert canary_mod._git_commit(str(pkg / "__init__.py")) is None
+    (root / ".git" / "refs" / "heads").mkdir(parents=True)
+    (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (root / ".git" / "refs" / "heads" / "main").write_text("067f987df03b8355b03192d88d70f1709fedf51a\n")
+    assert canary_mod._git_commit(str(pkg / "__init__.py")) == "067f987df03b8355b03192d88d70f1709fedf51a"
+    inside = tmp_path / "outer" / "vendor" / "megatron" / "core"
+    inside.mkdir(parents=True)
+    (tmp_path / "outer" / ".git").mkdir()
+    (tmp_path / "outer" / ".git" / "HEAD").write_text("0123456789abcdef\n")
+    assert canary_mod._git_commit(str(inside / "__init__.py")) is None  # the repository around it is not its own

@@ -1,0 +1,164 @@
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bridge_launch.runs import codepack
+from conftest import run_cli, write
+
+
+def _git(repo, *args):
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(repo),
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "protocol.file.allow=always",
+            *args,
+        ],
+        check=True,
+        capture_output=True,
+    )
+
+
+def _checkout(root: Path) -> Path:
+    """A Megatron-Bridge-shaped checkout with Megatron-LM as a real submodule."""
+    lm = root / "Megatron-LM"
+    write(lm / "megatron" / "core" / "__init__.py", 'ORIGIN = "submodule"\n')
+    _git(root, "init", "-q", str(lm))
+    _git(lm, "add", "-A")
+    _git(lm, "commit", "-qm", "lm")
+    mb = root / "Megatron-Bridge"
+    write(mb / "src" / "megatron" / "bridge" / "__init__.py", 'ORIGIN = "committed"\n')
+    write(mb / "scripts" / "training" / "run_recipe.py", "print('hi')\n")
+    (mb / "scripts" / "training" / "run_recipe.py").chmod(0o755)
+    write(mb / "gone.txt", "x\n")
+    _git(root, "init", "-q", str(mb))
+    _git(mb, "submodule", "add", "-q", str(lm), "3rdparty/Megatron-LM")
+    _git(mb, "add", "-A")
+    _git(mb, "commit", "-qm", "mb")
+    return mb
+
+
+def _git_checkout(path: Path, files: dict) -> Path:
+    for rel, text in files.items():
+        write(path / rel, text)
+    for cmd in (
+        ["init", "-q"],
+        ["add", "-A"],
+        ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "x"],
+    ):
+        subprocess.run(["git", "-C", str(path), *cmd], check=True, capture_output=True)
+    return path
+
+
+def test_pack_takes_tracked_files_as_edited_with_submodules(tmp_path):
+    import io
+    import tarfile
+
+    mb = _checkout(tmp_path)
+    clean = codepack.pack(str(mb))
+    assert clean.dirty is False and len(clean.commit) == 40
+    (mb / "src" / "megatron" / "bridge" / "__init__.py").write_text('ORIGIN = "edited"\n')
+    write(mb / "untracked.py", "secret = 1\n")
+    (mb / "gone.txt").unlink()
+    write(mb / "staged.py", "x = 1\n")
+    _git(mb, "add", "staged.py")
+    packed = codepack.pack(str(mb))
+    assert packed.dirty is True and packed.commit == clean.commit
+    with tarfile.open(fileobj=io.BytesIO(packed.tar)) as tar:
+        names = set(tar.getnames())
+        assert tar.extractfile("src/megatron/bridge/__init__.py").read() == b'ORIGIN = "edited"\n'
+        assert tar.extractfile("3rdparty/Megatron-LM/megatron/core/__init__.py").read() == b'ORIGIN = "submodule"\n'
+        assert tar.getmember("scripts/training/run_recipe.py").mode == 0o755
+    assert "staged.py" in names and "untracked.py" not in names and "gone.txt" not in names
+    assert ".gitmodules" in names and not any(
+        n.startswith(".git/") or "/.git/" in n or n.endswith("/.git") for n in names
+    )
+
+
+@pytest.mark.usefixtures("home")
+def test_bridge_src_dry_run_mounts_the_staged_tree(tmp_path):
+    mb = _checkout(tmp_path)
+    d = run_cli("submit", "smoke", "-c", "gb200-8", "--bridge-src", str(mb), "--dry-run", "-o", "json").json()
+    assert f"{d['run_dir']}/bridge-src:/opt/Megatron-Bridge" in d["mounts"]
+    text = d["artifact"]["text"]
+    assert f"{d['run_dir']}/bridge-src:/opt/Megatron-Bridge" in text
+    (launcher,) = (body for rel, body in d["artifact"]["files"].items() if rel.endswith(".node-launch.sh"))
+    assert (
+        "\nexport PYTHONPATH=/opt/Megatron-Bridge/src:/opt/Megatron-Bridge/3rdparty/Megatron-LM"
+        "${PYTHONPATH:+:$PYTHONPATH}\n"
+        "stop=$1 sig=$2\nshift 2\ntorchrun --node-rank" in launcher
+    )
+    plain = run_cli("submit", "smoke", "-c", "gb200-8", "--dry-run", "-o", "json").json()["artifact"]
+    assert "PYTHONPATH" not in plain["text"] and "PYTHONPATH" not in "".join(plain["files"].values())
+
+
+@pytest.mark.usefixtures("home")
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["-c", "gb200-8", "--bridge-src", "/no/such/dir"], "no such directory"),
+        (["-c", "gb200-8", "--bridge-src", "/tmp"], "not a git checkout"),
+        (["-c", "local-slurm", "--bridge-src", "."], "needs a container"),
+        (["-c", "lepton-gb200", "--bridge-src", "."], "Slurm job"),
+    ],
+)
+def test_bridge_src_errors_are_one_line(args, fragment):
+    r = run_cli("submit", "smoke", *args, "--dry-run")
+    lines = r.err.strip().splitlines()
+    assert r.code == 2 and len(lines) == 1 and fragment in lines[0], r.err
+
+
+@pytest.mark.usefixtures("home")
+def test_bridge_src_inside_a_checkout_asks_for_its_top(tmp_path):
+    mb = _checkout(tmp_path)
+    r = run_cli("submit", "smoke", "-c", "gb200-8", "--bridge-src", str(mb / "src"), "--dry-run")
+    assert r.code == 2 and "give its top directory" in r.err
+
+
+def test_staging_unpacks_the_tree_in_the_run_dir(tmp_path):
+    from bridge_launch.backends.base import Tree, stage_locally
+
+    mb = _checkout(tmp_path)
+    packed = codepack.pack(str(mb))
+    run_dir = tmp_path / "run"
+    stage_locally(str(run_dir), {"bridge-src": Tree(packed.tar), "launch/x.json": "{}"}, new_dir=True)
+    assert (
+        run_dir / "bridge-src" / "src" / "megatron" / "bridge" / "__init__.py"
+    ).read_text() == 'ORIGIN = "committed"\n'
+    assert os.access(run_dir / "bridge-src" / "scripts" / "training" / "run_recipe.py", os.X_OK)
+    assert json.loads((run_dir / "launch" / "x.json").read_text()) == {}
+
+
+def test_bridge_src_must_carry_the_recipe_upstream_lacks(cli, tmp_path):
+    name = "qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config"
+    has = _git_checkout(
+        tmp_path / "mb-seed", {"src/megatron/bridge/recipes/qwen_vl/gb200/qwen35_vl.py": f"def {name}():\n    pass\n"}
+    )
+    lacks = _git_checkout(
+        tmp_path / "mb-main", {"src/megatron/bridge/recipes/qwen_vl/h100/qwen35_vl.py": "def other():\n    pass\n"}
+    )
+    args = [
+        "submit",
+        "qwen35-vl-sft",
+        "-c",
+        "gb200-32",
+        "--dry-run",
+        "dataset.path=/d",
+        "checkpoint.pretrained_checkpoint=/c",
+    ]
+    r = cli(*args, "--bridge-src", str(lacks))
+    assert (
+        r.code == 2 and f"no file under src/ names the recipe function {name}" in r.err and len(r.err.splitlines()) == 1
+    )
+    r = cli(*args, "--bridge-src", str(has))
+    assert r.code == 0, r.err
+    assert f"Runs from --bridge-src {has} (checked to have it)" in r.out and "is not in upstream" not in r.out

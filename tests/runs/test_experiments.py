@@ -1,0 +1,186 @@
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from bridge_launch.core.errors import UsageError
+from bridge_launch.runs import experiments
+from run_records import _record
+from training_logs import training_log
+
+# ------------------------------------------------------------------------------------------------
+# the registry: experiments beside runs; an older state dir keeps working
+# ------------------------------------------------------------------------------------------------
+OLD_SCHEMA = """
+CREATE TABLE runs (run_id TEXT PRIMARY KEY, created REAL NOT NULL, updated REAL NOT NULL, recipe TEXT NOT NULL,
+    cluster TEXT NOT NULL, backend TEXT NOT NULL, state TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '',
+    job_ids TEXT NOT NULL DEFAULT '[]', run_dir TEXT NOT NULL DEFAULT '', resumed_from TEXT, chain TEXT,
+    info TEXT NOT NULL DEFAULT '{}');
+CREATE INDEX runs_created ON runs (created DESC);
+"""
+
+
+# ------------------------------------------------------------------------------------------------
+# sweeps
+# ------------------------------------------------------------------------------------------------
+def test_sweeps_expand_like_hydras_basic_sweeper():
+    m = experiments.expand(
+        ["smoke"], ["train.train_iters=5", "optimizer.lr=1e-3,3e-3", "rng.seed=range(1,3)"], sweep=True
+    )
+    assert [x.overrides for x in m] == [
+        ["train.train_iters=5", "optimizer.lr=0.001", "rng.seed=1"],
+        ["train.train_iters=5", "optimizer.lr=0.001", "rng.seed=2"],
+        ["train.train_iters=5", "optimizer.lr=0.003", "rng.seed=1"],
+        ["train.train_iters=5", "optimizer.lr=0.003", "rng.seed=2"],
+    ]
+    assert m[1].label == "optimizer.lr=0.001 rng.seed=2"
+    m = experiments.expand(["a", "b"], ["+x=choice(p,q)", "y=1"], sweep=True)
+    assert [(x.recipe, x.overrides, x.label) for x in m] == [
+        ("a", ["+x=p", "y=1"], "a x=p"),
+        ("a", ["+x=q", "y=1"], "a x=q"),
+        ("b", ["+x=p", "y=1"], "b x=p"),
+        ("b", ["+x=q", "y=1"], "b x=q"),
+    ]
+    assert [x.overrides for x in experiments.expand(["s"], ["z=range(0.5,1.6,0.5)"], sweep=True)] == [
+        ["z=0.5"],
+        ["z=1.0"],
+        ["z=1.5"],
+    ]
+
+
+@pytest.mark.parametrize(
+    "overrides,fragment",
+    [
+        (["a=1,2"], "add --sweep"),
+        (["a=interval(0,1)"], "interval() is a continuous range"),
+        (["a=range(1,1)"], "the sweep has no values"),
+    ],
+)
+def test_bad_sweeps(overrides, fragment):
+    with pytest.raises(UsageError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+        experiments.expand(["smoke"], overrides, sweep="add --sweep" not in fragment)
+
+
+def test_a_stray_comma_is_still_an_error_and_a_sweep_needs_the_flag(cli):
+    r = cli("submit", "smoke", "--dry-run", "train.train_iters=1,2")
+    assert r.code == 2 and "add --sweep to submit one run per value" in r.err
+    r = cli("submit", "smoke", "--dry-run", "--sweep", "train.train_iters=1,2", "-o", "json")
+    assert r.code == 0, r.err
+    runs = r.json()["runs"]
+    assert [x["config"]["train.train_iters"] for x in runs] == [1, 2]
+    assert [x["label"] for x in runs] == ["train.train_iters=1", "train.train_iters=2"]
+    r = cli("submit", "smoke", "--dry-run", "train.train_iters='1,2'", "-o", "json")
+    assert r.code == 2  # a quoted comma is a string: the key wants an int
+
+
+def test_several_recipes_with_an_overlay_are_one_experiment(cli):
+    r = cli(
+        "submit",
+        "qwen35-vl-sft",
+        "qwen35-vl-sft-mxfp8",
+        "-c",
+        "gb200-32",
+        "--overlay",
+        "validation-run",
+        "dataset.path=/lustre/clevr2",
+        "checkpoint.pretrained_checkpoint=/lustre/ckpt",
+        "--dry-run",
+        "-o",
+        "json",
+    )
+    assert r.code == 0, r.err
+    d = r.json()
+    assert [x["recipe"] for x in d["runs"]] == ["qwen35-vl-sft", "qwen35-vl-sft-mxfp8"]
+    assert all(x["config"]["train.train_iters"] == 100 and x["overlays"] == ["validation-run"] for x in d["runs"])
+    assert d["experiment"].startswith("qwen35-vl-sft-x")
+
+
+@pytest.mark.usefixtures("home")
+def test_an_older_state_dir_gains_the_experiment_tables(cli):
+    import os
+
+    state = Path(os.environ["BRIDGE_LAUNCH_HOME"])
+    state.mkdir(parents=True)
+    db = sqlite3.connect(state / "registry.sqlite")
+    db.executescript(OLD_SCHEMA)
+    db.execute(
+        "INSERT INTO runs (run_id, created, updated, recipe, cluster, backend, state, run_dir, chain, info) "
+        "VALUES ('old-0101-abcd', 1, 1, 'smoke', 'local', 'local', 'COMPLETED', '/nowhere', 'old-0101-abcd', "
+        '\'{"step": 7, "train_iters": 7}\')'
+    )
+    db.commit()
+    db.close()
+    r = cli("status", "-o", "json")
+    assert r.code == 0 and r.json()[0]["run_id"] == "old-0101-abcd", r.err
+    tables = {
+        t
+        for (t,) in sqlite3.connect(state / "registry.sqlite").execute(
+            "SELECT name FROM sqlite_master WHERE type='table'"
+        )
+    }
+    assert {"runs", "experiments", "experiment_runs"} <= tables
+    r = cli("status")
+    assert r.code == 0 and "7/7" in r.out
+
+
+@pytest.mark.usefixtures("home")
+def test_experiments_show_and_compare_together(cli, tmp_path):
+    import math
+
+    from bridge_launch.runs.registry import Registry
+
+    reg = Registry()
+    reg.add_experiment("lr-sweep", {"recipes": ["smoke"]})
+
+    def base(s):
+        return 10.0 * math.exp(-s / 40) + 1.0
+
+    a = _record(
+        reg,
+        "smoke",
+        log=training_log(100, save_at={100}),
+        experiment="lr-sweep",
+        label="optimizer.lr=0.001",
+        position=0,
+    )
+    b = _record(
+        reg,
+        "smoke",
+        log=training_log(100, save_at={100}, loss=lambda s: base(s) * 1.005),
+        experiment="lr-sweep",
+        label="optimizer.lr=0.002",
+        position=1,
+    )
+    c = _record(
+        reg,
+        "smoke",
+        log=training_log(100, save_at={100}, loss=lambda s: base(s) * 1.3),
+        experiment="lr-sweep",
+        label="optimizer.lr=0.003",
+        position=2,
+    )
+    lone = _record(reg, "smoke", log=training_log(10, save_at={10}))
+    r = cli("status")
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    assert lines[0].split()[:2] == ["RUN", "EXPERIMENT"] and "LOSS" in lines[0]
+    order = [ln.split()[0] for ln in lines[1:]]
+    assert order == [lone.run_id, c.run_id, b.run_id, a.run_id]  # the experiment's runs together
+    r = cli("status", "lr-sweep")
+    assert r.code == 0, r.err
+    assert r.out.splitlines()[0].split()[:2] == ["RUN", "MEMBER"] and "\nexperiment  lr-sweep: 3 runs" in r.out
+    assert "optimizer.lr=0.003" in r.out and r.out.count("step        100/100") == 3
+    r = cli("compare", "lr-sweep", "--plot", tmp_path / "sweep.png", "-o", "json")
+    assert r.code == 1  # the third run is 30% off the first
+    d = r.json()
+    assert d["experiment"] == "lr-sweep" and [x["parity"] for x in d["comparisons"]] == [True, False]
+    assert d["comparisons"][0]["b"] == f"optimizer.lr=0.001 [{a.run_id}]"
+    assert (tmp_path / "sweep.png").stat().st_size > 20_000
+    r = cli("check", "lr-sweep", "-o", "json")
+    assert r.code == 0 and len(r.json()["results"]) == 3, r.out + r.err
+    # prune forgets the members that are gone, and the experiment with the last of them
+    reg.db.execute("UPDATE runs SET updated = 0")
+    assert set(reg.prune(1)) == {a.run_id, b.run_id, c.run_id, lone.run_id}
+    assert reg.experiment("lr-sweep") is None

@@ -1,0 +1,173 @@
+"""--until-done before anything runs: the chain's rules at resolve time, its sizing against
+plan's estimates, what --dry-run shows, and how status reads a chain's outcomes. The chain on
+a real cluster is in tests/e2e/test_until_done_e2e.py."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from bridge_launch.backends.slurm import backend as slurm
+from bridge_launch.core.errors import UsageError
+from bridge_launch.resolve import resolver as resolve
+from bridge_launch.runs import lifecycle as launch
+from bridge_launch.runs.registry import Registry
+from conftest import run_cli
+
+VL = ("dataset.path=/lustre/fsw/data/clevr2", "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt/qwen35")
+
+
+def _chain(recipe="smoke", cluster="local-slurm", overrides=(), **opts):
+    return resolve.resolve(
+        recipe, resolve.Options(cluster=cluster, overrides=tuple(overrides), until_done=True, **opts)
+    )
+
+
+def _finished_run(reached: int, iters: int = 50):
+    reg = Registry()
+    run = reg.reserve("smoke", "local", "local")
+    job = resolve.resolve("smoke", resolve.Options(overrides=(f"train.train_iters={iters}",))).with_run_id(run.run_id)
+    (reg.jobs_dir() / f"{run.run_id}.json").write_text(launch.job_json(job))
+    ckpt = Path(job.config["checkpoint.save"])
+    ckpt.mkdir(parents=True)
+    (ckpt / "latest_checkpointed_iteration.txt").write_text(f"{reached}\n")
+    reg.update(run.run_id, state="COMPLETED", run_dir=job.run_dir)
+    return run.run_id, Path(job.run_dir)
+
+
+@pytest.mark.usefixtures("home")
+def test_the_chain_turns_on_bridges_exit_handler_and_loads_its_own_saves():
+    job = _chain()
+    assert job.config["train.exit_signal_handler"] is True  # the smoke workload too: it follows Bridge
+    assert job.config["checkpoint.load"] == job.config["checkpoint.save"] == job.chain["save"]
+    assert job.chain["exit_signal"] == "TERM" and job.chain["max_segments"] is None
+    assert job.chain["complete_files"] == [".metadata", "metadata.json", "train_state.pt"]
+    assert job.scheduler["signal"] == "B:USR1@120"
+    assert _chain(overrides=["train.exit_signal=SIGUSR2"]).chain["exit_signal"] == "USR2"
+
+
+@pytest.mark.usefixtures("home")
+@pytest.mark.parametrize(
+    "overrides,opts,message",
+    [
+        (["checkpoint.load=/elsewhere"], {}, "checkpoint.load is /elsewhere"),
+        (["checkpoint.ckpt_step=5"], {}, "would load that iteration in every segment"),
+        (["train.exit_signal=SIGNOPE"], {}, "is not a signal name or number"),
+        ([], {"max_segments": 0}, "--max-segments must be >= 1"),
+        ([], {"step_time": -1.0}, "--step-time must be a positive number"),
+    ],
+)
+def test_the_chain_refuses(overrides, opts, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
+        _chain(overrides=overrides, **opts)
+
+
+@pytest.mark.usefixtures("home")
+def test_sizing_flags_need_until_done():
+    with pytest.raises(UsageError, match="--max-segments sizes an --until-done chain"):
+        resolve.resolve("smoke", resolve.Options(cluster="local-slurm", max_segments=3))
+    r = run_cli("submit", "smoke", "-c", "local-slurm", "--step-time", "3", "--dry-run")
+    assert r.code == 2 and "--step-time sizes an --until-done chain" in r.err and "Traceback" not in r.err
+
+
+@pytest.mark.usefixtures("home")
+def test_sizing_of_the_vl_recipe_on_gb200_32():
+    """plan estimates ~35 s a step for qwen35-vl-sft-mxfp8 on gb200-32 (it has an MXFP8 throughput
+    figure; none is published for BF16): the shipped save_interval of 500 is longer than a 4 h
+    segment, and a 120 s lead cannot hold a step, a save and an evaluation."""
+    job = _chain("qwen35-vl-sft-mxfp8", "gb200-32", VL)
+    e = job.chain["estimate"]
+    assert e["step_source"] == "plan's estimate" and 30 < e["step_s"] < 40
+    assert e["save_s"] and e["eval_s"] and 700 < e["segments"] < 800  # ~300000 x 35 s / (4 h - 120 s)
+    assert job.errors == []
+    save_warn = next(w for w in job.warnings if w.startswith("checkpoint.save_interval=500"))
+    fit = int(re.search(r"checkpoint.save_interval=(\d+) saves about twice a segment", save_warn).group(1))
+    assert fit * e["step_s"] * 2 <= 4 * 3600  # the suggestion fits twice in a segment
+    lead_warn = next(w for w in job.warnings if w.startswith("--signal-lead 120 s is shorter than one step"))
+    need = int(re.search(r"--signal-lead (\d+) fits", lead_warn).group(1))
+    assert need > e["step_s"] + e["save_s"] + e["eval_s"]
+    ok = _chain("qwen35-vl-sft-mxfp8", "gb200-32", (*VL, f"checkpoint.save_interval={fit}"), signal_lead=need)
+    assert not [w for w in ok.warnings if "signal-lead" in w or "save_interval" in w], ok.warnings
+
+
+@pytest.mark.usefixtures("home")
+def test_a_lead_shorter_than_one_step_is_refused_only_with_an_estimate():
+    job = _chain("qwen35-vl-sft-mxfp8", "gb200-32", VL, signal_lead=30)
+    assert any(
+        e.startswith("--signal-lead 30 s is shorter than one training step (~35 s, plan's estimate)")
+        for e in job.errors
+    ), job.errors
+    assert _chain("qwen35-vl-sft-mxfp8", "gb200-32", VL, signal_lead=30, step_time=20.0).errors == []
+    assert _chain("qwen35-vl-sft", "gb200-32", VL, signal_lead=30).errors == []  # BF16: plan has no figure
+    smoke = _chain(signal_lead=10)  # plan knows no throughput for the smoke workload: no estimate, no refusal
+    assert smoke.errors == [] and smoke.chain["estimate"]["step_s"] is None
+    given = _chain(signal_lead=10, step_time=15.0)
+    assert given.errors and "--step-time" in given.errors[0]
+
+
+@pytest.mark.usefixtures("home")
+def test_dry_run_shows_the_mechanism_and_the_estimate():
+    r = run_cli(
+        "submit", "qwen35-vl-sft-mxfp8", "-c", "gb200-32", *VL, "--until-done", "--max-segments", "900", "--dry-run"
+    )
+    assert r.code == 0, r.err
+    assert "SIGTERM to the training processes on every node (torchrun is left alone)" in r.out
+    assert re.search(
+        r"estimate: ~3\d s a step \(plan's estimate\), ~\d+ s a save, ~\d+ s an evaluation, "
+        r"about 7\d\d segments to train_iters",
+        r.out,
+    )
+    assert "at most 900 segments" in r.out and '[ "$segment" -lt 900 ]' in r.out
+    assert 'kill -s "$sig" $pids' in r.out and '"${resume_args[@]}"' in r.out
+    r = run_cli("submit", "smoke", "-c", "local-slurm", "--until-done", "--dry-run")
+    assert "-lt " not in r.out.split("#!/bin/bash", 1)[1]  # no fixed segment cap
+    assert "estimate: none (no step time: plan does not know this model; give --step-time SECONDS)" in r.out
+
+
+def test_status_reads_the_chains_outcomes():
+    text = (
+        "101 continued 0 40 \n102 no-progress 40 40 the save did not finish within the signal lead of 60 s\n"
+        "103 failed 40 55 exit 1, restart 1 of 3\nbogus line\n104 done 55 100 \n"
+    )
+    got = slurm._outcomes(text)
+    assert got["101"] == {"outcome": "continued", "checkpoint": 40, "detail": ""}
+    assert got["102"]["detail"] == "the save did not finish within the signal lead of 60 s"
+    assert got["104"]["checkpoint"] == 100 and len(got) == 4
+    from bridge_launch.cli.commands import _segment_text
+
+    assert (
+        _segment_text({"job_id": "102", "state": "TIMEOUT", **got["102"]})
+        == "102 TIMEOUT (no progress: the save did not finish within the signal lead of 60 s)"
+    )
+    assert _segment_text({"job_id": "101", "state": "COMPLETED", **got["101"]}) == "101 COMPLETED (saved iteration 40)"
+
+
+@pytest.mark.usefixtures("home")
+def test_resume_of_a_finished_run_is_refused_before_submit():
+    run_id, run_dir = _finished_run(reached=50)
+    r = run_cli("resume", run_id)
+    assert r.code == 2 and "already reached iteration 50" in r.err and "train.train_iters=N (N > 50)" in r.err
+    r = run_cli("resume", run_id, "train.train_iters=40")
+    assert r.code == 2 and "already reached iteration 50" in r.err
+    assert [x["run_id"] for x in run_cli("status", "-o", "json").json()] == [run_id]  # nothing was reserved
+    assert not (run_dir / "launch").exists()  # nor staged
+
+
+@pytest.mark.usefixtures("home")
+@pytest.mark.parametrize(
+    "override",
+    [
+        "model.hidden_size=66",
+        "model.num_layers=3",
+        "model.vocab_size=512",
+        "dataset.seq_length=128",
+        "++model.num_query_groups=2",
+    ],
+)
+def test_resume_refuses_a_new_model_shape(override):
+    run_id, _ = _finished_run(reached=20)
+    r = run_cli("resume", run_id, override)
+    assert r.code == 2 and "changes the model's shape" in r.err, r.err
+    assert len(r.err.strip().splitlines()) == 1

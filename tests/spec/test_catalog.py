@@ -1,0 +1,68 @@
+import re
+
+import pytest
+
+from cli_inputs import _complete
+from conftest import run_cli, write
+
+
+def test_broken_user_profile_is_reported_where_used_and_affects_nothing_else(cli, home):
+    write(home / "clusters" / "mine.toml", 'name = "mine\nbackend = "local"\n')  # unterminated string
+    r = cli("submit", "smoke", "--dry-run")
+    assert r.code == 0 and r.err == "", r.err
+    r = cli("clusters", "list")
+    assert r.code == 0 and "gb200-32" in r.out and "local" in r.out
+    assert re.search(r"warning: left out: .*mine\.toml:1:\d+: invalid TOML", r.err), r.err
+    assert [c["name"] for c in cli("clusters", "list", "-o", "json").json()].count("local") == 1
+    r = cli("submit", "smoke", "-c", "mine", "--dry-run")
+    assert r.code == 2 and re.search(r"mine\.toml:1:\d+: invalid TOML", r.err), r.err
+
+
+def test_bad_key_in_a_user_profile_names_file_line_and_valid_keys(cli, home):
+    write(home / "clusters" / "mine.toml", 'name = "mine"\nextends = "local"\n\n[slurm]\nparition = "x"\n')
+    r = cli("clusters", "show", "mine")
+    assert r.code == 2
+    line = r.err.strip()
+    assert re.search(
+        r"mine\.toml:5: cluster profile 'mine': unknown \[slurm\] key 'parition'; did you mean "
+        r"'partition'",
+        line,
+    ), line
+    assert "profile keys list" not in line and "list them with" not in line  # no command that does not exist
+    assert cli("clusters", "list").code == 0
+    assert cli("submit", "smoke", "--dry-run").code == 0
+
+
+def test_broken_user_recipe_and_overlay_leave_the_listings_whole(cli, home):
+    write(home / "recipes" / "mine.toml", 'name = "mine"\nextends = "smoke"\n[config\n')
+    write(home / "recipes" / "overlays" / "fast.toml", 'name = "fast"\n[config]\ntrain.train_iters = "many"\n')
+    r = cli("recipes", "list", "-o", "json")
+    assert r.code == 0 and len(r.json()) == 6 and "mine.toml:3" in r.err
+    r = cli("overlays", "list")
+    assert r.code == 0 and "validation-run" in r.out
+    assert "fast.toml:3: overlay 'fast': train.train_iters expects an integer" in r.err
+    r = cli("submit", "mine", "--dry-run")
+    assert r.code == 2 and "mine.toml:3" in r.err
+    assert cli("submit", "smoke", "--dry-run").code == 0
+
+
+def test_a_broken_user_file_with_a_shipped_name_is_not_silently_replaced_by_the_shipped_one(cli, home):
+    write(home / "clusters" / "gb200-8.toml", 'name = "gb200-8"\nextends = "gb200-8"\n[slurm\naccount = "me"\n')
+    r = cli("submit", "smoke", "-c", "gb200-8", "--dry-run")
+    assert r.code == 2 and "gb200-8.toml:3" in r.err
+
+
+def test_completion_offers_nothing_rather_than_failing_on_a_broken_user_file(home):
+    write(home / "recipes" / "mine.toml", "[broken\n")
+    assert "smoke" in _complete("bridge-launch submit sm")
+
+
+@pytest.mark.usefixtures("home")
+def test_unknown_recipe_counts_and_suggests_names_not_aliases():
+    r = run_cli("submit", "qwen35-vl", "--dry-run")
+    line = r.err.strip()
+    assert r.code == 2 and "did you mean 'qwen35-vl-sft' or 'qwen35-vl-sft-mxfp8'" in line, line
+    assert "bf16" not in line.split("(valid")[0]  # an alias of qwen35-vl-sft is not a second choice
+    listed = [x["name"] for x in run_cli("recipes", "list", "-o", "json").json()]
+    assert line.endswith("(valid: " + ", ".join(sorted(listed)) + ")")
+    assert "qwen35-vl-sft-common" not in line

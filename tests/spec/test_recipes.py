@@ -1,0 +1,301 @@
+"""Every value the seeds state is in the resolved job, marked as the recipe's, and is passed
+to run_recipe.py as an explicit override; aliases, modes, GPU counts, inputs and images."""
+
+import re
+
+import pytest
+
+from bridge_launch.spec import recipes
+from cli_inputs import VL_INPUTS
+from conftest import run_cli, write
+
+# What the seeds say, written out independently of the recipe files (../shared/seeds).
+VL_COMMON = {
+    "model.tensor_model_parallel_size": 2,
+    "model.context_parallel_size": 8,
+    "model.expert_model_parallel_size": 16,
+    "model.sequence_parallel": True,
+    "model.moe_token_dispatcher_type": "flex",
+    "model.moe_flex_dispatcher_backend": "hybridep",
+    "model.recompute_granularity": "selective",
+    "dataset.seq_length": 131072,
+    "model.seq_length": 131072,
+    "dataset.task_encoder.min_pixels": 200704,
+    "dataset.task_encoder.max_pixels": 401408,
+    "dataset.task_encoder.max_num_images": 4,
+    "dataset.task_encoder.max_visual_tokens": 2048,
+    "dataset.num_workers": 1,
+    "dataset.shuffle_buffer_size": 2,
+    "dataset.packing_buffer_size": 8,
+}
+
+
+SEEDS = {
+    "qwen35-vl-sft": dict(
+        gpus=32,
+        mode="sft",
+        cluster="gb200-32",
+        upstream="qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config",
+        aliases=["qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config"],
+        config={**VL_COMMON, "mixed_precision": "bf16_mixed"},
+        env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"},
+        required=["dataset.path", "checkpoint.pretrained_checkpoint"],
+    ),
+    "qwen35-vl-sft-mxfp8": dict(
+        gpus=32,
+        mode="sft",
+        cluster="gb200-32",
+        upstream="qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_fp8mx_config",
+        aliases=["qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_fp8mx_config"],
+        config={**VL_COMMON, "mixed_precision.fp8_recipe": "mxfp8", "mixed_precision.fp8_param_gather": False},
+        env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"},
+        required=["dataset.path", "checkpoint.pretrained_checkpoint"],
+    ),
+    "qwen35-9b-pretrain": dict(
+        gpus=8,
+        mode="pretrain",
+        cluster="gb200-8",
+        upstream=None,
+        aliases=["qwen35_9b_pretrain_config"],
+        config={},
+        env={},
+        required=[],
+    ),
+    "qwen35-35b-a3b-pretrain": dict(
+        gpus=8,
+        mode="pretrain",
+        cluster="gb200-8",
+        upstream=None,
+        aliases=["qwen35_35b_a3b_pretrain_config"],
+        config={},
+        env={},
+        required=[],
+    ),
+    "nemotron-3-nano-pretrain": dict(
+        gpus=8,
+        mode="pretrain",
+        cluster="gb200-8",
+        upstream=None,
+        aliases=[
+            "nemotron_3_nano_gb200",
+            "nemotron_3_nano_gb200_pretrain_config",
+            "nemotron_3_nano_pretrain_8gpu_gb200_bf16_config",
+        ],
+        config={
+            "model.seq_length": 4096,
+            "dataset.seq_length": 4096,
+            "model.tensor_model_parallel_size": 1,
+            "model.pipeline_model_parallel_size": 1,
+            "model.context_parallel_size": 1,
+            "model.expert_model_parallel_size": 8,
+            "model.expert_tensor_parallel_size": 1,
+            "model.sequence_parallel": False,
+            "model.moe_flex_dispatcher_backend": "hybridep",
+            "model.moe_hybridep_num_sms": 16,
+            "model.cuda_graph_impl": "none",
+            "model.moe_router_force_load_balancing": False,
+            "train.global_batch_size": 3072,
+            "train.micro_batch_size": 2,
+        },
+        env={},
+        required=[],
+    ),
+}
+
+
+INPUTS = ("dataset.path=/lustre/clevr2", "checkpoint.pretrained_checkpoint=/lustre/ckpt")
+
+
+def _dry(name, *extra, cluster=None):
+    seed = SEEDS[name]
+    args = ["submit", name, "-c", cluster or seed["cluster"], "--dry-run", "-o", "json", *extra]
+    if seed["required"]:
+        args += list(INPUTS)
+    r = run_cli(*args)
+    assert r.code == 0, r.err
+    return r.json()
+
+
+def test_recipes_show_and_dry_run_state_the_upstream_gap(cli):
+    shown = cli("recipes", "show", "qwen35-vl-sft-mxfp8")
+    assert shown.code == 0 and re.search(
+        r"^upstream_status +not in upstream Megatron-Bridge: .*067f987", shown.out, re.M
+    )
+    r = cli(
+        "submit",
+        "qwen35-vl-sft",
+        "-c",
+        "gb200-32",
+        "--dry-run",
+        "dataset.path=/d",
+        "checkpoint.pretrained_checkpoint=/c",
+    )
+    assert r.code == 0 and re.search(r"^Upstream   not in upstream Megatron-Bridge", r.out, re.M)
+    assert "recipe function qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config is not in upstream" in r.out
+    j = cli(
+        "submit",
+        "qwen35-vl-sft",
+        "-c",
+        "gb200-32",
+        "--dry-run",
+        "-o",
+        "json",
+        "dataset.path=/d",
+        "checkpoint.pretrained_checkpoint=/c",
+    ).json()
+    assert j["upstream_status"].startswith("not in upstream") and any("--bridge-src" in w for w in j["warnings"])
+    plain = cli("submit", "qwen35-9b-pretrain", "-c", "gb200-8", "--dry-run", "-o", "json").json()
+    assert plain["upstream_status"] is None
+
+
+def test_child_recipe_overrides_an_upstream_value_and_provenance_names_it(cli, home):
+    write(
+        home / "recipes" / "my-sft.toml",
+        """
+        name = "my-sft"
+        extends = "qwen35-vl-sft"
+        [config]
+        optimizer.lr = 1e-5
+        train.global_batch_size = 64
+        [env]
+        USE_MNNVL = "0"
+    """,
+    )
+    d = cli("submit", "my-sft", "-c", "gb200-32", "--dry-run", "-o", "json", *VL_INPUTS).json()
+    assert d["errors"] == []
+    assert d["config"]["optimizer.lr"] == 1e-5 and d["provenance"]["config"]["optimizer.lr"] == "recipe:my-sft"
+    assert d["provenance"]["config"]["train.global_batch_size"] == "recipe:my-sft"  # was upstream
+    assert d["provenance"]["config"]["model.context_parallel_size"] == "recipe"  # inherited, unchanged
+    assert d["env"]["USE_MNNVL"] == "0" and d["provenance"]["env"]["USE_MNNVL"] == "recipe:my-sft"
+    assert " optimizer.lr=1e-05 " in d["artifact"]["text"].replace("\\\n", " ").replace("\n", " ")
+    # the same key in both sections of one file is still a mistake, named with its line
+    write(
+        home / "recipes" / "twice.toml",
+        'extends = "smoke"\n[config]\noptimizer.lr = 1\n[upstream_config]\noptimizer.lr = 2\n',
+    )
+    r = cli("submit", "twice", "--dry-run")
+    assert r.code == 2 and "twice.toml:3" in r.err and "of the same file" in r.err
+
+
+@pytest.mark.usefixtures("home")
+@pytest.mark.parametrize("name", sorted(SEEDS))
+def test_seed_values_are_in_the_job_and_the_artifact(name):
+    seed = SEEDS[name]
+    d = _dry(name)
+    assert d["errors"] == [] and d["world_size"] == seed["gpus"]
+    words = d["artifact"]["text"].replace("\\\n", " ").split()
+    for key, value in seed["config"].items():
+        assert d["config"][key] == value, key
+        assert d["provenance"]["config"][key] == "recipe", key
+        assert any(w.strip("'").startswith(f"{key}=") for w in words), f"{key} is not passed explicitly"
+    for key, value in seed["env"].items():
+        assert d["env"][key] == value and d["provenance"]["env"][key] == "recipe"
+        assert f"export {key}={value}" in d["artifact"]["text"]
+    # every value the job holds is passed, whatever its source
+    assert sum(1 for w in words if "=" in w and w.strip("'").split("=")[0] in d["config"]) >= len(d["config"])
+    assert d["mode"] == seed["mode"]
+    assert f"--mode {seed['mode']}" in d["artifact"]["text"].replace("\\\n    ", "")
+    if seed["upstream"]:
+        assert d["upstream"] == seed["upstream"]
+    assert d["container"].startswith("nvcr.io/nvidia/nemo:") and d["provenance"]["job"]["container"] == "recipe"
+
+
+@pytest.mark.usefixtures("home")
+@pytest.mark.parametrize("name", sorted(SEEDS))
+def test_seed_aliases_resolve(name):
+    for alias in SEEDS[name]["aliases"]:
+        assert recipes.load(alias)["name"] == name
+
+
+@pytest.mark.usefixtures("home")
+def test_values_the_seeds_do_not_state_are_marked_upstream():
+    d = _dry("nemotron-3-nano-pretrain")
+    prov = d["provenance"]["config"]
+    assert prov["optimizer.lr"] == "upstream" and d["config"]["optimizer.lr"] == 1.6e-3
+    assert prov["train.global_batch_size"] == "recipe"
+    vl = _dry("qwen35-vl-sft")
+    assert vl["provenance"]["config"]["train.global_batch_size"] == "upstream"
+    assert vl["provenance"]["env"]["USE_MNNVL"] == "upstream"
+    assert vl["provenance"]["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] == "recipe"
+    # the seed's 3072 overrides upstream's default 512, explicitly
+    assert "train.global_batch_size=3072" in d["artifact"]["text"]
+
+
+@pytest.mark.usefixtures("home")
+def test_the_nemotron_base_is_the_library_recipe_not_the_benchmark_one():
+    d = _dry("nemotron-3-nano-pretrain")
+    assert d["upstream"] == "nemotron_3_nano_gb200_pretrain_config"
+    assert "--recipe nemotron_3_nano_gb200_pretrain_config" in d["artifact"]["text"].replace("\\\n    ", "")
+
+
+@pytest.mark.usefixtures("home")
+def test_required_inputs_are_warnings_in_dry_run():
+    r = run_cli("submit", "qwen35-vl-sft", "-c", "gb200-32", "--dry-run", "-o", "json")
+    assert r.code == 0
+    d = r.json()
+    assert d["missing_inputs"] == ["dataset.path", "checkpoint.pretrained_checkpoint"]
+    assert len([w for w in d["warnings"] if w.startswith("required input")]) == 2
+
+
+@pytest.mark.usefixtures("home")
+def test_submitting_without_required_inputs_is_refused():
+    r = run_cli("submit", "qwen35-vl-sft", "-c", "gb200-32")
+    assert r.code == 2
+    assert "required input dataset.path is not set" in r.err
+    assert run_cli("status", "-o", "json").json() == []  # nothing recorded
+
+
+@pytest.mark.usefixtures("home")
+def test_overlays():
+    d = _dry("nemotron-3-nano-pretrain", "--overlay", "nemo-ci-convergence", cluster="gb200-64")
+    assert d["errors"] == [] and d["world_size"] == 64 and d["nodes"] == 16
+    for key, value in {
+        "train.train_iters": 48000,
+        "dataset.seq_length": 4096,
+        "train.global_batch_size": 512,
+        "train.micro_batch_size": 2,
+    }.items():
+        assert d["config"][key] == value
+        assert d["provenance"]["config"][key] == "overlay:nemo-ci-convergence"
+    assert d["provenance"]["job"]["nodes"] == "cluster:gb200-64"
+    wrong = run_cli(
+        "submit", "nemotron-3-nano-pretrain", "-c", "gb200-8", "--overlay", "nemo-ci-convergence", "--dry-run"
+    )
+    assert wrong.code == 2 and "needs 64 GPUs (overlay:nemo-ci-convergence)" in wrong.err
+    assert "--cluster gb200-64" in wrong.err
+    v = _dry("qwen35-vl-sft", "--overlay", "validation-run")
+    for key, value in {
+        "train.train_iters": 100,
+        "validation.eval_interval": 50,
+        "validation.eval_iters": 8,
+        "dist.distributed_timeout_minutes": 60,
+    }.items():
+        assert v["config"][key] == value and v["provenance"]["config"][key] == "overlay:validation-run"
+
+
+def test_mxfp8_is_refused_on_hopper(home):
+    (home / "clusters" / "h100-32.toml").write_text(
+        'backend = "slurm"\ngpu_type = "h100"\ngpus_per_node = 8\nnodes = 4\njob_root = "/shared"\n'
+    )
+    r = run_cli("submit", "qwen35-vl-sft-mxfp8", "-c", "h100-32", "--dry-run", *INPUTS)
+    assert r.code == 2 and "MXFP8 needs compute capability 10.x or 11.x (Blackwell datacenter GPUs)" in r.err
+    assert run_cli("submit", "qwen35-vl-sft", "-c", "h100-32", "--dry-run", *INPUTS).code == 0
+
+
+@pytest.mark.usefixtures("home")
+def test_every_recipe_value_fits_the_schema():
+    from bridge_launch.spec import schema
+
+    for r in recipes.list_all():
+        for key, value in {**r["config"], **r["upstream_config"]}.items():
+            if r["workload"] == "smoke" and key.startswith("smoke."):
+                continue
+            spec = schema.lookup(key)
+            assert spec is not None, f"{r['name']}: {key} is not a ConfigContainer field"
+            assert schema.type_error(spec, value) is None, f"{r['name']}: {key}={value!r}"
+
+
+@pytest.mark.usefixtures("home")
+def test_abstract_base_recipe_cannot_be_submitted():
+    r = run_cli("submit", "qwen35-vl-sft-common", "-c", "gb200-32", "--dry-run")
+    assert r.code == 2 and "is a base for other recipes" in r.err
