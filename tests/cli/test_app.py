@@ -82,10 +82,10 @@ ERROR_CASES = [
             "-c",
             "gb200-8",
             "--dry-run",
-            "dataset.seq_length=8192",
+            "dataset.sequence_length=8192",
             "model.seq_length=4096",
         ],
-        "model.seq_length=4096 and dataset.seq_length=8192 differ",
+        "model.seq_length=4096 and dataset.sequence_length=8192 differ",
     ),
     (
         ["submit", "qwen35-9b-pretrain", "-c", "gb200-8", "model.pipeline_model_parallel_size=0"],

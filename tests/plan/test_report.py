@@ -26,7 +26,7 @@ def test_plan_tokens_wording():
     assert r.code == 0, r.err
     assert "budget from a budget" not in r.out and "(--tokens: a budget of 100,000,000,000 tokens)" in r.out
     r = run_cli("plan", "nemotron-3-nano-pretrain", "-c", "gb200-8")
-    assert "(train.train_iters from upstream)" in r.out
+    assert "(train.train_iters from upstream@9872449)" in r.out
 
 
 @pytest.mark.usefixtures("home")

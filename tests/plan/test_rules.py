@@ -343,9 +343,9 @@ RULE_CASES = [
     (
         "seq-cp",
         Q9,
-        ["model.context_parallel_size=2", "model.seq_length=4098", "dataset.seq_length=4098"],
-        "dataset.seq_length = model.seq_length = 4098 is not divisible by 2*CP = 4",
-        ["model.context_parallel_size=2", "model.seq_length=4100", "dataset.seq_length=4100"],
+        ["model.context_parallel_size=2", "model.seq_length=4098", "dataset.sequence_length=4098"],
+        "dataset.sequence_length = model.seq_length = 4098 is not divisible by 2*CP = 4",
+        ["model.context_parallel_size=2", "model.seq_length=4100", "dataset.sequence_length=4100"],
     ),
     (
         "seq-collate-sft",
@@ -363,24 +363,24 @@ RULE_CASES = [
             "model.context_parallel_size=2",
             "model.sequence_parallel=true",
             "model.seq_length=4100",
-            "dataset.seq_length=4100",
+            "dataset.sequence_length=4100",
         ],
-        "dataset.seq_length = model.seq_length = 4100: with sequence parallelism each rank's 4100/CP tokens are split "
+        "dataset.sequence_length = model.seq_length = 4100: with sequence parallelism each rank's 4100/CP tokens are split "
         "over TP=4",
         [
             "model.tensor_model_parallel_size=4",
             "model.context_parallel_size=2",
             "model.sequence_parallel=true",
             "model.seq_length=4104",
-            "dataset.seq_length=4104",
+            "dataset.sequence_length=4104",
         ],
     ),
     (
         "seq-equal",
         Q9,
-        ["dataset.seq_length=8192", "model.seq_length=4096"],
-        "model.seq_length=4096 and dataset.seq_length=8192 differ",
-        ["dataset.seq_length=8192", "model.seq_length=8192"],
+        ["dataset.sequence_length=8192", "model.seq_length=4096"],
+        "model.seq_length=4096 and dataset.sequence_length=8192 differ",
+        ["dataset.sequence_length=8192", "model.seq_length=8192"],
     ),
     (
         "vpp-needs-pp",
@@ -492,7 +492,7 @@ RULE_CASES = [
     (
         "flex-dispatcher-gpu",
         ("nemotron-3-nano-pretrain", "b200-8x1", None),
-        ["model.moe_flex_dispatcher_backend=ncclep"],
+        ["model.moe_flex_dispatcher_backend=hybridep"],
         None,
         ["model.moe_flex_dispatcher_backend=deepep"],
     ),  # DeepEP runs on B200
@@ -500,7 +500,7 @@ RULE_CASES = [
         "mtp-packing",
         VL,
         [*VL_IN],
-        "MTP (model.mtp_num_layers=1, upstream) with Energon native packing",
+        "MTP (model.mtp_num_layers=1, upstream@067f987) with Energon native packing",
         ["model.mtp_num_layers=0", *VL_IN],
     ),
     (

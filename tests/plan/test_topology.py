@@ -111,7 +111,7 @@ def test_vl_sft_on_gb200_32_stays_inside_nodes_and_one_domain():
     # no placement warning; the two are Megatron-Bridge's MTP-with-packing rule (the recipe keeps MTP, as its
     # seed does) and the recipe function not being upstream yet
     assert len(result["warnings"]) == 2
-    assert sum(w.startswith("MTP (model.mtp_num_layers=1, upstream)") for w in result["warnings"]) == 1
+    assert sum(w.startswith("MTP (model.mtp_num_layers=1, upstream@067f987)") for w in result["warnings"]) == 1
     assert sum("is not in upstream Megatron-Bridge" in w for w in result["warnings"]) == 1
     assert result["errors"] == []
     json.dumps(result)  # JSON-able as --output json prints it

@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from bridge_launch.core import upstream
 from bridge_launch.spec import recipes
 from cli_inputs import VL_INPUTS
 from conftest import run_cli, write
@@ -83,7 +84,8 @@ SEEDS = {
         ],
         config={
             "model.seq_length": 4096,
-            "dataset.seq_length": 4096,
+            # the seed's dataset sequence length, by the name its revision (987244934) gives the field
+            "dataset.sequence_length": 4096,
             "model.tensor_model_parallel_size": 1,
             "model.pipeline_model_parallel_size": 1,
             "model.context_parallel_size": 1,
@@ -194,7 +196,9 @@ def test_seed_values_are_in_the_job_and_the_artifact(name):
     # every value the job holds is passed, whatever its source
     assert sum(1 for w in words if "=" in w and w.strip("'").split("=")[0] in d["config"]) >= len(d["config"])
     assert d["mode"] == seed["mode"]
-    assert f"--mode {seed['mode']}" in d["artifact"]["text"].replace("\\\n    ", "")
+    # --mode only where the pinned revision's run_recipe.py takes it (987244934 and dd81e664e infer it)
+    takes_mode = upstream.revision(d["bridge_commit"]).takes_mode
+    assert (f"--mode {seed['mode']}" in d["artifact"]["text"].replace("\\\n    ", "")) == takes_mode
     if seed["upstream"]:
         assert d["upstream"] == seed["upstream"]
     assert d["container"].startswith("nvcr.io/nvidia/nemo:") and d["provenance"]["job"]["container"] == "recipe"
@@ -211,11 +215,11 @@ def test_seed_aliases_resolve(name):
 def test_values_the_seeds_do_not_state_are_marked_upstream():
     d = _dry("nemotron-3-nano-pretrain")
     prov = d["provenance"]["config"]
-    assert prov["optimizer.lr"] == "upstream" and d["config"]["optimizer.lr"] == 1.6e-3
+    assert prov["optimizer.lr"] == "upstream@9872449" and d["config"]["optimizer.lr"] == 1.6e-3
     assert prov["train.global_batch_size"] == "recipe"
     vl = _dry("qwen35-vl-sft")
-    assert vl["provenance"]["config"]["train.global_batch_size"] == "upstream"
-    assert vl["provenance"]["env"]["USE_MNNVL"] == "upstream"
+    assert vl["provenance"]["config"]["train.global_batch_size"] == "upstream@067f987"
+    assert vl["provenance"]["env"]["USE_MNNVL"] == "upstream@067f987"
     assert vl["provenance"]["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] == "recipe"
     # the seed's 3072 overrides upstream's default 512, explicitly
     assert "train.global_batch_size=3072" in d["artifact"]["text"]
@@ -251,7 +255,7 @@ def test_overlays():
     assert d["errors"] == [] and d["world_size"] == 64 and d["nodes"] == 16
     for key, value in {
         "train.train_iters": 48000,
-        "dataset.seq_length": 4096,
+        "dataset.sequence_length": 4096,
         "train.global_batch_size": 512,
         "train.micro_batch_size": 2,
     }.items():

@@ -21,7 +21,7 @@ from conftest import REPO
 ROOT = REPO
 
 
-SCHEMA = ROOT / "src" / "bridge_launch" / "spec" / "schema" / "config_container.json"
+SCHEMA = ROOT / "src" / "bridge_launch" / "spec" / "schema" / "config_container-067f987.json"
 
 
 GENERATOR = ROOT / "scripts" / "gen_schema.py"

@@ -79,7 +79,7 @@ def entry_command(job) -> list[str]:
         return [f"{job.run_dir}/{SMOKE_FILE}", *job.args]
     if job.workload == "canary":
         return [f"{job.run_dir}/{CANARY_FILE}", *job.args]
-    return [job.entry, "--recipe", job.upstream, "--mode", job.mode, *job.args]
+    return [job.entry, *job.recipe_argv()]
 
 
 def runtime_env(job) -> dict:

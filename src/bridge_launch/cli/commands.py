@@ -424,6 +424,8 @@ def recipes_show(name, output) -> int:
         "upstream",
         "upstream_ref",
         "upstream_status",
+        "bridge_commit",
+        "core_commit",
         "mode",
         "workload",
         "gpus",
@@ -440,7 +442,7 @@ def recipes_show(name, output) -> int:
     for k, v in r["config"].items():
         print(f"  {k} = {views.fmt(v)}")
     if r["upstream_config"]:
-        print("\nconfig (upstream defaults the seeds do not state)")
+        print(f"\nconfig (upstream@{r['bridge_commit'][:7]}: what the recipe function sets, the seeds do not state)")
         for k, v in r["upstream_config"].items():
             print(f"  {k} = {views.fmt(v)}")
     if r["env"]:

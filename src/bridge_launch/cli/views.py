@@ -10,6 +10,7 @@ import os
 import sys
 
 from bridge_launch.backends.base import Artifact
+from bridge_launch.core import upstream
 
 
 def is_tty() -> bool:
@@ -35,6 +36,8 @@ def job_view(job, artifact: Artifact) -> dict:
     return {
         "recipe": job.recipe,
         "upstream": job.upstream,
+        "bridge_commit": job.bridge_commit,
+        "core_commit": upstream.revision(job.bridge_commit).core if job.bridge_commit else None,
         "mode": job.mode,
         "workload": job.workload,
         "cluster": job.cluster,
@@ -104,12 +107,15 @@ def chain_lines(c: dict) -> list[str]:
 
 
 def job_text(job, artifact: Artifact, placeholder: str) -> str:
+    rev = upstream.revision(job.bridge_commit)
     prov = job.provenance
     jsrc = prov["job"]
     lines = [
         f"Recipe     {job.recipe}"
         + (
-            f"  (Megatron-Bridge --recipe {job.upstream} --mode {job.mode})"
+            f"  (Megatron-Bridge @ {upstream.short(rev.bridge)}: --recipe {job.upstream}"
+            + (f" --mode {job.mode}" if rev.takes_mode else "")
+            + ")"
             if job.upstream
             else f"  (workload {job.workload})"
         ),

@@ -28,7 +28,7 @@ def spec(job) -> dict:
     from bridge_launch.spec import schema
 
     c, cfg = job.canary, job.config
-    src = {k: v for k, v in schema.source().items() if k != "note"}
+    src = {k: v for k, v in schema.at(job.bridge_commit).source.items() if k not in ("note", "absent_classes")}
     return {
         "run_id": job.run_id,
         "report": report_path(job.run_dir, job.run_id),
@@ -37,6 +37,7 @@ def spec(job) -> dict:
         "recipe": job.upstream,
         "mode": job.mode,
         "args": list(job.args),
+        "argv": job.recipe_argv() if job.workload == "megatron-bridge" else [],
         "world_size": job.world_size,
         "nodes": job.nodes,
         "gpu_type": job.gpu_type,

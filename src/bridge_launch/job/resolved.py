@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import asdict, dataclass, field
 
+from bridge_launch.core import upstream
+
 RUN_ID_PLACEHOLDER = "@RUN_ID@"
 
 
@@ -51,6 +53,13 @@ class ResolvedJob:
     secret_sources: dict = field(default_factory=dict)
     upstream_status: str | None = None  # the recipe's note when its upstream function is not in Megatron-Bridge
     canary: dict | None = None  # canary.settings: the checks before the job (None: none)
+    bridge_commit: str | None = None  # the Megatron-Bridge revision whose recipe function the job calls
+
+    def recipe_argv(self) -> list:
+        """run_recipe.py's arguments for this job, in the interface of the revision it pins
+        (core/upstream.py): --recipe, --mode only where that run_recipe.py takes it, the overrides."""
+        mode = ["--mode", self.mode] if upstream.revision(self.bridge_commit).takes_mode and self.mode else []
+        return ["--recipe", self.upstream, *mode, *self.args]
 
     def to_dict(self) -> dict:
         return asdict(self)

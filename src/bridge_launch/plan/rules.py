@@ -24,6 +24,7 @@ from bridge_launch.core.hardware import GPU_CC
 from bridge_launch.spec.config_keys import (
     CP,
     DATA_SEQ,
+    DATA_SEQUENCE,
     EP,
     ETP,
     EVAL_CP,
@@ -452,6 +453,11 @@ def _seq_values(c: Ctx) -> dict:
     return out
 
 
+def _data_seq(c: Ctx) -> str:
+    """The dataset's sequence-length key this job sets (the pinned revision's name for it)."""
+    return DATA_SEQUENCE if DATA_SEQUENCE in c.cfg and DATA_SEQ not in c.cfg else DATA_SEQ
+
+
 def _seq_text(seq: int, keys: list) -> str:
     return " = ".join(keys) + f" = {seq}"
 
@@ -463,8 +469,8 @@ def rule_seq_cp(c: Ctx) -> list:
     if not isinstance(c.cp, int) or c.cp <= 1:
         return []
     vals = _seq_values(c)
-    if c.kind in SFT_COLLATE_KINDS and _int(c.cfg, DATA_SEQ) is not None:
-        vals = {v: k for v, k in vals.items() if DATA_SEQ not in k}
+    if c.kind in SFT_COLLATE_KINDS and _int(c.cfg, _data_seq(c)) is not None:
+        vals = {v: k for v, k in vals.items() if _data_seq(c) not in k}
     m = collate_multiple(c) if c.kind == "gpt" and c.sizes_ok else None  # with rule seq-sp-gpt's TP*CP
     m = m or 2 * c.cp
     return [
@@ -490,12 +496,13 @@ def collate_multiple(c: Ctx) -> int | None:
 # CP/SP collate padding multiple [ValueError].
 @rule("seq-collate-sft", "sequence", f"{MB} src/megatron/bridge/training/config.py:1354-1372")
 def rule_seq_collate(c: Ctx) -> list:
-    seq = _int(c.cfg, DATA_SEQ)
+    data_seq = _data_seq(c)
+    seq = _int(c.cfg, data_seq)
     m = collate_multiple(c)
     if c.kind not in SFT_COLLATE_KINDS or seq is None or not m or seq % m == 0:
         return []
     return [
-        f"{DATA_SEQ}={seq} is not divisible by the CP/SP collate padding multiple {m} "
+        f"{data_seq}={seq} is not divisible by the CP/SP collate padding multiple {m} "
         f"({_collate_why(c)}); use a multiple of {m}, e.g. {-(-seq // m) * m}"
     ]
 
@@ -536,11 +543,12 @@ def rule_seq_sp(c: Ctx) -> list:
     f"{MB} src/megatron/bridge/training/config.py:1632-1648 (and scripts/training/recipe_runner.py:471-485)",
 )
 def rule_seq_equal(c: Ctx) -> list:
-    m, d = _int(c.cfg, MODEL_SEQ), _int(c.cfg, DATA_SEQ)
+    data_seq = _data_seq(c)
+    m, d = _int(c.cfg, MODEL_SEQ), _int(c.cfg, data_seq)
     if c.kind not in SEQ_EQUAL_KINDS or m is None or d is None or m == d:
         return []
     return [
-        f"{MODEL_SEQ}={m} and {DATA_SEQ}={d} differ: ConfigContainer.validate() requires them equal for this "
+        f"{MODEL_SEQ}={m} and {data_seq}={d} differ: ConfigContainer.validate() requires them equal for this "
         f"dataset (run_recipe.py would silently train at {d}); set both to the same value"
     ]
 
@@ -937,7 +945,8 @@ CHECKPOINT_KEYS = ("checkpoint.pretrained_checkpoint", "checkpoint.load", "check
 
 
 # blended_megatron_dataset_config.py:131-143: GPT data with neither blend nor blend_per_split is
-# mock data (Bridge turns dataset.data_path into blend, config.py:305-313).
+# mock data (Bridge turns dataset.data_path into blend, config.py:305-313), and :137-144 then sets
+# dataset.split to "1,1,1" whatever the job gave (the same lines at 2a75ac12 and 458c8d0e).
 @rule(
     "mock-data",
     "inputs",
@@ -951,10 +960,16 @@ def rule_mock_data(c: Ctx) -> list:
     ):
         return []
     steps = _int(c.cfg, "train.train_iters")
+    split = c.cfg.get("dataset.split")
+    runs = (
+        f"; with mock data megatron-core runs dataset.split=1,1,1, not the {split} this job states"
+        if split not in (None, "1,1,1")
+        else ""
+    )
     return [
         f"{c.job.recipe} trains on mock data (random tokens){f' for {steps:,} steps' if steps else ''}: no "
         "dataset.data_path, dataset.blend or dataset.blend_per_split is set; give dataset.data_path=PREFIX for real "
-        "data"
+        f"data{runs}"
     ]
 
 

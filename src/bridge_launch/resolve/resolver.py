@@ -14,7 +14,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-from bridge_launch.core import image_cache, image_ref, paths, slurm_time
+from bridge_launch.core import image_cache, image_ref, paths, slurm_time, upstream
 from bridge_launch.core.errors import UsageError
 from bridge_launch.core.upstream import BRIDGE_IN_CONTAINER
 from bridge_launch.job.resolved import BRIDGE_SRC_DIR as BRIDGE_SRC_DIR
@@ -76,8 +76,8 @@ class _Layers:
         self.source[key] = source
 
 
-def _check_value(key: str, value, where: str) -> None:
-    spec = schema.lookup(key)
+def _check_value(known: schema.Schema, key: str, value, where: str) -> None:
+    spec = known.lookup(key)
     if spec is None:
         return
     if isinstance(value, str) and "${" in value:
@@ -87,7 +87,7 @@ def _check_value(key: str, value, where: str) -> None:
         raise UsageError(f"{where}: {key} expects {want}, got {value!r}")
 
 
-def _apply_cli(layers: _Layers, tokens, deleted: list) -> None:
+def _apply_cli(layers: _Layers, tokens, deleted: list, known_keys: schema.Schema) -> None:
     known = set(layers.values)
     for text in tokens:
         try:
@@ -101,7 +101,7 @@ def _apply_cli(layers: _Layers, tokens, deleted: list) -> None:
                 "or add --sweep to submit one run per value"
             )
         key = ov.key
-        in_schema = schema.lookup(key) is not None
+        in_schema = known_keys.lookup(key) is not None
         if ov.op == "delete":
             if key not in known and not in_schema:
                 raise UsageError(f"{where}: cannot remove '{key}': the job does not set it and it is not a known key")
@@ -112,13 +112,13 @@ def _apply_cli(layers: _Layers, tokens, deleted: list) -> None:
                 deleted.append(text)
             continue
         if ov.op == "set" and key not in known and not in_schema:
-            hints = schema.closest(key, extra=known)
+            hints = known_keys.closest(key, extra=known)
             hint = f"; did you mean {' or '.join(repr(h) for h in hints)}?" if hints else ""
             raise UsageError(f"{where}: unknown config key '{key}'{hint} (prefix with + to add a new key)")
         if ov.op == "add" and (key in known or in_schema):
             raise UsageError(f"{where}: '{key}' already exists; use {key}=... to change it or ++{key}=... to force")
         if in_schema and not ov.has_interpolation:
-            _check_value(key, ov.value, where)
+            _check_value(known_keys, key, ov.value, where)
         layers.set(key, ov.value, "cli", token=text)
 
 
@@ -302,27 +302,29 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
     warnings: list = []
     jobsrc: dict = {}
 
+    known = schema.at(recipe["bridge_commit"])  # the keys of the revision the recipe pins
+    upstream_label = f"upstream@{upstream.short(recipe['bridge_commit'])}"
     layers = _Layers()
     # The seed-stated values first, then the upstream ones the recipe records (disjoint sets).
     for key, value in recipe["config"].items():
-        _check_value(key, value, f"recipe '{recipe['name']}'")
+        _check_value(known, key, value, f"recipe '{recipe['name']}'")
         layers.set(key, value, recipe["sources"]["config"].get(key, "recipe"))  # recipe:<name>: a user's file
     for key, value in recipe["upstream_config"].items():
-        _check_value(key, value, f"recipe '{recipe['name']}'")
-        layers.set(key, value, "upstream")
+        _check_value(known, key, value, f"recipe '{recipe['name']}'")
+        layers.set(key, value, upstream_label)
     for ov in overlays:
         for key, value in ov["config"].items():
-            _check_value(key, value, f"overlay '{ov['name']}'")
+            _check_value(known, key, value, f"overlay '{ov['name']}'")
             layers.set(key, value, f"overlay:{ov['name']}")
-    for key, value in recipes.flatten(prof["config"], keep_dict=schema.is_dict_key).items():
-        _check_value(key, value, f"cluster '{prof['name']}'")
+    for key, value in recipes.flatten(prof["config"], keep_dict=known.is_dict_key).items():
+        _check_value(known, key, value, f"cluster '{prof['name']}'")
         layers.set(key, value, f"cluster:{prof['name']}")
     deleted: list = []
-    _apply_cli(layers, opts.overrides, deleted)
+    _apply_cli(layers, opts.overrides, deleted, known)
 
     env, envsrc = {}, {}
     for layer_env, src in (
-        [(recipe["upstream_env"], "upstream"), (recipe["env"], "recipe")]
+        [(recipe["upstream_env"], upstream_label), (recipe["env"], "recipe")]
         + [(o["env"], f"overlay:{o['name']}") for o in overlays]
         + [(prof["env"], f"cluster:{prof['name']}")]
     ):
@@ -417,7 +419,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
             recipe["workload"] == "smoke"
             and key.startswith("checkpoint.")
             or recipe["workload"] != "smoke"
-            and schema.lookup(key) is not None
+            and known.lookup(key) is not None
         ):
             layers.set(key, f"{run_dir}/{sub}", "derived (run dir)")
     # Bare processes run the interpreter running bridge-launch unless the profile names one.
@@ -464,6 +466,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
     job = ResolvedJob(
         recipe=recipe["name"],
         upstream=recipe.get("upstream"),
+        bridge_commit=recipe["bridge_commit"] if recipe["workload"] == "megatron-bridge" else None,
         mode=recipe.get("mode"),
         workload=recipe["workload"],
         dataset_kind=recipe.get("dataset_kind"),
@@ -526,7 +529,7 @@ def amend(job: ResolvedJob, overrides=()) -> ResolvedJob:
             token_of[ov.key] = text
     for key, value in job.config.items():
         layers.set(key, value, job.provenance["config"].get(key, ""), token=token_of.get(key))
-    _apply_cli(layers, overrides, deleted)
+    _apply_cli(layers, overrides, deleted, schema.at(job.bridge_commit))
     if layers.values.get("checkpoint.save"):
         layers.set("checkpoint.load", layers.values["checkpoint.save"], "resume")
     prov = dict(job.provenance, config={**job.provenance["config"], **layers.source})

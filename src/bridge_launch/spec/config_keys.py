@@ -15,7 +15,10 @@ GBS = "train.global_batch_size"
 MBS = "train.micro_batch_size"
 MODEL_SEQ = "model.seq_length"
 DATA_SEQ = "dataset.seq_length"
-SEQ_KEYS = (DATA_SEQ, MODEL_SEQ)
+# megatron-core 458c8d0e's GPTDatasetConfig field (the r0.5.0 pins): Megatron-Bridge there keeps
+# dataset.seq_length only as a property alias (training/config.py:410-416), which overrides cannot set
+DATA_SEQUENCE = "dataset.sequence_length"
+SEQ_KEYS = (DATA_SEQ, DATA_SEQUENCE, MODEL_SEQ)
 PRECISION = "mixed_precision"
 FP8_RECIPE = "mixed_precision.fp8_recipe"
 # Native sequence packing of the VLM/Energon path: a packing buffer turns it on

@@ -204,6 +204,12 @@ def entry_for(recipe: str, hf_model: str | None) -> str | None:
     return name
 
 
+def entry_values(name: str) -> dict:
+    """A [models.NAME] entry's facts as {"group.fact": value}, `extends` applied, and its hf_ids."""
+    data = _entry(name)
+    return {"hf_ids": list(data.get("hf_ids", [])), **{k: v.get("value") for k, v in _flatten(data["facts"]).items()}}
+
+
 def lineage(name: str) -> list:
     """The entry and the entries it extends, nearest first."""
     return _entry(name)["lineage"]

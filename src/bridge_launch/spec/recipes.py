@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from bridge_launch.core import paths
+from bridge_launch.core import paths, upstream
 from bridge_launch.core.errors import UsageError, suggest
 from bridge_launch.core.upstream import RUN_RECIPE
 from bridge_launch.spec.catalog import Catalog, where
@@ -23,6 +23,7 @@ _RECIPE_KEYS = {
     "upstream": str,
     "upstream_ref": str,
     "upstream_status": str,
+    "bridge_commit": str,
     "mode": str,
     "workload": str,
     "gpus": int,
@@ -97,35 +98,31 @@ def overlay_catalog() -> Catalog:
     )
 
 
-def _keep_dict():
-    from bridge_launch.spec.schema import is_dict_key
+def _keep_dict(commit: str | None = None):
+    from bridge_launch.spec import schema
 
-    return is_dict_key
+    return schema.at(commit).is_dict_key
 
 
-def _sections(cat: Catalog, name: str, pairs) -> tuple[dict, dict]:
+def _sections(cat: Catalog, name: str, pairs, commit: str | None) -> tuple[dict, dict]:
     """A child may change any value of its parent: for each (section, upstream section) pair, a key
     lives in the section of the file nearest the head that sets it. Returns ({key: section}, {key:
     source label}) where the label is "recipe:<name>" for a value a user's file sets (so --dry-run
     shows the child) and absent for the shipped files' values."""
-    keep = _keep_dict()
+    keep = _keep_dict(commit)
     owner: dict = {}
     label: dict = {}
     for path, origin, entry_name, own in reversed(cat.chain(name)):  # base first
-        for plain, upstream in pairs:
+        for plain, theirs in pairs:
             a = flatten(own.get(plain, {}), keep_dict=keep) if plain.endswith("config") else dict(own.get(plain, {}))
-            b = (
-                flatten(own.get(upstream, {}), keep_dict=keep)
-                if plain.endswith("config")
-                else dict(own.get(upstream, {}))
-            )
+            b = flatten(own.get(theirs, {}), keep_dict=keep) if plain.endswith("config") else dict(own.get(theirs, {}))
             both = sorted(set(a) & set(b))
             if both:
                 raise UsageError(
                     f"{where([path], f'{plain}.{both[0]}')}: {both[0]} is set in both [{plain}] and "
-                    f"[{upstream}] of the same file; keep one"
+                    f"[{theirs}] of the same file; keep one"
                 )
-            for sect, keys in ((plain, a), (upstream, b)):
+            for sect, keys in ((plain, a), (theirs, b)):
                 for key in keys:
                     owner[(plain, key)] = sect
                     if origin == "user":
@@ -135,11 +132,12 @@ def _sections(cat: Catalog, name: str, pairs) -> tuple[dict, dict]:
     return owner, label
 
 
-def _check_values(at, section: str, values: dict) -> None:
+def _check_values(at, section: str, values: dict, commit: str | None) -> None:
     from bridge_launch.spec import schema
 
+    known = schema.at(commit)
     for key, value in values.items():
-        spec = schema.lookup(key)
+        spec = known.lookup(key)
         if spec is None or (isinstance(value, str) and "${" in value):
             continue
         want = schema.type_error(spec, value)
@@ -169,17 +167,22 @@ def load(name: str, allow_abstract: bool = False) -> dict:
     if data.get("mode") is not None:
         if data["mode"] not in MODES:
             raise UsageError(f"{at('mode')}: mode must be one of {', '.join(MODES)}, got {data['mode']!r}")
-    keep = _keep_dict()
-    owner, label = _sections(cat, entry.name, (("config", "upstream_config"), ("env", "upstream_env")))
+    try:  # the Megatron-Bridge revision whose recipe function the job calls (main when unset)
+        rev = upstream.revision(data.get("bridge_commit"))
+    except KeyError as exc:
+        raise UsageError(f"{at('bridge_commit')}: {exc.args[0]}") from None
+    data["bridge_commit"], data["core_commit"] = rev.bridge, rev.core
+    keep = _keep_dict(rev.bridge)
+    owner, label = _sections(cat, entry.name, (("config", "upstream_config"), ("env", "upstream_env")), rev.bridge)
     data["config"] = flatten(data.get("config", {}), keep_dict=keep)
     data["upstream_config"] = flatten(data.get("upstream_config", {}), keep_dict=keep)
     data["env"] = _env(at, "env", data.get("env", {}))
     data["upstream_env"] = _env(at, "upstream_env", data.get("upstream_env", {}))
-    for plain, upstream in (("config", "upstream_config"), ("env", "upstream_env")):
-        for key in set(data[plain]) & set(data[upstream]):  # set in both by different files: the nearer wins
-            del data[upstream if owner.get((plain, key)) == plain else plain][key]
+    for plain, theirs in (("config", "upstream_config"), ("env", "upstream_env")):
+        for key in set(data[plain]) & set(data[theirs]):  # set in both by different files: the nearer wins
+            del data[theirs if owner.get((plain, key)) == plain else plain][key]
     for section in ("config", "upstream_config"):
-        _check_values(at, section, data[section])
+        _check_values(at, section, data[section], rev.bridge)
     # Values a user's recipe file sets: their source in --dry-run names it (recipe:<name>).
     data["sources"] = {
         "config": {k: v for (sect, k), v in label.items() if sect == "config" and k in data["config"]},
@@ -203,7 +206,7 @@ def load_overlay(name: str) -> dict:
 
     _check_keys(at, data, _OVERLAY_KEYS)
     data["config"] = flatten(data.get("config", {}), keep_dict=_keep_dict())
-    _check_values(at, "config", data["config"])
+    _check_values(at, "config", data["config"], None)  # overlays apply to any recipe; the job checks its own keys
     data["env"] = _env(at, "env", data.get("env", {}))
     data["origin"] = entry.origin
     data["path"] = str(entry.path)

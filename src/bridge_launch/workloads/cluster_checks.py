@@ -42,7 +42,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import glob
-import io
 import json
 import os
 import socket
@@ -52,6 +51,7 @@ import tempfile
 import time
 import traceback
 
+import recipe_build
 import trainer_protocol as P
 
 CHECKS = ("image", "trainer", "data", "checkpoint", "hf_cache", "fabric", "network")
@@ -185,89 +185,38 @@ def versions_line(found: dict, schema: dict) -> tuple[str, bool]:
 
 
 def _trainer_in_process(spec: dict) -> dict:
-    """Runs inside the subprocess: the entry script's main() with its run_config replaced."""
-    import importlib.util
-
+    """Runs inside the subprocess: the entry script's main() stopped where training would start
+    (recipe_build.py, either run_recipe.py interface), then runtime_config_update() and validate()."""
     world = int(spec["world_size"])
-    os.environ.update(WORLD_SIZE=str(world), RANK="0", LOCAL_RANK="0")
     entry, recipe, mode, args = spec["entry"], spec["recipe"], spec["mode"], list(spec["args"])
+    # the job's exact arguments after the script (job/derived.py entry_argv); older specs: 067f987's form
+    argv = list(spec.get("argv") or ["--recipe", recipe, "--mode", mode, *args])
     versions = image_versions()
     vline, same = versions_line(versions, spec.get("schema_source") or {})
     data = {"versions": versions, "versions_match": same, "entry": entry, "recipe": recipe, "mode": mode}
     if not os.path.isfile(entry):
         return _result("trainer", "fail", f"the entry script {entry} is not in the image; {vline}", **data)
-    stage = ["import of " + entry]
-    err = io.StringIO()
     try:
-        with contextlib.redirect_stderr(err):
-            loader = importlib.util.spec_from_file_location("run_recipe", entry)
-            mod = importlib.util.module_from_spec(loader)
-            sys.modules["run_recipe"] = mod
-            loader.loader.exec_module(mod)
-    except BaseException as exc:  # noqa: BLE001 - reported
-        return _result("trainer", "fail", f"{stage[0]} failed: {_error(exc)}; {vline}", **data)
-    if not callable(getattr(mod, "main", None)) or not callable(getattr(mod, "run_config", None)):
-        return _result(
-            "trainer",
-            "fail",
-            f"{entry} has no main() calling run_config() (the interface of Megatron-Bridge "
-            f"067f987 scripts/training/run_recipe.py this check follows); {vline}",
-            **data,
-        )
-    runner = sys.modules.get("recipe_runner")
-    # benchmark recipes re-exec the interpreter once to apply their environment (recipe_runner.py
-    # bootstrap_recipe_environment, :337-362); the marker says that has happened in this process
-    os.environ[getattr(runner, "RECIPE_ENV_BOOTSTRAP_MARKER", "_MB_TRAINING_RECIPE_ENV_BOOTSTRAPPED")] = str(
-        os.getpid()
-    )
-
-    def staged(name: str, label: str) -> None:
-        fn = getattr(mod, name, None)
-        if callable(fn):
-
-            def wrapper(*a, **k):
-                stage[0] = label
-                return fn(*a, **k)
-
-            setattr(mod, name, wrapper)
-
-    staged("parse_args", "argument parsing")
-    staged("load_recipe", "recipe lookup")
-    staged("apply_cli_overrides", "override application")
-    built: dict = {}
-
-    def run_config(*, config, mode, **_kw):
-        stage[0] = "ConfigContainer.validate()"
-        from megatron.bridge.training.config import runtime_config_update
-
-        runtime_config_update(config)  # ends in config.validate() (training/config.py:1992-2032)
-        built.update(mode=mode, data_parallel_size=getattr(config, "data_parallel_size", None))
-        return True
-
-    mod.run_config = run_config
-    cwd = os.getcwd()
-    argv = ["--recipe", recipe, "--mode", mode, *args]
-    sys.argv = [entry, *argv]  # as the job runs it (argparse's prog, the benchmark bootstrap's argv)
-    try:
-        with contextlib.redirect_stderr(err):
-            mod.main(argv)
-    except SystemExit as exc:  # argparse: the message is on stderr
-        lines = [ln.strip() for ln in err.getvalue().splitlines() if ln.strip()]
-        why = lines[-1] if lines else f"exit {exc.code}"
-        return _result("trainer", "fail", f"{stage[0]} failed: run_recipe.py exited: {why}; {vline}", **data)
-    except BaseException as exc:  # noqa: BLE001 - reported
-        data["traceback"] = traceback.format_exc()[-4000:]
-        return _result("trainer", "fail", f"{stage[0]} failed: {_error(exc)}; {vline}", **data)
-    finally:
-        os.chdir(cwd)
-    if not built:
-        return _result("trainer", "fail", f"{entry}'s main() returned without reaching run_config; {vline}", **data)
-    data.update(built)
+        mod = recipe_build.load_entry(entry)
+        data["interface"] = recipe_build.interface(mod)
+        config, built_mode = recipe_build.build(mod, argv, world)
+        recipe_build.runtime_update(config)
+    except recipe_build.BuildError as exc:
+        if exc.stage == "interface":
+            why = (
+                f"{entry} has no main() calling run_config() or TRAIN_FUNCTIONS (the run_recipe.py interfaces "
+                f"of Megatron-Bridge 067f987 and 987244934 this check follows)"
+            )
+            return _result("trainer", "fail", f"{why}; {vline}", **data)
+        if exc.__cause__ is not None:
+            data["traceback"] = "".join(traceback.format_exception(exc.__cause__))[-4000:]
+        return _result("trainer", "fail", f"{exc.stage} failed: {exc.why}; {vline}", **data)
+    data.update(mode=built_mode, data_parallel_size=getattr(config, "data_parallel_size", None))
     return _result(
         "trainer",
         "ok",
         f"recipe {recipe} built with {len(args)} overrides and validated for "
-        f"{world} ranks (data-parallel size {built.get('data_parallel_size')}); {vline}"
+        f"{world} ranks (data-parallel size {data['data_parallel_size']}); {vline}"
         + ("" if same else " (they differ: the overrides were checked by the image's own code)"),
         **data,
     )

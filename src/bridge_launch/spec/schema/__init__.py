@@ -1,65 +1,97 @@
-"""Known Megatron-Bridge ConfigContainer keys and their types, shipped as data
-(config_container.json, generated from upstream's config dataclasses by scripts/gen_schema.py)."""
+"""Known Megatron-Bridge ConfigContainer keys and their types, one file per pinned revision
+(config_container-<short commit>.json, generated from that revision's config dataclasses by
+scripts/gen_schema.py). A recipe's keys are checked against the schema of the revision it pins
+(core/upstream.py); callers without a recipe get main's."""
 
 from __future__ import annotations
 
 import difflib
 import json
 import math
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 
-_FILE = Path(__file__).with_name("config_container.json")
+from bridge_launch.core import upstream
+
+_DIR = Path(__file__).parent
 
 
-@lru_cache(maxsize=1)
-def _schema() -> dict:
-    with open(_FILE, encoding="utf-8") as fh:
-        return json.load(fh)
+def path(commit: str | None = None) -> Path:
+    """The schema file of a pinned Megatron-Bridge revision (main for None)."""
+    return _DIR / f"config_container-{upstream.short(upstream.revision(commit).bridge)}.json"
 
 
+class Schema:
+    """One revision's keys: `fields` {dotted key: spec}, `source` (the commits it was read at)."""
+
+    def __init__(self, doc: dict):
+        self.fields: dict = doc["fields"]
+        self.source: dict = doc.get("source", {})
+        self.sections: dict = doc.get("sections", {})
+
+    @cached_property
+    def _parents(self) -> frozenset:
+        return frozenset(k.rsplit(".", 1)[0] for k in self.fields if "." in k)
+
+    def lookup(self, key: str) -> dict | None:
+        """The field spec for a dotted key, or None. Keys below a free-form dict or an
+        any-typed field are accepted with type 'any' (e.g. env_vars.FOO)."""
+        spec = self.fields.get(key)
+        if spec is not None:
+            return spec
+        parts = key.split(".")
+        for i in range(len(parts) - 1, 0, -1):
+            parent_key = ".".join(parts[:i])
+            parent = self.fields.get(parent_key)
+            if parent is not None:
+                free = parent["type"] == "any" or (parent["type"] == "dict" and parent_key not in self._parents)
+                return {"type": "any"} if free else None
+        return None
+
+    def is_dict_key(self, key: str) -> bool:
+        """A free-form dict field (e.g. env_vars): its TOML table is one value, not sub-keys."""
+        spec = self.fields.get(key)
+        return spec is not None and spec["type"] == "dict" and key not in self._parents
+
+    def closest(self, key: str, extra=(), n: int = 3) -> list[str]:
+        pool = list(dict.fromkeys([*self.fields, *extra]))
+        hits = difflib.get_close_matches(key, pool, n=n, cutoff=0.6)
+        if not hits:  # same leaf name in another section, e.g. train.seq_length -> dataset.seq_length
+            leaf = key.rsplit(".", 1)[-1]
+            hits = [k for k in pool if k.rsplit(".", 1)[-1] == leaf][:n]
+        return hits
+
+
+@lru_cache(maxsize=None)
+def _load(file: Path) -> Schema:
+    with open(file, encoding="utf-8") as fh:
+        return Schema(json.load(fh))
+
+
+def at(commit: str | None = None) -> Schema:
+    """The schema of a pinned Megatron-Bridge revision (main for None)."""
+    return _load(path(commit))
+
+
+# main's schema, for callers that have no recipe (shell completion)
 def fields() -> dict:
-    return _schema()["fields"]
+    return at().fields
 
 
 def source() -> dict:
-    return _schema().get("source", {})
+    return at().source
 
 
 def lookup(key: str) -> dict | None:
-    """The field spec for a dotted key, or None. Keys below a free-form dict or an
-    any-typed field are accepted with type 'any' (e.g. env_vars.FOO)."""
-    spec = fields().get(key)
-    if spec is not None:
-        return spec
-    parts = key.split(".")
-    for i in range(len(parts) - 1, 0, -1):
-        parent_key = ".".join(parts[:i])
-        parent = fields().get(parent_key)
-        if parent is not None:
-            free = parent["type"] == "any" or (parent["type"] == "dict" and parent_key not in _parents())
-            return {"type": "any"} if free else None
-    return None
-
-
-@lru_cache(maxsize=1)
-def _parents() -> frozenset:
-    return frozenset(k.rsplit(".", 1)[0] for k in fields() if "." in k)
+    return at().lookup(key)
 
 
 def is_dict_key(key: str) -> bool:
-    """A free-form dict field (e.g. env_vars): its TOML table is one value, not sub-keys."""
-    spec = fields().get(key)
-    return spec is not None and spec["type"] == "dict" and key not in _parents()
+    return at().is_dict_key(key)
 
 
 def closest(key: str, extra=(), n: int = 3) -> list[str]:
-    pool = list(dict.fromkeys([*fields(), *extra]))
-    hits = difflib.get_close_matches(key, pool, n=n, cutoff=0.6)
-    if not hits:  # same leaf name in another section, e.g. train.seq_length -> dataset.seq_length
-        leaf = key.rsplit(".", 1)[-1]
-        hits = [k for k in pool if k.rsplit(".", 1)[-1] == leaf][:n]
-    return hits
+    return at().closest(key, extra, n)
 
 
 _TYPE_NAMES = {

@@ -1,0 +1,101 @@
+"""Jobs checked by the real Megatron-Bridge on CPU, one process per revision.
+
+    <bridge venv>/bin/python scripts/bridge/realcheck.py REQUEST.json RESULTS.jsonl
+
+REQUEST: {"bridge": Megatron-Bridge checkout, "core": Megatron-LM checkout (the commit the bridge
+pins), "hf_home": an offline HF cache holding config.json files, "gpu": {"name", "major", "minor"},
+"jobs": [...]}. A job is either {"id", "function": NAME} (the recipe function itself: what it sets)
+or {"id", "argv": [...], "world_size": N} (the job's exact run_recipe.py arguments, through that
+revision's own scripts/training/run_recipe.py main(), then runtime_config_update() and validate()).
+Writes one JSON line per job to RESULTS (Megatron's loggers own stdout): {"id", "ok", "stage",
+"why", "values", "runtime"}; `values` is the flattened config as main() hands it to training (or
+as the function returns it), `runtime` the values runtime_config_update() changed.
+
+Runs under Python 3.12 with the bridge venv (scripts/bridge-env); never imports bridge_launch, only
+its job-side recipe_build.py, the same code the canary's trainer check runs in the image.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[1] / "src" / "bridge_launch" / "workloads"))
+
+import recipe_build  # noqa: E402 - after the path it lives on
+import standins  # noqa: E402
+
+
+def _fake_gpu(gpu: dict) -> None:
+    """validate() asks the GPU's architecture once (flex_dispatcher_backend.py:78 at 987244934,
+    :95 at 067f987); answer it as the job's GPU type would, since no GPU is here."""
+    import torch
+
+    class Props:
+        name = gpu.get("name", "NVIDIA GB200")
+        major = int(gpu.get("major", 10))
+        minor = int(gpu.get("minor", 0))
+        multi_processor_count = int(gpu.get("sms", 152))
+        total_memory = int(gpu.get("memory", 192 * 2**30))
+
+    torch.cuda.get_device_properties = lambda *_a, **_k: Props()
+    torch.cuda.get_device_capability = lambda *_a, **_k: (Props.major, Props.minor)
+
+
+def _function(name: str):
+    import megatron.bridge.recipes as recipes
+
+    fn = getattr(recipes, name, None)
+    if fn is None:
+        raise recipe_build.BuildError("recipe lookup", f"megatron.bridge.recipes has no {name}")
+    try:
+        return fn()
+    except BaseException as exc:
+        raise recipe_build.BuildError("recipe function", recipe_build.error_text(exc)) from exc
+
+
+def one(job: dict, entry: str) -> dict:
+    out: dict = {"id": job["id"], "ok": False}
+    try:
+        if "function" in job:
+            config = _function(job["function"])
+            out["values"] = recipe_build.flatten(config)
+        else:
+            mod = recipe_build.load_entry(entry)
+            config, mode = recipe_build.build(mod, list(job["argv"]), int(job["world_size"]))
+            before = recipe_build.flatten(config)
+            out.update(values=before, mode=mode)
+            recipe_build.runtime_update(config)
+            after = recipe_build.flatten(config)
+            out["runtime"] = {k: v for k, v in after.items() if before.get(k, v) != v}
+        out["ok"] = True
+    except recipe_build.BuildError as exc:
+        out.update(stage=exc.stage, why=exc.why)
+    except BaseException as exc:  # noqa: BLE001 - one job's failure is that job's result
+        out.update(stage="check", why=recipe_build.error_text(exc), traceback=traceback.format_exc()[-3000:])
+    return out
+
+
+def main(argv: list) -> int:
+    request = json.loads(Path(argv[0]).read_text())
+    bridge, core = Path(request["bridge"]), Path(request["core"])
+    sys.path[:0] = [str(bridge / "src"), str(core)]
+    os.environ.update(HF_HOME=request["hf_home"], HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
+    standins.install()
+    _fake_gpu(request.get("gpu") or {})
+    entry = str(bridge / "scripts" / "training" / "run_recipe.py")
+    with open(argv[1], "w", encoding="utf-8") as out:
+        for job in request["jobs"]:
+            out.write(json.dumps(one(job, entry), default=str) + "\n")
+            out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
