@@ -3,12 +3,13 @@
     <bridge venv>/bin/python scripts/bridge/realcheck.py REQUEST.json RESULTS.jsonl
 
 REQUEST: {"bridge": Megatron-Bridge checkout, "core": Megatron-LM checkout (the commit the bridge
-pins), "hf_home": an offline HF cache holding config.json files, "gpu": {"name", "major", "minor"},
+pins), "hf_home": an offline HF cache holding config.json files, "gpu": "NAME:MAJOR:MINOR",
 "jobs": [...]}. A job is either {"id", "function": NAME} (the recipe function itself: what it sets)
 or {"id", "argv": [...], "world_size": N} (the job's exact run_recipe.py arguments, through that
 revision's own scripts/training/run_recipe.py main(), then runtime_config_update() and validate()).
 Writes one JSON line per job to RESULTS (Megatron's loggers own stdout): {"id", "ok", "stage",
-"why", "values", "runtime"}; `values` is the flattened config as main() hands it to training (or
+"why", "values", "classes", "runtime"}; `classes` names the class of each section (model,
+dataset, ...) the function builds; `values` is the flattened config as main() hands it to training (or
 as the function returns it), `runtime` the values runtime_config_update() changed.
 
 Runs under Python 3.12 with the bridge venv (scripts/bridge-env); never imports bridge_launch, only
@@ -31,22 +32,6 @@ import recipe_build  # noqa: E402 - after the path it lives on
 import standins  # noqa: E402
 
 
-def _fake_gpu(gpu: dict) -> None:
-    """validate() asks the GPU's architecture once (flex_dispatcher_backend.py:78 at 987244934,
-    :95 at 067f987); answer it as the job's GPU type would, since no GPU is here."""
-    import torch
-
-    class Props:
-        name = gpu.get("name", "NVIDIA GB200")
-        major = int(gpu.get("major", 10))
-        minor = int(gpu.get("minor", 0))
-        multi_processor_count = int(gpu.get("sms", 152))
-        total_memory = int(gpu.get("memory", 192 * 2**30))
-
-    torch.cuda.get_device_properties = lambda *_a, **_k: Props()
-    torch.cuda.get_device_capability = lambda *_a, **_k: (Props.major, Props.minor)
-
-
 def _function(name: str):
     import megatron.bridge.recipes as recipes
 
@@ -64,7 +49,7 @@ def one(job: dict, entry: str) -> dict:
     try:
         if "function" in job:
             config = _function(job["function"])
-            out["values"] = recipe_build.flatten(config)
+            out.update(values=recipe_build.flatten(config), classes=recipe_build.classes(config))
         else:
             mod = recipe_build.load_entry(entry)
             config, mode = recipe_build.build(mod, list(job["argv"]), int(job["world_size"]))
@@ -88,7 +73,7 @@ def main(argv: list) -> int:
     os.environ.update(HF_HOME=request["hf_home"], HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
     standins.install()
-    _fake_gpu(request.get("gpu") or {})
+    standins.fake_gpu(request.get("gpu") or "NVIDIA GB200:10:0")
     entry = str(bridge / "scripts" / "training" / "run_recipe.py")
     with open(argv[1], "w", encoding="utf-8") as out:
         for job in request["jobs"]:

@@ -74,3 +74,20 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 def install() -> None:
     sys.meta_path.insert(0, _Finder())
+
+
+def fake_gpu(spec: str) -> None:
+    """Answer torch.cuda's device questions as the job's GPU would ("NAME:MAJOR:MINOR", e.g.
+    "NVIDIA GB200:10:0"): validate() asks the architecture once (flex_dispatcher_backend.py:78 at
+    987244934, :95 at 067f987), and no GPU is here."""
+    import torch
+
+    name, major, minor = (spec.split(":") + ["10", "0"])[:3]
+
+    class Props:
+        pass
+
+    Props.name, Props.major, Props.minor = name, int(major), int(minor)
+    Props.multi_processor_count, Props.total_memory = 152, 192 * 2**30
+    torch.cuda.get_device_properties = lambda *_a, **_k: Props()
+    torch.cuda.get_device_capability = lambda *_a, **_k: (Props.major, Props.minor)

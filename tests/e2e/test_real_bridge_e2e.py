@@ -124,3 +124,15 @@ def test_the_dry_run_labels_upstream_values_with_the_pinned_commit(checked):
     for _job_id, (rec, job) in jobs.items():
         labels = {s for s in job.provenance["config"].values() if s.startswith("upstream")}
         assert labels <= {f"upstream@{upstream.short(rec['bridge_commit'])}"}, labels
+
+
+def test_the_classes_a_recipe_declares_are_the_ones_its_function_builds(checked):
+    # what the only_in check of preflight compares keys against
+    _jobs, results = checked
+    for rec in _shipped():
+        function = results[f"function:{rec['name']}"]
+        if rec.get("upstream_status"):
+            continue
+        assert rec["classes"], rec["name"]
+        assert rec["classes"] == {s: function["classes"][s] for s in rec["classes"]}, rec["name"]
+        assert {"model", "dataset"} <= set(rec["classes"])

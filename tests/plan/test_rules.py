@@ -365,7 +365,8 @@ RULE_CASES = [
             "model.seq_length=4100",
             "dataset.sequence_length=4100",
         ],
-        "dataset.sequence_length = model.seq_length = 4100: with sequence parallelism each rank's 4100/CP tokens are split "
+        "dataset.sequence_length = model.seq_length = 4100: with sequence parallelism each rank's 4100/CP tokens "
+        "are split "
         "over TP=4",
         [
             "model.tensor_model_parallel_size=4",

@@ -8,6 +8,7 @@ the recipe, overlays (in the order given), the cluster profile, the command line
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
 import re
@@ -120,6 +121,25 @@ def _apply_cli(layers: _Layers, tokens, deleted: list, known_keys: schema.Schema
         if in_schema and not ov.has_interpolation:
             _check_value(known_keys, key, ov.value, where)
         layers.set(key, ov.value, "cli", token=text)
+
+
+def _check_classes(known: schema.Schema, recipe: dict, layers: _Layers) -> None:
+    """A key of another class than the one the recipe function builds for its section (the schema's
+    only_in): Megatron-Bridge refuses it when it applies the override, after the queue wait."""
+    for key, source in layers.source.items():
+        found = known.foreign(key, recipe["classes"])
+        if found is None:
+            continue
+        cls, owners = found
+        section = key.split(".", 1)[0]
+        hints = difflib.get_close_matches(key, known.keys_of(section, cls), n=2, cutoff=0.7)
+        where = f"override '{layers.tokens[key]}'" if source == "cli" else f"{key} ({source})"
+        raise UsageError(
+            f"{where}: {recipe['name']}'s {section} class is {cls} (Megatron-Bridge "
+            f"{upstream.short(recipe['bridge_commit'])}), which has no {key.split('.', 1)[1]}; only "
+            f"{', '.join(owners)} {'has' if len(owners) == 1 else 'have'} it"
+            + (f"; did you mean {' or '.join(repr(h) for h in hints)}?" if hints else "")
+        )
 
 
 def _nodes(recipe: dict, overlays: list, prof: dict, opts: Options, jobsrc: dict, errors: list, warnings: list) -> int:
@@ -321,6 +341,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         layers.set(key, value, f"cluster:{prof['name']}")
     deleted: list = []
     _apply_cli(layers, opts.overrides, deleted, known)
+    _check_classes(known, recipe, layers)
 
     env, envsrc = {}, {}
     for layer_env, src in (

@@ -24,6 +24,7 @@ _RECIPE_KEYS = {
     "upstream_ref": str,
     "upstream_status": str,
     "bridge_commit": str,
+    "classes": dict,
     "mode": str,
     "workload": str,
     "gpus": int,
@@ -132,6 +133,22 @@ def _sections(cat: Catalog, name: str, pairs, commit: str | None) -> tuple[dict,
     return owner, label
 
 
+def _classes(at, classes: dict, commit: str) -> dict:
+    """[classes]: the class of each config section the recipe function builds (model =
+    "GPTModelProvider", ...), one of the classes the revision's schema merges for that section."""
+    from bridge_launch.spec import schema
+
+    sections = schema.at(commit).sections
+    for section, cls in classes.items():
+        known = sections.get(section) or []
+        if cls not in known:
+            raise UsageError(
+                f"{at(f'classes.{section}')}: {cls!r} is not a {section} class of Megatron-Bridge "
+                f"{upstream.short(commit)}; valid: {', '.join(known) or 'none (not a section)'}"
+            )
+    return dict(classes)
+
+
 def _check_values(at, section: str, values: dict, commit: str | None) -> None:
     from bridge_launch.spec import schema
 
@@ -172,6 +189,7 @@ def load(name: str, allow_abstract: bool = False) -> dict:
     except KeyError as exc:
         raise UsageError(f"{at('bridge_commit')}: {exc.args[0]}") from None
     data["bridge_commit"], data["core_commit"] = rev.bridge, rev.core
+    data["classes"] = _classes(at, data.get("classes", {}), rev.bridge)
     keep = _keep_dict(rev.bridge)
     owner, label = _sections(cat, entry.name, (("config", "upstream_config"), ("env", "upstream_env")), rev.bridge)
     data["config"] = flatten(data.get("config", {}), keep_dict=keep)

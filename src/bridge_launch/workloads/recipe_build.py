@@ -180,3 +180,13 @@ def flatten(config, prefix: str = "") -> dict:
         if plain is not _SKIP:
             out[key] = plain
     return out
+
+
+def classes(config) -> dict:
+    """{section: class name} of the config's dataclass sections (model: GPTModelProvider, ...)."""
+    out = {}
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name, None)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            out[field.name] = type(value).__name__
+    return out

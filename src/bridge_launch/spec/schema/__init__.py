@@ -53,6 +53,27 @@ class Schema:
         spec = self.fields.get(key)
         return spec is not None and spec["type"] == "dict" and key not in self._parents
 
+    def foreign(self, key: str, classes: dict) -> tuple[str, list] | None:
+        """(class, the classes that declare key) when key is a field only some classes of its section
+        have (`only_in`) and the section's class in `classes` ({section: class name}) is not one of
+        them; else None. Megatron-Bridge refuses such a key when it applies the override."""
+        spec = self.fields.get(key)
+        section = key.split(".", 1)[0]
+        cls = classes.get(section)
+        owners = (spec or {}).get("only_in") or []
+        # only_in of a nested key names the nested classes (dataset.task_encoder.*): not this check's
+        if cls is None or not set(owners) & set(self.sections.get(section, [])) or cls in owners:
+            return None
+        return cls, list(owners)
+
+    def keys_of(self, section: str, cls: str) -> list[str]:
+        """The keys of one class of a section."""
+        return [
+            k
+            for k, spec in self.fields.items()
+            if k.startswith(section + ".") and (not spec.get("only_in") or cls in spec["only_in"])
+        ]
+
     def closest(self, key: str, extra=(), n: int = 3) -> list[str]:
         pool = list(dict.fromkeys([*self.fields, *extra]))
         hits = difflib.get_close_matches(key, pool, n=n, cutoff=0.6)
