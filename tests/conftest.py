@@ -11,6 +11,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "golden"
 WORKLOADS = REPO / "src" / "bridge_launch" / "workloads"
+BRIDGE_SCRIPTS = REPO / "scripts" / "bridge"  # the real Megatron-Bridge's drivers (realbridge.py)
+sys.path.insert(0, str(BRIDGE_SCRIPTS))
 CLI = [sys.executable, "-m", "bridge_launch.cli.app"]
 
 

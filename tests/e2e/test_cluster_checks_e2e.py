@@ -11,8 +11,8 @@ import os
 import subprocess
 
 import pytest
+import realbridge  # scripts/bridge: on the path tests/conftest.py sets
 
-import real_bridge
 from bridge_launch.core import upstream
 from bridge_launch.spec import schema
 from conftest import REPO, WORKLOADS
@@ -26,12 +26,12 @@ PIN = "98724493411ca166e09ea8bed8959c1129252703"
 
 @pytest.fixture(scope="module")
 def env():
-    return real_bridge.environment()
+    return realbridge.environment()
 
 
 def _trainer(env, tmp_path, commit, recipe, mode, argv, world=8):
     rev = upstream.revision(commit)
-    bridge, core = real_bridge.sources(env, rev)
+    bridge, core = realbridge.sources(env, rev)
     spec = {
         "run_id": "r1",
         "report": str(tmp_path / "report.json"),

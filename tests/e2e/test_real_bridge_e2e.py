@@ -8,13 +8,16 @@ revision (scripts/bridge/realcheck.py); the venv and sources come from scripts/b
 from __future__ import annotations
 
 import collections
+import subprocess
+import sys
 
 import pytest
+import realbridge  # scripts/bridge: on the path tests/conftest.py sets
 
-import real_bridge
 from bridge_launch.core import upstream
 from bridge_launch.resolve import resolver as resolve
 from bridge_launch.spec import clusters, recipes
+from conftest import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("home")]
 
@@ -33,9 +36,9 @@ def _profiles() -> list[str]:
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory):
     """(jobs {id: (recipe, ResolvedJob)}, results {id: realcheck result}) for every recipe x profile."""
-    env = real_bridge.environment()
+    env = realbridge.environment()
     tmp = tmp_path_factory.mktemp("real-bridge")
-    hf = real_bridge.hf_home(tmp / "hf")
+    hf = realbridge.hf_home(tmp / "hf")
     jobs: dict = {}
     requests: dict = collections.defaultdict(list)
     for rec in _shipped():
@@ -48,10 +51,10 @@ def checked(tmp_path_factory):
                 continue
             job_id = f"{rec['name']}{''.join('+' + o for o in overlays)}@{profile}"
             jobs[job_id] = (rec, job)
-            requests[rev.bridge].append(real_bridge.job_request(job_id, job))
+            requests[rev.bridge].append(realbridge.job_request(job_id, job))
     results: dict = {}
     for bridge, reqs in requests.items():
-        results.update(real_bridge.run(env, upstream.revision(bridge), hf, reqs, tmp))
+        results.update(realbridge.run(env, upstream.revision(bridge), hf, reqs, tmp))
     return jobs, results
 
 
@@ -136,3 +139,16 @@ def test_the_classes_a_recipe_declares_are_the_ones_its_function_builds(checked)
         assert rec["classes"], rec["name"]
         assert rec["classes"] == {s: function["classes"][s] for s in rec["classes"]}, rec["name"]
         assert {"model", "dataset"} <= set(rec["classes"])
+
+
+def test_derive_upstream_finds_nothing_to_change():
+    # the script that writes the upstream layer from the real functions agrees with the shipped files
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "derive-upstream")], capture_output=True, text=True, timeout=1200
+    )
+    # the VL recipes' functions are in no Megatron-Bridge revision: reported, one line each
+    lines = proc.stdout.splitlines()
+    assert all("recipe lookup" in ln for ln in lines), proc.stdout + proc.stderr[-2000:]
+    assert sorted(ln.split(":", 1)[0] for ln in lines) == sorted(
+        r["name"] for r in _shipped() if r.get("upstream_status")
+    )

@@ -1,20 +1,20 @@
-"""The real Megatron-Bridge on CPU for the tests: scripts/bridge-env (the cached Python 3.12 venv and
-the pinned revisions' sources), the offline config.json cache (scripts/bridge/hf_configs.py) and
-scripts/bridge/realcheck.py run once per revision for many jobs."""
+"""The real Megatron-Bridge on CPU, driven from bridge-launch's side (Python 3.11, the package
+importable): scripts/bridge-env (the cached Python 3.12 venv and the pinned revisions' sources), the
+offline config.json cache (hf_configs.py) and realcheck.py run once per revision for many jobs.
+Used by the tests and by scripts/derive-upstream."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
+
+import hf_configs  # its sibling: this directory is on the path of whoever imports this module
 
 from bridge_launch.backends.base import entry_command
 from bridge_launch.core import upstream
-from conftest import REPO
 
-sys.path.insert(0, str(REPO / "scripts" / "bridge"))
-import hf_configs
+REPO = Path(__file__).resolve().parents[2]
 
 
 def environment(build: bool = True) -> dict:
