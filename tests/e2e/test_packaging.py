@@ -1,4 +1,4 @@
-"""recipes/ and clusters/ ship inside the wheel, and the installed package finds them there."""
+"""recipes/, clusters/ and each revision's schema ship inside the wheel, and the installed package finds them there."""
 
 import json
 import os
@@ -28,7 +28,12 @@ def test_wheel_carries_recipes_and_clusters(tmp_path):
         assert f"bridge_launch/_data/recipes/overlays/{p.name}" in names
     for p in (REPO / "clusters").glob("*.toml"):
         assert f"bridge_launch/_data/clusters/{p.name}" in names
-    assert "bridge_launch/spec/schema/config_container.json" in names
+    schemas = sorted(
+        p.name for p in (REPO / "src" / "bridge_launch" / "spec" / "schema").glob("config_container-*.json")
+    )
+    assert len(schemas) == 3  # one per pinned Megatron-Bridge revision (core/upstream.py)
+    for name in schemas:
+        assert f"bridge_launch/spec/schema/{name}" in names
     assert "bridge_launch/workloads/smoke.py" in names
     assert any(n.endswith("entry_points.txt") for n in names)
 
