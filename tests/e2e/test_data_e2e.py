@@ -264,6 +264,7 @@ def test_slurm_job_array_gets_the_profiles_time_limit_as_slurm_reads_it(src, tmp
     """A profile time of "1-12" is 36 hours for the array's elements (it once became 2 minutes)."""
     import os
     import subprocess
+    import time
 
     pytest.importorskip("submitit")
     pytest.importorskip("megatron.energon")
@@ -274,12 +275,17 @@ def test_slurm_job_array_gets_the_profiles_time_limit_as_slurm_reads_it(src, tmp
     submitted = []
     _prep(src, tmp_path / "out", num_workers=1, cluster="long", log=submitted.append)
     array = next(line.split()[3] for line in submitted if line.startswith("submitted job array "))
-    limits = subprocess.run(
-        ["sacct", "-n", "-X", "-P", "-j", array, "-o", "Timelimit"],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ),
-    ).stdout.split()
+    limits: list = []
+    deadline = time.monotonic() + 60
+    while not limits and time.monotonic() < deadline:  # slurmdbd records finished jobs asynchronously
+        limits = subprocess.run(
+            ["sacct", "-n", "-X", "-P", "-j", array, "-o", "Timelimit"],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ),
+        ).stdout.split()
+        if not limits:
+            time.sleep(1)
     assert limits and set(limits) == {"1-12:00:00"}, limits
 
 
