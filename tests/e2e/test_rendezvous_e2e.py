@@ -52,18 +52,18 @@ def test_a_node_that_starts_before_the_store_host_waits_read_timeout(tmp_path, r
 
     port = _free_port()
     # the string the renderers write (torchrun_opts.rdzv_conf), for a profile's rdzv_join_timeout
-    job = SimpleNamespace(profile={"rdzv_join_timeout": 40}, backend="slurm", container=None)
+    job = SimpleNamespace(profile={"rdzv_join_timeout": 90}, backend="slurm", container=None)
     conf = torchrun_opts.rdzv_conf(job, is_host="0")
-    assert conf == "join_timeout=40,read_timeout=40,is_host=0"
+    assert conf == "join_timeout=90,read_timeout=90,is_host=0"
     if not ok:  # torch's own split: join_timeout alone, read_timeout short
         conf = f"join_timeout=60,read_timeout={read_timeout},is_host=0"
     early = _torchrun(tmp_path, port, conf)
     time.sleep(8)  # the store host starts late (its image was slower to arrive)
     host = _torchrun(tmp_path, port, torchrun_opts.rdzv_conf(job, is_host="1"))
     try:
-        out_early, _ = early.communicate(timeout=120)
+        out_early, _ = early.communicate(timeout=240)
         if ok:
-            out_host, _ = host.communicate(timeout=120)
+            out_host, _ = host.communicate(timeout=240)
             assert early.returncode == 0 and host.returncode == 0, out_early[-2000:] + out_host[-2000:]
             assert "rank 1 of 2" in out_early + out_host and "rank 0 of 2" in out_early + out_host
         else:

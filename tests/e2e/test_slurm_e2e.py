@@ -83,7 +83,11 @@ def test_slurm_cancel_signals_the_trainers_not_torchrun(until_done):
     assert st["state"] == "CANCELLED"
     text = "".join(p.read_text(errors="replace") for p in _slurm_logs(run_dir)())
     assert "SignalException" not in text  # torchrun was not signalled
-    assert len(re.findall(r"bridge-launch: node\d: SIGTERM to the training processes \d+", text)) == 2, text[-3000:]
+    # each node's launcher signals its trainers once; a node whose trainers had already stopped (the
+    # other node's signal agreed a stop among all ranks before this node polled the stop file) has
+    # none left to signal
+    signalled = re.findall(r"bridge-launch: (node\d): SIGTERM to the training processes \d+", text)
+    assert signalled and len(signalled) == len(set(signalled)), text[-3000:]
     if until_done:  # the chain's trainers save on the way out
         saved = int((run_dir / "checkpoints" / "latest_checkpointed_iteration.txt").read_text())
         assert saved >= 12 and "[exiting program after receiving SIGTERM.]" in text
