@@ -288,3 +288,47 @@ def test_a_tracker_without_its_checkpoint_is_never_loaded(tmp_path):
 def test_until_done_needs_slurm():
     r = run_cli("submit", "smoke", "--until-done", "--dry-run")
     assert r.code == 2 and "--until-done runs a chain of Slurm jobs" in r.err
+
+
+@pytest.mark.usefixtures("cluster", "home")
+def test_a_plain_job_saves_at_its_time_limit_and_resume_continues():
+    """No --until-done and no periodic save: the only save is the one Slurm's USR1 asks for
+    before the limit (--signal=B:USR1@30, train.exit_signal_handler on). status says STOPPED at
+    iteration N, not COMPLETED and not TIMEOUT; resume starts at N+1 with the samples consumed."""
+    r = run_cli(
+        "submit",
+        "smoke",
+        "-c",
+        "local-slurm",
+        "-o",
+        "json",
+        *FAST,
+        "--time",
+        "00:01:00",
+        "--signal-lead",
+        "30",
+        "train.train_iters=400",
+        "smoke.step_sleep=0.5",
+        "~checkpoint.save_interval",
+        "logger.log_interval=1",
+    )
+    assert r.code == 0, r.err
+    sub = r.json()
+    st = _wait(sub["run_id"], {"COMPLETED", "STOPPED", "FAILED", "TIMEOUT", "CANCELLED"}, timeout=240)
+    assert st["state"] == "STOPPED", st
+    text = _segment_text(sub, sub["job_ids"][0])
+    assert "bridge-launch: time limit in 30s: the training processes are told to save and exit" in text
+    ckpt = Path(sub["run_dir"]) / "checkpoints"
+    saved = int((ckpt / "latest_checkpointed_iteration.txt").read_text())
+    assert 0 < saved < 400 and sorted(p.name for p in ckpt.glob("iter_*")) == [f"iter_{saved:07d}"]
+    assert re.fullmatch(rf"stopped at the time limit, iteration {saved} of 400; resume continues", st["reason"]), st
+    r = run_cli("resume", sub["run_id"], f"train.train_iters={saved + 6}", "-o", "json")
+    assert r.code == 0, r.err
+    again = r.json()
+    st = _wait(again["run_id"], {"COMPLETED", "STOPPED", "FAILED", "TIMEOUT", "CANCELLED"}, timeout=180)
+    assert st["state"] == "COMPLETED", st
+    resumed = _segment_text(again, again["job_ids"][0])
+    counts = re.findall(r"iteration +(\d+)/ +\d+ \| consumed samples: +(\d+) \| .*global batch size: +(\d+)", resumed)
+    first, consumed, gbs = (int(x) for x in counts[0])
+    assert first == saved + 1 and consumed == (saved + 1) * gbs
+    assert int((ckpt / "latest_checkpointed_iteration.txt").read_text()) == saved + 6

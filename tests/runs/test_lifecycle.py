@@ -1,5 +1,5 @@
-"""--until-done before anything runs: the chain's rules at resolve time, its sizing against
-plan's estimates, what --dry-run shows, and how status reads a chain's outcomes. The chain on
+"""--until-done before anything runs: the chain's rules at resolve time and how status reads a
+chain's outcomes (its sizing: tests/plan/test_sizing.py). The chain on
 a real cluster is in tests/e2e/test_until_done_e2e.py."""
 
 from __future__ import annotations
@@ -42,10 +42,11 @@ def test_the_chain_turns_on_bridges_exit_handler_and_loads_its_own_saves():
     job = _chain()
     assert job.config["train.exit_signal_handler"] is True  # the smoke workload too: it follows Bridge
     assert job.config["checkpoint.load"] == job.config["checkpoint.save"] == job.chain["save"]
-    assert job.chain["exit_signal"] == "TERM" and job.chain["max_segments"] is None
+    assert job.limit_save["exit_signal"] == "TERM" and job.chain["max_segments"] is None
     assert job.chain["complete_files"] == [".metadata", "metadata.json", "train_state.pt"]
     assert job.scheduler["signal"] == "B:USR1@120"
-    assert _chain(overrides=["train.exit_signal=SIGUSR2"]).chain["exit_signal"] == "USR2"
+    assert "cancel_signal" not in job.scheduler  # a chain's USR1 trap tells a cancel from the limit itself
+    assert _chain(overrides=["train.exit_signal=SIGUSR2"]).limit_save["exit_signal"] == "USR2"
 
 
 @pytest.mark.usefixtures("home")
@@ -62,68 +63,6 @@ def test_the_chain_turns_on_bridges_exit_handler_and_loads_its_own_saves():
 def test_the_chain_refuses(overrides, opts, message):
     with pytest.raises(UsageError, match=re.escape(message)):
         _chain(overrides=overrides, **opts)
-
-
-@pytest.mark.usefixtures("home")
-def test_sizing_flags_need_until_done():
-    with pytest.raises(UsageError, match="--max-segments sizes an --until-done chain"):
-        resolve.resolve("smoke", resolve.Options(cluster="local-slurm", max_segments=3))
-    r = run_cli("submit", "smoke", "-c", "local-slurm", "--step-time", "3", "--dry-run")
-    assert r.code == 2 and "--step-time sizes an --until-done chain" in r.err and "Traceback" not in r.err
-
-
-@pytest.mark.usefixtures("home")
-def test_sizing_of_the_vl_recipe_on_gb200_32():
-    """plan estimates ~35 s a step for qwen35-vl-sft-mxfp8 on gb200-32 (it has an MXFP8 throughput
-    figure; none is published for BF16): the shipped save_interval of 500 is longer than a 4 h
-    segment, and a 120 s lead cannot hold a step, a save and an evaluation."""
-    job = _chain("qwen35-vl-sft-mxfp8", "gb200-32", VL)
-    e = job.chain["estimate"]
-    assert e["step_source"] == "plan's estimate" and 30 < e["step_s"] < 40
-    assert e["save_s"] and e["eval_s"] and 700 < e["segments"] < 800  # ~300000 x 35 s / (4 h - 120 s)
-    assert job.errors == []
-    save_warn = next(w for w in job.warnings if w.startswith("checkpoint.save_interval=500"))
-    fit = int(re.search(r"checkpoint.save_interval=(\d+) saves about twice a segment", save_warn).group(1))
-    assert fit * e["step_s"] * 2 <= 4 * 3600  # the suggestion fits twice in a segment
-    lead_warn = next(w for w in job.warnings if w.startswith("--signal-lead 120 s is shorter than one step"))
-    need = int(re.search(r"--signal-lead (\d+) fits", lead_warn).group(1))
-    assert need > e["step_s"] + e["save_s"] + e["eval_s"]
-    ok = _chain("qwen35-vl-sft-mxfp8", "gb200-32", (*VL, f"checkpoint.save_interval={fit}"), signal_lead=need)
-    assert not [w for w in ok.warnings if "signal-lead" in w or "save_interval" in w], ok.warnings
-
-
-@pytest.mark.usefixtures("home")
-def test_a_lead_shorter_than_one_step_is_refused_only_with_an_estimate():
-    job = _chain("qwen35-vl-sft-mxfp8", "gb200-32", VL, signal_lead=30)
-    assert any(
-        e.startswith("--signal-lead 30 s is shorter than one training step (~35 s, plan's estimate)")
-        for e in job.errors
-    ), job.errors
-    assert _chain("qwen35-vl-sft-mxfp8", "gb200-32", VL, signal_lead=30, step_time=20.0).errors == []
-    assert _chain("qwen35-vl-sft", "gb200-32", VL, signal_lead=30).errors == []  # BF16: plan has no figure
-    smoke = _chain(signal_lead=10)  # plan knows no throughput for the smoke workload: no estimate, no refusal
-    assert smoke.errors == [] and smoke.chain["estimate"]["step_s"] is None
-    given = _chain(signal_lead=10, step_time=15.0)
-    assert given.errors and "--step-time" in given.errors[0]
-
-
-@pytest.mark.usefixtures("home")
-def test_dry_run_shows_the_mechanism_and_the_estimate():
-    r = run_cli(
-        "submit", "qwen35-vl-sft-mxfp8", "-c", "gb200-32", *VL, "--until-done", "--max-segments", "900", "--dry-run"
-    )
-    assert r.code == 0, r.err
-    assert "SIGTERM to the training processes on every node (torchrun is left alone)" in r.out
-    assert re.search(
-        r"estimate: ~3\d s a step \(plan's estimate\), ~\d+ s a save, ~\d+ s an evaluation, "
-        r"about 7\d\d segments to train_iters",
-        r.out,
-    )
-    assert "at most 900 segments" in r.out and '[ "$segment" -lt 900 ]' in r.out
-    assert 'kill -s "$sig" $pids' in r.out and '"${resume_args[@]}"' in r.out
-    r = run_cli("submit", "smoke", "-c", "local-slurm", "--until-done", "--dry-run")
-    assert "-lt " not in r.out.split("#!/bin/bash", 1)[1]  # no fixed segment cap
-    assert "estimate: none (no step time: plan does not know this model; give --step-time SECONDS)" in r.out
 
 
 def test_status_reads_the_chains_outcomes():

@@ -178,14 +178,20 @@ def submit(
         False, "--until-done", help="Slurm: continue across time limits and flaky failures until train_iters."
     ),
     max_restarts: int = typer.Option(3, "--max-restarts", help="With --until-done: flaky failures to retry."),
-    signal_lead: int = typer.Option(
-        120, "--signal-lead", help="With --until-done: seconds before the time limit to save."
+    signal_lead: Optional[int] = typer.Option(
+        None,
+        "--signal-lead",
+        help="Slurm: seconds before the time limit that the trainers are told to save (default: 120, or more "
+        "where a step and a save need it).",
     ),
     max_segments: Optional[int] = typer.Option(
         None, "--max-segments", help="With --until-done: stop after this many segments."
     ),
     step_time: Optional[float] = typer.Option(
-        None, "--step-time", help="With --until-done: seconds per step, for sizing (default: plan's estimate)."
+        None, "--step-time", help="Slurm: seconds per step, for sizing the save before the limit (default: plan's)."
+    ),
+    force: bool = typer.Option(
+        False, "--force", help="Submit even when sizing finds that no save can land before the time limit."
     ),
     canary: Optional[bool] = typer.Option(
         None,
@@ -243,6 +249,7 @@ def submit(
                 signal_lead=signal_lead,
                 max_segments=max_segments,
                 step_time=step_time,
+                force=force,
                 memory_check=not no_memory_check,
                 canary=canary,
             )
@@ -267,6 +274,7 @@ def submit(
             signal_lead=signal_lead,
             max_segments=max_segments,
             step_time=step_time,
+            force=force,
             dry_run=dry_run,
             follow=follow,
             output=output.value,

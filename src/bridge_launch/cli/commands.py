@@ -31,9 +31,10 @@ def submit(
     bridge_src,
     until_done=False,
     max_restarts=3,
-    signal_lead=120,
+    signal_lead=None,
     max_segments=None,
     step_time=None,
+    force=False,
     dry_run,
     follow,
     output,
@@ -60,6 +61,7 @@ def submit(
         signal_lead=signal_lead,
         max_segments=max_segments,
         step_time=step_time,
+        force=force,
         memory_check=memory_check,
         canary=canary,
     )
@@ -348,13 +350,13 @@ def logs(run_ref, *, follow, rank=None, grep=None, tail=None) -> int:
 
 def cancel(run_ref) -> int:
     from bridge_launch.runs import lifecycle as launch
-    from bridge_launch.runs.registry import Registry
+    from bridge_launch.runs.registry import TERMINAL, Registry
 
     reg = Registry()
     run = launch.find_run(reg, run_ref)
     before = run.state
     run = launch.cancel(reg, run)
-    if before in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+    if before in TERMINAL:
         print(f"{run.run_id} already ended ({before}); nothing to cancel")
     else:
         print(f"{run.run_id}: CANCELLED")
@@ -572,6 +574,7 @@ SIDE_FIELDS = {
     "signal_lead": "signal_lead",
     "max_segments": "max_segments",
     "step_time": "step_time",
+    "force": "force",
 }
 NOT_SIDE = ("dry_run", "follow", "output", "help")
 
@@ -651,8 +654,9 @@ def diff_rows(a, b) -> list[tuple]:
     def job(j):
         return {**{k: getattr(j, k) for k in _JOB_KEYS}, "until_done": j.chain is not None}
 
-    def chain(j):
-        return {k: v for k, v in j.chain.items() if k != "estimate"}
+    def limit(j):  # the save before the time limit and the chain's rules, without the estimates
+        out = {k: v for k, v in (j.limit_save or {}).items() if k != "estimate"}
+        return {**out, **{k: v for k, v in (j.chain or {}).items()}}
 
     def removed(j):
         return {k: "removed" for k, s in j.provenance["config"].items() if s == "cli (removed)"}
@@ -666,8 +670,8 @@ def diff_rows(a, b) -> list[tuple]:
 
     add("job", job(a), job(b), pa["job"], pb["job"])
     add("scheduler", a.scheduler, b.scheduler, pa["job"], pb["job"])
-    if a.chain and b.chain:
-        add("chain", chain(a), chain(b))
+    if a.limit_save and b.limit_save:
+        add("time limit", limit(a), limit(b))
     add("config", a.config, b.config, pa["config"], pb["config"])
     add(
         "config",

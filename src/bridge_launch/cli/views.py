@@ -79,30 +79,40 @@ def _table(rows: list[tuple[str, str, str]], indent: str = "  ") -> list[str]:
     return [f"{indent}{k:<{w}}  {val:<{v}}  {src}".rstrip() for k, val, src in rows]
 
 
-def chain_lines(c: dict) -> list[str]:
-    """--until-done in words: the signal path, the resume rule, the stops, the estimates."""
-    cap = f", at most {c['max_segments']} segments" if c.get("max_segments") else ""
+def limit_lines(job) -> list[str]:
+    """The save before the time limit and (--until-done) the chain, in words: the signal path,
+    the resume rule, the stops, the estimates and what they rest on."""
+    ls = job.limit_save
     out = [
-        f"Until done segments resubmit themselves until train_iters={c['train_iters']}{cap}",
-        f"           USR1 {c['signal_lead']} s before the time limit -> SIG{c['exit_signal']} to the training "
-        "processes on "
-        "every node (torchrun is left alone), which save and exit",
-        f"           each segment loads the newest complete checkpoint ({', '.join(c['complete_files'])} in iter_N)",
-        f"           stops after {c['max_no_progress']} segments in a row without a new checkpoint or "
-        f"{c['max_restarts']} restarts after failures",
+        f"Time limit USR1 {ls['signal_lead']} s ({ls['lead_source']}) before it -> SIG{ls['exit_signal']} to the "
+        "training processes on every node (torchrun is left alone), which save at the end of their step and "
+        "exit (train.exit_signal_handler=true)"
     ]
-    e = c.get("estimate") or {}
-    if e.get("step_s"):
-        parts = [f"~{e['step_s']:.0f} s a step ({e['step_source']})"]
-        if e.get("save_s"):
-            parts.append(f"~{e['save_s']:.0f} s a save")
-        if e.get("eval_s"):
-            parts.append(f"~{e['eval_s']:.0f} s an evaluation")
-        if e.get("segments"):
-            parts.append(f"about {e['segments']} segments to train_iters")
-        out.append("           estimate: " + ", ".join(parts))
+    c = job.chain
+    if c:
+        cap = f", at most {c['max_segments']} segments" if c.get("max_segments") else ""
+        out += [
+            f"Until done segments resubmit themselves until train_iters={c['train_iters']}{cap}",
+            f"           each segment loads the newest complete checkpoint ({', '.join(c['complete_files'])} in "
+            "iter_N)",
+            f"           stops after {c['max_no_progress']} segments in a row without a new checkpoint or "
+            f"{c['max_restarts']} restarts after failures",
+        ]
     else:
-        out.append("           estimate: none (no step time: plan does not know this model; give --step-time SECONDS)")
+        out.append("           status says STOPPED (iteration N of M); `bridge-launch resume RUN` continues")
+    e = ls.get("estimate") or {}
+    parts = []
+    if e.get("step_s"):
+        parts.append(f"~{e['step_s']:.0f} s a step ({e['step_source']})")
+    else:
+        parts.append(f"step time unknown ({e.get('step_unknown') or 'plan does not know this model'}; --step-time)")
+    if e.get("save_s"):
+        parts.append(f"~{e['save_s']:.0f} s a save ({e['save_source']})")
+    if e.get("eval_s"):
+        parts.append(f"~{e['eval_s']:.0f} s an evaluation")
+    if e.get("segments"):
+        parts.append(f"about {e['segments']} segments to train_iters")
+    out.append("           estimate: " + ", ".join(parts))
     return out
 
 
@@ -143,8 +153,8 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
     if sched:
         lines.append("Scheduler  " + "  ".join(f"{k}={v} [{jsrc.get(k, 'cluster')}]" for k, v in sched.items()))
     lines.append(f"Run dir    {job.run_dir}")
-    if job.chain:
-        lines += chain_lines(job.chain)
+    if job.limit_save:
+        lines += limit_lines(job)
     lines.append(f"\nConfig ({len(job.config)} keys; each is passed to the job explicitly)")
     lines += _table([(k, fmt(v), prov["config"].get(k, "")) for k, v in job.config.items()])
     removed = [k for k, s in prov["config"].items() if s == "cli (removed)"]

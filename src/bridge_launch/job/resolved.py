@@ -54,6 +54,8 @@ class ResolvedJob:
     upstream_status: str | None = None  # the recipe's note when its upstream function is not in Megatron-Bridge
     canary: dict | None = None  # canary.settings: the checks before the job (None: none)
     bridge_commit: str | None = None  # the Megatron-Bridge revision whose recipe function the job calls
+    # Slurm jobs with a time limit (and chains): the save before it; see resolver._limit_save
+    limit_save: dict | None = None
 
     def recipe_argv(self) -> list:
         """run_recipe.py's arguments for this job, in the interface of the revision it pins

@@ -5,10 +5,22 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-STATES = ("SUBMITTING", "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "UNKNOWN")
+# STOPPED: a Slurm job that saved and exited at its time limit, below train_iters (resume continues)
+STATES = (
+    "SUBMITTING",
+    "PENDING",
+    "RUNNING",
+    "COMPLETED",
+    "STOPPED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "PREEMPTED",
+    "UNKNOWN",
+)
 
 
-TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"})
+TERMINAL = frozenset({"COMPLETED", "STOPPED", "FAILED", "CANCELLED", "TIMEOUT"})
 
 
 @dataclass

@@ -1,10 +1,12 @@
-"""Sizing an --until-done chain before it is submitted: how long a step, a save and an
-evaluation take (plan's estimates, or --step-time), whether the segment and the signal lead fit
-them, and how many segments the run needs.
+"""Sizing the save before a Slurm time limit (every job that has one, and every --until-done
+chain): how long a step, a save and an evaluation take (plan's estimates, or --step-time), the
+signal lead that holds them, whether a periodic save lands before the limit, and how many
+segments a chain needs.
 
-Only a lead shorter than one step is refused, and only when an estimate exists: the trainer
-acts on the signal at the end of its step (trainer_protocol.SIGNAL_CHECK), so such a segment
-could never save. The rest are warnings that name the values that would fit.
+A job is refused (unless --force) only when no save can land before its limit: the lead cannot
+hold a step and a save (the trainer acts on the signal at the end of its step,
+trainer_protocol.SIGNAL_CHECK, then saves) and no periodic save fits either. What is not known
+(no step time for the model, its precision and GPU) is said, not guessed.
 """
 
 from __future__ import annotations
@@ -20,18 +22,28 @@ from bridge_launch.plan import topology
 CKPT_BYTES_PER_PARAM = 14
 # An evaluation step is a forward pass: 2 of the 6 FLOPs per weight per token of a training step.
 FORWARD_SHARE = 1 / 3
+DEFAULT_LEAD = 120  # seconds: the lead when nothing says a step and a save need more
+LEAD_MARGIN = 1.25  # a sized lead holds a step, a save and an evaluation with a quarter to spare
+UNKNOWN_STEP_ALLOWANCE = 60  # seconds a sized lead allows for the step when no step time is known
 
 
-def _plan_step_seconds(job) -> tuple[float | None, object]:
-    """plan's step time and architecture for this job, or (None, arch) when plan cannot tell."""
+def _plan_step(job) -> tuple[float | None, object, str | None]:
+    """plan's step time, the architecture, and where the step time comes from (or why there is
+    none) for this job; (None, None, None) when plan does not know the model."""
     try:
         arch = plan.arch_for(job)
         if arch is None:
-            return None, None
-        thr = plan.throughput(job, arch, topology.parallel_of(job))
+            return None, None, None
+        thr = plan.throughput(job, arch, topology.parallel_of(job)) or {}
     except (UsageError, KeyError, TypeError, ValueError, ZeroDivisionError):
-        return None, None
-    return (thr or {}).get("step_seconds"), arch
+        return None, None, None
+    step = thr.get("step_seconds")
+    if not step:
+        return None, arch, thr.get("no_assumption")
+    basis = f"plan's estimate at {thr['tflops_assumption']:g} TFLOP/s/GPU, {thr['source']}"
+    if thr.get("caveat"):
+        basis += f"; {thr['caveat']}"
+    return step, arch, basis
 
 
 def _params(arch) -> int | None:
@@ -48,14 +60,14 @@ def _hms(seconds: float) -> str:
 
 
 def estimate(job) -> dict:
-    """The chain's estimates (None where unknown) and where each comes from."""
-    c, cfg = job.chain, job.config
-    step, source, arch = c.get("step_time"), "--step-time", None
+    """The estimates (None where unknown) and where each comes from."""
+    ls, cfg = job.limit_save, job.config
+    step, source, arch, unknown = ls.get("step_time"), "--step-time", None, None
     if step is None:
-        step, arch = _plan_step_seconds(job)
-        source = "plan's estimate" if step else None
+        step, arch, said = _plan_step(job)
+        source, unknown = (said, None) if step else (None, said)
     elif job.workload != "smoke":
-        arch = _plan_step_seconds(job)[1]
+        arch = _plan_step(job)[1]
     save = None
     gbps = job.profile.get("checkpoint_write_gbps_per_node") or 0
     params = _params(arch) if arch is not None else None
@@ -74,60 +86,136 @@ def estimate(job) -> dict:
     ):
         eval_gbs = cfg.get("validation.eval_global_batch_size") or gbs
         evaluation = eval_iters * step * FORWARD_SHARE * eval_gbs / gbs
-    limit, lead, iters = c.get("time_limit_s"), c["signal_lead"], c["train_iters"]
-    usable = (limit - lead) if limit else None
-    segments = math.ceil(iters * step / usable) if step and usable and usable > 0 else None
     return {
         "step_s": round(step, 3) if step else None,
         "step_source": source,
+        "step_unknown": unknown,
         "save_s": round(save, 1) if save else None,
         "save_source": (
-            f"{params / 1e9:.1f}B parameters x {CKPT_BYTES_PER_PARAM} bytes at {gbps} GB/s per node "
-            f"(profile checkpoint_write_gbps_per_node)"
+            f"{params / 1e9:.1f}B parameters x {CKPT_BYTES_PER_PARAM} bytes at {gbps} GB/s per node x "
+            f"{job.nodes} nodes (profile checkpoint_write_gbps_per_node)"
         )
         if save
         else None,
         "eval_s": round(evaluation, 1) if evaluation else None,
-        "segment_s": usable,
-        "segments": segments,
     }
 
 
-def check(job) -> tuple[list, list]:
-    """(warnings, errors) for the chain's sizing."""
-    c, cfg, e = job.chain, job.config, job.chain["estimate"]
-    step, lead, limit = e["step_s"], c["signal_lead"], c.get("time_limit_s")
-    warnings, errors = [], []
+def lead(job) -> tuple[int, str]:
+    """The signal lead and where it comes from: --signal-lead as given; else the larger of
+    DEFAULT_LEAD and LEAD_MARGIN x (a step + a save + an evaluation), in whole 10 s (with
+    UNKNOWN_STEP_ALLOWANCE for a step nobody can estimate)."""
+    ls, e = job.limit_save, job.limit_save["estimate"]
+    if ls.get("signal_lead") is not None:
+        return ls["signal_lead"], ls.get("lead_source") or "--signal-lead"
+    parts = [e["step_s"] or 0, e["save_s"] or 0, e["eval_s"] or 0]
+    need = LEAD_MARGIN * sum(parts) + (0 if e["step_s"] else UNKNOWN_STEP_ALLOWANCE if e["save_s"] else 0)
+    sized = int(math.ceil(need / 10) * 10)
+    if sized <= DEFAULT_LEAD:
+        return DEFAULT_LEAD, "default"
+    what = " + ".join(
+        n for n, v in (("a step", e["step_s"]), ("a save", e["save_s"]), ("an evaluation", e["eval_s"])) if v
+    )
+    extra = "" if e["step_s"] else f" + {UNKNOWN_STEP_ALLOWANCE} s for a step of unknown length"
+    return sized, f"sized: {LEAD_MARGIN:g} x ({what}){extra}"
+
+
+def segments(job) -> int | None:
+    """How many segments a chain needs to reach train_iters (None when the step time is unknown)."""
+    ls, c = job.limit_save, job.chain
+    step, limit = ls["estimate"]["step_s"], ls.get("time_limit_s")
+    usable = (limit - ls["signal_lead"]) if limit else None
+    return math.ceil(c["train_iters"] * step / usable) if c and step and usable and usable > 0 else None
+
+
+def _interval(job) -> int | None:
+    """The most frequent periodic save (persistent or, for a chain, non-persistent) in steps."""
+    cfg = job.config
+    np_interval = (
+        cfg.get("checkpoint.non_persistent_save_interval")
+        if job.chain and job.chain.get("non_persistent_dir")
+        else None
+    )
+    intervals = [
+        x
+        for x in (cfg.get("checkpoint.save_interval"), np_interval)
+        if isinstance(x, int) and not isinstance(x, bool) and x > 0
+    ]
+    return min(intervals) if intervals else None
+
+
+def check(job, force: bool = False) -> tuple[list, list]:
+    """(warnings, errors) for the save before the limit; with force, errors become warnings."""
+    ls, cfg, e = job.limit_save, job.config, job.limit_save["estimate"]
+    step, save, lead_s, limit = e["step_s"], e["save_s"], ls["signal_lead"], ls.get("time_limit_s")
+    warnings: list = []
+    errors: list = []
+    refuse = warnings if force else errors
+    tail = " (--force submitted it anyway)" if force else "; --force submits it anyway"
+    every = _interval(job)
+    what = "segment" if job.chain else "job"
     if not step:
+        if job.chain and job.workload == "megatron-bridge":  # a plain job's dry run says it in its estimate line
+            warnings.append(
+                f"no step time for this {what}: {e['step_unknown'] or 'plan does not know this model'}; "
+                f"whether checkpoint.save_interval={every} lands before the limit is unknown; --step-time SECONDS "
+                f"sizes it (the signal lead is {lead_s} s, {ls['lead_source']})"
+            )
+        if save and lead_s < save:
+            msg = (
+                f"--signal-lead {lead_s} s cannot hold a save (~{save:.0f} s: {e['save_source']}), so the save "
+                f"at the time limit cannot finish"
+            )
+            if every is None:
+                refuse.append(
+                    f"{msg} and there is no periodic save: no save can land before the limit; "
+                    f"--signal-lead {math.ceil(LEAD_MARGIN * save + UNKNOWN_STEP_ALLOWANCE)} or more fits{tail}"
+                )
+            else:
+                warnings.append(f"{msg}; only checkpoint.save_interval={every} can save")
         return warnings, errors
     src = e["step_source"]
-    if lead < step:
-        errors.append(
-            f"--signal-lead {lead} s is shorter than one training step (~{step:.0f} s, {src}): the trainer acts "
-            f"on the signal only at the end of its step, so no segment could save; use --signal-lead "
-            f"{math.ceil(step + (e['save_s'] or 0) + 30)} or more"
+    need = step + (save or 0) + (e["eval_s"] or 0)
+    usable = (limit - lead_s) if limit else None
+    periodic_fits = every is not None and usable is not None and every * step + (save or 0) <= usable
+    if limit and job.chain:  # every segment needs its own save: one that fits a segment
+        periodic_fits = every is not None and every * step <= usable
+    lead_holds_save = lead_s >= step + (save or 0)
+    if not lead_holds_save and not periodic_fits:
+        fixes = [f"--signal-lead {math.ceil(LEAD_MARGIN * need)}"]
+        if usable and usable > step:
+            fixes.append(f"checkpoint.save_interval={max(1, int(usable // step) // 2)}")
+        refuse.append(
+            f"no save can land before the time limit: --signal-lead {lead_s} s is shorter than a step and a save "
+            f"(~{step:.0f} s, {src}; + ~{save or 0:.0f} s) and "
+            + (
+                "there is no periodic save"
+                if every is None
+                else f"checkpoint.save_interval={every} x ~{step:.0f} s is past the limit"
+            )
+            + f"; {' or '.join(fixes)} fits{tail}"
         )
         return warnings, errors
-    need = step + (e["save_s"] or 0) + (e["eval_s"] or 0)
-    if lead < need:
+    if not lead_holds_save:
+        warnings.append(
+            f"--signal-lead {lead_s} s is shorter than a step and a save (~{step + (save or 0):.0f} s): the save at "
+            f"the time limit cannot finish, and what the {what} trained since its last periodic save "
+            f"(checkpoint.save_interval={every}) is lost; --signal-lead {math.ceil(LEAD_MARGIN * need)} fits"
+        )
+    elif lead_s < need:
         parts = [f"one step (~{step:.0f} s)"]
-        if e["save_s"]:
-            parts.append(f"a save (~{e['save_s']:.0f} s)")
+        if save:
+            parts.append(f"a save (~{save:.0f} s)")
         if e["eval_s"]:
             parts.append(
                 f"an evaluation (~{e['eval_s']:.0f} s, validation.eval_iters={cfg.get('validation.eval_iters', 100)})"
             )
         warnings.append(
-            f"--signal-lead {lead} s is shorter than {' + '.join(parts)} = ~{need:.0f} s: a segment whose "
+            f"--signal-lead {lead_s} s is shorter than {' + '.join(parts)} = ~{need:.0f} s: a {what} whose "
             f"signal lands on a slow step may not finish its save; --signal-lead {math.ceil(need * 1.2)} fits"
         )
-    if limit:
-        usable = limit - lead
+    if limit and job.chain and usable:
         per_segment = int(usable // step)
-        interval = cfg.get("checkpoint.save_interval")
-        np_interval = cfg.get("checkpoint.non_persistent_save_interval") if c.get("non_persistent_dir") else None
-        intervals = [x for x in (interval, np_interval) if isinstance(x, int) and not isinstance(x, bool) and x > 0]
-        every = min(intervals) if intervals else None
         fit = max(1, per_segment // 2)
         if every is None:
             warnings.append(

@@ -48,9 +48,11 @@ class Options:
     bridge_src: str | None = None  # a local Megatron-Bridge git checkout, packed and mounted over the container's copy
     until_done: bool = False  # keep going across time limits and flaky failures until train_iters
     max_restarts: int = 3  # flaky failures retried per run (time-limit continuations do not count)
-    signal_lead: int = 120  # seconds before the time limit that the trainer is told to save
+    # seconds before the time limit that the trainer is told to save; None: sized (plan/sizing.lead)
+    signal_lead: int | None = None
     max_segments: int | None = None  # --until-done: an optional cap on the number of segments
-    step_time: float | None = None  # seconds per training step, for sizing a chain (else plan's estimate)
+    step_time: float | None = None  # seconds per training step, for sizing the save (else plan's estimate)
+    force: bool = False  # submit even when sizing finds that no save can land before the time limit
     memory_check: bool = True  # plan's memory estimate above 100% of the GPU is an error (else a warning)
     canary: bool | None = None  # --canary / --no-canary; None: the profile's [canary] enabled
 
@@ -233,7 +235,7 @@ def _mounts(prof: dict, job_root: str) -> list:
 MAX_NO_PROGRESS = 2  # segments in a row that end without a new complete checkpoint stop the chain
 
 
-def _chain(opts: Options, prof: dict, layers: _Layers, scheduler: dict, jobsrc: dict) -> dict:
+def _chain(opts: Options, prof: dict, layers: _Layers) -> dict:
     """--until-done: segments that continue across time limits, told to save before the limit,
     each resuming from the newest complete checkpoint (trainer_protocol's publication rule)."""
     if prof["backend"] != "slurm":
@@ -244,10 +246,6 @@ def _chain(opts: Options, prof: dict, layers: _Layers, scheduler: dict, jobsrc: 
         raise UsageError(f"--max-restarts must be >= 0, got {opts.max_restarts}")
     if opts.max_segments is not None and opts.max_segments < 1:
         raise UsageError(f"--max-segments must be >= 1, got {opts.max_segments}")
-    if opts.step_time is not None and not (opts.step_time > 0 and math.isfinite(opts.step_time)):
-        raise UsageError(f"--step-time must be a positive number of seconds, got {opts.step_time}")
-    if opts.signal_lead < 10:
-        raise UsageError(f"--signal-lead must be at least 10 seconds, got {opts.signal_lead}")
     values = layers.values
     iters, save = values.get("train.train_iters"), values.get("checkpoint.save")
     if not isinstance(iters, int) or not isinstance(save, str) or not save:
@@ -265,31 +263,65 @@ def _chain(opts: Options, prof: dict, layers: _Layers, scheduler: dict, jobsrc: 
             f"segment; remove it (the chain sets it itself when the newest checkpoint is incomplete)"
         )
     layers.set("checkpoint.load", save, "until-done")
-    # Megatron-Bridge saves and exits on the signal only with its handler on (trainer_protocol).
-    layers.set("train.exit_signal_handler", True, "until-done")
-    limit = slurm_time.seconds(scheduler["time"]) if scheduler.get("time") else None
-    if limit is not None and opts.signal_lead >= limit:
-        raise UsageError(
-            f"--signal-lead {opts.signal_lead}s is not shorter than the time limit {scheduler['time']} "
-            f"({limit}s); the trainer would be told to save before it starts"
-        )
-    scheduler["signal"] = f"B:USR1@{opts.signal_lead}"
-    jobsrc["signal"] = "until-done"
     np_dir = None
     if values.get("checkpoint.non_persistent_ckpt_type") == "global":
         np_dir = (
             values.get("checkpoint.non_persistent_global_ckpt_dir") or f"{save.rstrip('/')}/{P.NON_PERSISTENT_SUBDIR}"
         )
-    exit_signal = values.get("train.exit_signal")
     return {
         "max_restarts": opts.max_restarts,
-        "signal_lead": opts.signal_lead,
         "max_segments": opts.max_segments,
         "max_no_progress": MAX_NO_PROGRESS,
         "train_iters": iters,
         "save": save,
         "non_persistent_dir": np_dir,
         "complete_files": list(P.complete_files(values.get("checkpoint.ckpt_format"))),
+    }
+
+
+def _limit_save(opts: Options, prof: dict, layers: _Layers, scheduler: dict, chained: bool) -> dict | None:
+    """The save before the time limit, for every Slurm job that has one (and every chain):
+    Slurm sends USR1 to the batch shell `lead` seconds before the limit (--signal=B:USR1@lead,
+    the B: so that only the shell gets it), whose trap has each node's launcher send
+    train.exit_signal to the training processes (torchrun is left alone); with
+    train.exit_signal_handler on, Megatron-Bridge saves at the end of that step and exits 0
+    (trainer_protocol: Signals). Returns None where there is no limit to save before.
+    The lead itself is sized later (plan/sizing.lead), once the job's estimates exist."""
+    if prof["backend"] != "slurm":
+        for flag, value in (("--signal-lead", opts.signal_lead), ("--step-time", opts.step_time)):
+            if value is not None:
+                raise UsageError(
+                    f"{flag} sizes the save before a Slurm time limit; cluster '{prof['name']}' uses the "
+                    f"{prof['backend']} backend"
+                )
+        return None
+    if opts.step_time is not None and not (opts.step_time > 0 and math.isfinite(opts.step_time)):
+        raise UsageError(f"--step-time must be a positive number of seconds, got {opts.step_time}")
+    if opts.signal_lead is not None and opts.signal_lead < 10:
+        raise UsageError(f"--signal-lead must be at least 10 seconds, got {opts.signal_lead}")
+    limit = slurm_time.seconds(scheduler["time"]) if scheduler.get("time") else None
+    if limit is None and not chained:
+        for flag, value in (("--signal-lead", opts.signal_lead), ("--step-time", opts.step_time)):
+            if value is not None:
+                raise UsageError(f"{flag} sizes the save before a time limit, and this job has none; add --time")
+        return None
+    if opts.signal_lead is not None and limit is not None and opts.signal_lead >= limit:
+        raise UsageError(
+            f"--signal-lead {opts.signal_lead}s is not shorter than the time limit {scheduler['time']} "
+            f"({limit}s); the trainer would be told to save before it starts"
+        )
+    if layers.values.get("train.exit_signal_handler") is False and not chained:
+        raise UsageError(
+            f"train.exit_signal_handler=false (from {layers.source.get('train.exit_signal_handler')}) would let "
+            f"the job run into its time limit {scheduler['time']} without a save; drop it (the job turns it on "
+            "to save before the limit)"
+        )
+    # Megatron-Bridge saves and exits on the signal only with its handler on (trainer_protocol).
+    layers.set("train.exit_signal_handler", True, "until-done" if chained else "time-limit save")
+    exit_signal = layers.values.get("train.exit_signal")
+    return {
+        "signal_lead": opts.signal_lead,  # None until plan/sizing.lead sets it
+        "lead_source": "--signal-lead" if opts.signal_lead is not None else None,
         "exit_signal": _signal_name(exit_signal) if exit_signal is not None else P.DEFAULT_EXIT_SIGNAL[3:],
         "time_limit_s": limit,
         "step_time": opts.step_time,
@@ -461,11 +493,12 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         mounts.append(f"{run_dir}/{BRIDGE_SRC_DIR}:{BRIDGE_IN_CONTAINER}")
         jobsrc["bridge_src"] = f"cli ({bridge_src}, packed at submit)"
 
-    if not opts.until_done:
-        for flag, value in (("--max-segments", opts.max_segments), ("--step-time", opts.step_time)):
-            if value is not None:
-                raise UsageError(f"{flag} sizes an --until-done chain; add --until-done or drop {flag}")
-    chain = _chain(opts, prof, layers, scheduler, jobsrc) if opts.until_done else None
+    if not opts.until_done and opts.max_segments is not None:
+        raise UsageError("--max-segments caps an --until-done chain; add --until-done or drop --max-segments")
+    chain = _chain(opts, prof, layers) if opts.until_done else None
+    limit_save = _limit_save(opts, prof, layers, scheduler, chained=chain is not None)
+    if prof["backend"] == "slurm" and chain is None:
+        scheduler["cancel_signal"] = "USR2"  # the batch shell's cancel trap; USR1 is the time-limit signal
 
     if recipe.get("upstream_status") and not bridge_src:  # the full note: --dry-run's Upstream line, recipes show
         alt = ", or with --bridge-src CHECKOUT that has it" if prof["backend"] == "slurm" and container else ""
@@ -514,6 +547,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         scheduler=scheduler,
         profile=prof,
         chain=chain,
+        limit_save=limit_save,
         provenance={"config": dict(layers.source), "env": envsrc, "job": jobsrc},
         missing_inputs=missing,
         warnings=warnings,
@@ -527,11 +561,15 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
     errs, warns = findings.check(job, gpu_count_ok=gpu_count_ok, memory_check=opts.memory_check)
     job.errors.extend(errs)
     job.warnings.extend(warns)
-    if chain is not None:
+    if limit_save is not None:
         from bridge_launch.plan import sizing
 
-        chain["estimate"] = sizing.estimate(job)
-        more_warnings, more_errors = sizing.check(job)
+        limit_save["estimate"] = sizing.estimate(job)
+        limit_save["signal_lead"], limit_save["lead_source"] = sizing.lead(job)
+        scheduler["signal"] = f"B:USR1@{limit_save['signal_lead']}"
+        jobsrc["signal"] = limit_save["lead_source"]
+        limit_save["estimate"]["segments"] = sizing.segments(job)
+        more_warnings, more_errors = sizing.check(job, force=opts.force)
         job.warnings.extend(more_warnings)
         job.errors.extend(more_errors)
     return job

@@ -188,7 +188,8 @@ def reached(run: Run, chain: list[Run], job: ResolvedJob) -> tuple[int | None, s
         except OSError:
             return 0, "no checkpoint"
         return (int(text), "its newest checkpoint") if text.isdigit() else (None, "")
-    done = [r.info.get("step") for r in chain if r.state == "COMPLETED" and isinstance(r.info.get("step"), int)]
+    ended = [r for r in chain if r.state in ("COMPLETED", "STOPPED")]
+    done = [r.info.get("step") for r in ended if isinstance(r.info.get("step"), int)]
     return (max(done), "the last step it logged") if done else (None, "")
 
 

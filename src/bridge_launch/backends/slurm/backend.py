@@ -175,7 +175,7 @@ def torchrun_command(job) -> list:
         "bash",
         f"{job.run_dir}/{node_launcher_path(job)}",
         Raw('"$stop_file"'),
-        job.chain["exit_signal"] if job.chain else "TERM",
+        job.limit_save["exit_signal"] if job.limit_save else "TERM",
     ]
     cmd = [
         *head,
@@ -196,12 +196,22 @@ def torchrun_command(job) -> list:
 
 
 def _single_block(job, srun) -> list[str]:
-    """One job: `bridge-launch cancel` sends USR1 to this shell alone (scancel --batch), which has
-    the launcher on every node send SIGTERM to the training processes (torchrun left alone)."""
-    return [
+    """One job: `bridge-launch cancel` sends USR2 to this shell alone (scancel --batch), which has
+    the launcher on every node send SIGTERM to the training processes (torchrun left alone); with
+    a time limit, Slurm's USR1 `lead` seconds before it has them save and exit the same way (an
+    empty stop file: status reads it as a stop at the time limit, not a completion)."""
+    stop = [
         f'stop_file={q(job.run_dir + "/exit")}/stop-"$SLURM_JOB_ID"',
         "trap 'echo \"bridge-launch: cancelled: SIGTERM to the training processes on every node (torchrun is left "
-        'alone)" >&2; echo cancel > "$stop_file"\' USR1',
+        f'alone)" >&2; echo cancel > "$stop_file"\' {job.scheduler.get("cancel_signal", "USR1")}',
+    ]
+    if job.limit_save:
+        stop.append(
+            f"trap 'echo \"bridge-launch: time limit in {job.limit_save['signal_lead']}s: the training processes are "
+            'told to save and exit" >&2; [ -e "$stop_file" ] || : > "$stop_file"\' USR1'
+        )
+    return [
+        *stop,
         " \\\n    ".join(_arg(a) for a in [*srun, *torchrun_command(job)]) + " &",
         "step=$!",
         'while :; do wait "$step"; rc=$?; kill -0 "$step" 2>/dev/null || break; done',
@@ -260,7 +270,7 @@ def _chain_block(job, srun) -> list[str]:
     and decides: done -> cancel the successor; a new checkpoint -> let it continue; no new
     checkpoint in two segments in a row, a deterministic failure or no restarts left -> stop."""
     c = job.chain
-    iters, lead, restarts_max = c["train_iters"], c["signal_lead"], c["max_restarts"]
+    iters, lead, restarts_max = c["train_iters"], job.limit_save["signal_lead"], c["max_restarts"]
     logs = q(job.run_dir + "/logs")
     script = q(f"{job.run_dir}/launch/{job.run_id}.sbatch")
     det = q(grep_pattern(DETERMINISTIC))
@@ -721,8 +731,21 @@ class Backend:
                         st["reason"] = why
                 if job.chain:
                     st = self._chain_status(s, run, st)
+                elif job.limit_save and st.get("state") == "COMPLETED":
+                    st = self._limit_stop(s, run, job, jid, st)
                 out[run.run_id] = st
         return out
+
+    def _limit_stop(self, s, run, job, jid: str, st: dict) -> dict:
+        """A job that ended 0 after its time-limit signal (an empty stop file: the batch shell's
+        USR1 trap) stopped there having saved, below train_iters: STOPPED, not COMPLETED."""
+        stop = self.read_file(s, f"{run.run_dir}/exit/stop-{jid}")
+        iters = job.config.get("train.train_iters")
+        step = st.get("step")
+        if stop is None or stop.strip() or isinstance(step, int) and isinstance(iters, int) and step >= iters:
+            return st
+        where = f"iteration {step} of {iters}" if step is not None else f"below train_iters={iters}"
+        return dict(st, state="STOPPED", reason=f"stopped at the time limit, {where}; resume continues")
 
     def _chain_status(self, s, run, st: dict) -> dict:
         """A --until-done run: every segment's state, the restarts used, and the chain's own
@@ -833,10 +856,11 @@ class Backend:
         """USR1 to the batch shell alone (scancel --batch): its trap has every node's launcher signal
         the training processes (a chain's trainers save first); then wait for the job to end."""
         s = job.scheduler
-        proc = self.command(s, ["scancel", "--batch", "--signal=USR1", jid])
+        sig = s.get("cancel_signal", "USR1")  # USR1: a chain's trap, and jobs rendered before USR2
+        proc = self.command(s, ["scancel", "--batch", f"--signal={sig}", jid])
         if proc.returncode:
-            raise LaunchError(f"scancel --batch --signal=USR1 {jid}: {self.first_error(proc)}")
-        grace = job.chain.get("signal_lead", 120) + 30 if job.chain else CANCEL_GRACE
+            raise LaunchError(f"scancel --batch --signal={sig} {jid}: {self.first_error(proc)}")
+        grace = job.limit_save["signal_lead"] + 30 if job.limit_save else CANCEL_GRACE  # the trainers save first
         deadline = time.time() + grace
         while time.time() < deadline:
             if self.squeue(s, [jid]).get(jid, {}).get("state") != "RUNNING":
