@@ -332,3 +332,68 @@ def test_a_plain_job_saves_at_its_time_limit_and_resume_continues():
     first, consumed, gbs = (int(x) for x in counts[0])
     assert first == saved + 1 and consumed == (saved + 1) * gbs
     assert int((ckpt / "latest_checkpointed_iteration.txt").read_text()) == saved + 6
+
+
+@pytest.mark.usefixtures("home")
+def test_a_requeued_segment_submits_no_second_successor(cluster):
+    """scontrol requeue of a running segment (what Slurm does itself after a node failure,
+    JobRequeue=1): the same job id runs the script again. It finds its successor already
+    submitted and submits none; the successor still waits for it (afterany holds across the
+    requeue), so no two segments ever train at once, and the chain completes."""
+    sub = _chain("--time", "00:05:00", "train.train_iters=40", "smoke.step_sleep=0.3", "checkpoint.save_interval=5")
+    first = sub["job_ids"][0]
+    chain_dir = Path(sub["run_dir"]) / "chain" / sub["run_id"]
+    logs = Path(sub["run_dir"]) / "logs"
+    deadline = time.time() + 180
+    while not re.search(r"iteration\s+8/", "".join(p.read_text(errors="replace") for p in logs.glob(f"{first}-*.log"))):
+        assert time.time() < deadline, "the first segment did not reach iteration 8"
+        time.sleep(0.5)
+    successor = (chain_dir / f"successor-{first}").read_text().strip()
+    assert successor.isdigit()
+    env = dict(os.environ, SLURM_CONF=cluster)
+    subprocess.run(["scontrol", "requeue", first], check=True, env=env, capture_output=True, text=True)
+    st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=600)
+    assert st["state"] == "COMPLETED", st
+    assert (chain_dir / "jobs").read_text().split() == [successor]  # one successor, however often it ran
+    text = _segment_text(sub, first)
+    assert f"runs again as job {first} (requeued); its successor {successor} was submitted before" in text
+    starts = [s for s in (chain_dir / "segments").read_text().splitlines() if s.split()[2] == "start"]
+    assert [s.split()[0] for s in starts] == [first, first]  # the first segment twice, its successor never
+    assert not list(logs.glob(f"{successor}-*.log"))  # cancelled before it could start: no second trainer
+    assert {s["job_id"]: s["state"] for s in st["info"]["segments"]} == {first: "COMPLETED", successor: "CANCELLED"}
+
+
+@pytest.mark.usefixtures("home")
+def test_a_node_set_down_mid_segment_leaves_one_chain(cluster):
+    """A node set DOWN under a running segment: Slurm ends the job on it and requeues it (NODE_FAIL,
+    JobRequeue=1); once the node is back, the same job id resumes from the newest checkpoint and
+    the chain continues: one successor per segment job, one chain to its target."""
+    sub = _chain("--time", "00:05:00", "train.train_iters=40", "smoke.step_sleep=0.3", "checkpoint.save_interval=5")
+    first = sub["job_ids"][0]
+    chain_dir = Path(sub["run_dir"]) / "chain" / sub["run_id"]
+    logs = Path(sub["run_dir"]) / "logs"
+    deadline = time.time() + 180
+    while not re.search(
+        r"iteration\s+12/", "".join(p.read_text(errors="replace") for p in logs.glob(f"{first}-*.log"))
+    ):
+        assert time.time() < deadline, "the first segment did not reach iteration 12"
+        time.sleep(0.5)
+    env = dict(os.environ, SLURM_CONF=cluster)
+
+    def scontrol(*args, check=True):
+        return subprocess.run(["scontrol", *args], check=check, env=env, capture_output=True, text=True)
+
+    scontrol("update", "NodeName=node2", "State=DOWN", "Reason=bridge-launch-test")
+    time.sleep(10)
+    # the cluster runs ReturnToService=2: a DOWN node whose slurmd registers comes back by itself,
+    # and RESUME is refused then; elsewhere it is what brings the node back
+    if "DOWN" in scontrol("show", "node", "node2").stdout.split("State=", 1)[1].split()[0]:
+        scontrol("update", "NodeName=node2", "State=RESUME", check=False)
+    st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=600)
+    assert st["state"] == "COMPLETED", st
+    jobs = (chain_dir / "jobs").read_text().split()
+    ran = [s.split()[0] for s in (chain_dir / "segments").read_text().splitlines() if s.split()[2] == "start"]
+    assert len(jobs) == len(set(ran)), (jobs, ran)  # one successor for each segment job that ran
+    runs = _steps_by_job(sub, list(dict.fromkeys(ran)))
+    assert runs[-1][1][-1] == 40
+    assert int((Path(sub["run_dir"]) / "checkpoints" / "latest_checkpointed_iteration.txt").read_text()) == 40

@@ -275,11 +275,21 @@ def _chain_block(job, srun) -> list[str]:
     script = q(f"{job.run_dir}/launch/{job.run_id}.sbatch")
     det = q(grep_pattern(DETERMINISTIC))
     step_cmd = " \\\n    ".join(_arg(a) for a in [*srun, *torchrun_command(job)])
+    # One successor per segment job, however often Slurm runs this script under the same job id (a
+    # requeue after a node failure, scontrol requeue): the first run claims the submission with an
+    # atomic mkdir and records the successor; a rerun finds the record and submits nothing.
     successor = [
-        '    next=$(BRIDGE_LAUNCH_SEGMENT=$((segment + 1)) sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID" '
+        '    if mkdir "$chain/successor-$SLURM_JOB_ID.claim" 2>/dev/null; then',
+        '        next=$(BRIDGE_LAUNCH_SEGMENT=$((segment + 1)) sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID" '
         f'{script}) || next=""',
-        "    next=${next%%;*}",
-        '    if [ -n "$next" ]; then echo "$next" >> "$chain/jobs"; fi',
+        "        next=${next%%;*}",
+        '        echo "$next" > "$chain/successor-$SLURM_JOB_ID"',
+        '        if [ -n "$next" ]; then echo "$next" >> "$chain/jobs"; fi',
+        "    else",
+        '        next=$(cat "$chain/successor-$SLURM_JOB_ID" 2>/dev/null) || next=""',
+        '        echo "bridge-launch: segment $segment runs again as job $SLURM_JOB_ID (requeued); its successor '
+        '${next:-(none)} was submitted before" >&2',
+        "    fi",
     ]
     if c.get("max_segments"):
         successor = [f'if [ "$segment" -lt {c["max_segments"]} ]; then', *successor, "fi"]
