@@ -5,12 +5,12 @@ import subprocess
 import pytest
 
 from bridge_launch import backends
-from bridge_launch.backends.slurm import backend as slurm
+from bridge_launch.plan import topology
 from launch_jobs import _job, _profile
 
 
 @pytest.mark.usefixtures("home")
-@pytest.mark.parametrize("nodes,per", [(2, 2), (8, 8), (18, 18), (36, 18), (20, 10), (19, None), (1, None)])
+@pytest.mark.parametrize("nodes,per", [(2, None), (8, None), (18, None), (36, 18), (20, 10), (19, None), (1, None)])
 def test_lepton_segments_follow_the_slurm_rule(nodes, per):
     from leptonai.api.v1.types.job import LeptonJob
 
@@ -18,7 +18,7 @@ def test_lepton_segments_follow_the_slurm_rule(nodes, per):
     body = json.loads(backends.render(job).text.split("\n", 2)[2])
     assert body["spec"].get("segment_config") == ({"count_per_segment": per} if per else None)
     if per:
-        assert slurm.segment_size(nodes, 18) == per
+        assert topology.segment_of(job) == per
         count = nodes // per  # what `lep job create --segment-count` accepts: 1 <= count < workers, divides them
         assert 1 <= count < nodes and nodes % count == 0
     LeptonJob(**body)  # the SDK's own model takes it

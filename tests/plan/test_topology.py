@@ -13,8 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridge_launch.backends.slurm import topology_plugin as slurm_topology
+from bridge_launch.core.errors import UsageError
 from bridge_launch.plan import estimate as plan
 from bridge_launch.plan import report, topology
+from conftest import run_cli
 from launch_jobs import _job
 from plan_jobs import job, par
 
@@ -104,8 +106,9 @@ def test_vl_sft_on_gb200_32_stays_inside_nodes_and_one_domain():
     assert result["world_size"] == 32 and result["nodes"] == 8
     assert result["spans"]["tp"]["max_nodes"] == 1 and not result["spans"]["tp"]["crosses_nodes"]
     assert result["spans"]["ep"]["max_nodes"] == 4  # 16 ranks on 4-GPU nodes
-    assert not any(s["crosses_domains"] for s in result["spans"].values())
-    assert result["segment"] == 8
+    # the NVLink-bound groups stay inside a segment; data and context parallel traffic may cross
+    assert not any(result["spans"][k]["crosses_domains"] for k in ("tp", "etp", "ep"))
+    assert result["segment"] == 4  # an EP group's 4 nodes: not forced into one rack
     assert result["domains"]["hybrid_ep"] and result["domains"]["segment_requested"]
     assert result["groups"]["ep"] == [list(range(16)), list(range(16, 32))]
     # no placement warning; the two are Megatron-Bridge's MTP-with-packing rule (the recipe keeps MTP, as its
@@ -116,7 +119,7 @@ def test_vl_sft_on_gb200_32_stays_inside_nodes_and_one_domain():
     assert result["errors"] == []
     json.dumps(result)  # JSON-able as --output json prints it
     text = report.render_text(result)
-    assert "segment 8 nodes" in text and "HybridEP" in text and "warning: TP" not in text and "error" not in text
+    assert "segment 4 nodes" in text and "HybridEP" in text and "warning: TP" not in text and "error" not in text
 
 
 @pytest.mark.usefixtures("home")
@@ -129,22 +132,20 @@ def test_tp_across_nodes_warns():
 
 
 @pytest.mark.usefixtures("home")
-def test_hybrid_ep_across_nvlink_domains_warns_with_a_segment_that_fits():
-    # 36 GB200 nodes are two 18-node NVLink domains; EP16 groups cover 4 nodes, and 18 is not a
-    # multiple of 4, so the group on nodes 16-19 straddles the domain boundary.
-    result = report.plan(
-        job(
-            "qwen35-35b-a3b-pretrain",
-            "gb200-nvl72",
-            "model.expert_model_parallel_size=16",
-            "train.global_batch_size=576",
-            nodes=36,
-        )
+def test_hybrid_ep_groups_get_a_segment_that_keeps_them_inside_a_domain():
+    # 36 GB200 nodes are two 18-node NVLink domains; EP16 groups cover 4 nodes. Megatron-Bridge's
+    # rule (18) would put the group on nodes 16-19 across the boundary; 12 is a multiple of 4.
+    j = job(
+        "qwen35-35b-a3b-pretrain",
+        "gb200-nvl72",
+        "model.expert_model_parallel_size=16",
+        "train.global_batch_size=576",
+        nodes=36,
     )
-    assert result["segment"] == 18
-    assert result["spans"]["ep"]["crosses_domains"] and result["spans"]["ep"]["max_domains"] == 2
-    crossing = [w for w in result["warnings"] if w.startswith("EP (HybridEP) groups cross NVLink domains")]
-    assert crossing and "nodes 16-19" in crossing[0] and "a segment of 12 nodes" in crossing[0]
+    result = report.plan(j)
+    assert topology.segment_size(36, 18) == 18 and result["segment"] == 12 == topology.segment_of(j)
+    assert not result["spans"]["ep"]["crosses_domains"] and result["spans"]["ep"]["max_domains"] == 1
+    assert not [w for w in result["warnings"] if "cross NVLink domains" in w] and j.errors == []
 
 
 @pytest.mark.usefixtures("home")
@@ -252,3 +253,65 @@ def test_the_arithmetic_path_imports_no_megatron_or_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+SHIPPED = (
+    ("qwen35-vl-sft", ("dataset.path=/lustre/fsw/clevr2", "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt")),
+    ("qwen35-vl-sft-mxfp8", ("dataset.path=/lustre/fsw/clevr2", "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt")),
+    ("qwen35-35b-a3b-pretrain", ()),
+    ("nemotron-3-nano-pretrain", ()),
+    ("qwen35-9b-pretrain", ()),
+)
+
+
+@pytest.mark.usefixtures("home")
+@pytest.mark.parametrize("recipe,overrides", SHIPPED, ids=[r for r, _ in SHIPPED])
+def test_the_segment_rule_over_1_to_72_nodes_keeps_every_nvlink_group_in_a_rack(recipe, overrides):
+    """For each shipped recipe's parallel sizes and every node count 1-72 with a rank layout: the
+    segment divides the nodes, fits an 18-node domain and holds every NVLink-bound group whole;
+    above 18 nodes it is the largest such, at or below 18 the smallest (a job whose groups span 2
+    nodes is not forced into one rack). Checked against the groups themselves, rank by rank."""
+    import dataclasses
+
+    base = job(recipe, "gb200-nvl72", *overrides)
+    gpn, checked, spread = base.gpus_per_node, 0, 0
+    for n in range(1, 73):
+        j = dataclasses.replace(base, nodes=n, world_size=n * gpn)
+        try:
+            p = topology.parallel_of(j)
+        except UsageError:  # no rank layout on this many GPUs
+            continue
+        groups = topology.rank_groups(p)
+        critical = topology.nvlink_bound(j, p)
+        seg = topology.segment_of(j)
+        if n == 1:
+            assert seg is None
+            continue
+        assert n % seg == 0 and seg <= 18, (n, seg)
+        for k in critical:  # every group inside one segment: the ranks' nodes // seg agree
+            for g in groups[k]:
+                assert len({(r // gpn) // seg for r in g}) == 1, (recipe, n, seg, k, g)
+        fits = [
+            d
+            for d in range(1, min(18, n) + 1)
+            if n % d == 0 and all(topology._fits(groups[k], gpn, d) for k in critical)
+        ]
+        assert seg == (max(fits) if n > 18 else min(fits)), (n, seg, fits)
+        spread += n <= 18 and seg < n
+        checked += 1
+    assert checked >= 4 and spread >= 1
+
+
+def test_no_segment_that_keeps_the_groups_whole_is_refused_with_what_works(home):
+    """EP16 under HybridEP spans 4 nodes; in 2-node NVLink domains no segment holds a group:
+    refused, with the EP size that fits a domain (node counts do not help here)."""
+    (home / "clusters" / "nvl8.toml").write_text('extends = "gb200-nvl72"\nnvlink_domain_nodes = 2\n')
+    wide = ("model.expert_model_parallel_size=16", "train.global_batch_size=576")
+    j = job("qwen35-35b-a3b-pretrain", "nvl8", *wide, nodes=8)
+    (err,) = [e for e in j.errors if e.startswith("no segment of <= 2 nodes that divides 8")]
+    assert "keeps every EP (HybridEP) group (16 ranks over 4 nodes) inside one NVLink domain" in err
+    assert err.endswith("no node count does: keep EP <= 8 (2 nodes x 4 GPUs)")
+    ok = job("qwen35-35b-a3b-pretrain", "nvl8", "model.expert_model_parallel_size=8", wide[1], nodes=8)
+    assert not [e for e in ok.errors if e.startswith("no segment")] and topology.segment_of(ok) == 2
+    r = run_cli("submit", "qwen35-35b-a3b-pretrain", "-c", "nvl8", "-N", "8", *wide, "--dry-run")
+    assert r.code == 2 and "no segment of <= 2 nodes" in r.err and "Traceback" not in r.err

@@ -25,6 +25,7 @@ from bridge_launch.backends import cloud
 from bridge_launch.backends.base import Artifact, header, read_log_files
 from bridge_launch.core import paths
 from bridge_launch.core.errors import LaunchError, UsageError
+from bridge_launch.plan import topology
 
 # Lepton sets these in every worker of a job with intra-job communication: the worker index and
 # the stable DNS name of worker 0. Lepton's own launch script (leptonai/scripts
@@ -76,18 +77,16 @@ def segment_config(job) -> dict | None:
     """Lepton's NVL72 placement: "Workers within the same segment are scheduled into one NVL72
     domain" (leptonai 0.27.3 cli/job.py --segment-count; spec field LeptonJobSegmentConfig
     count_per_segment, api/v1/types/job.py). The segment size follows the same rule as Slurm's
-    --segment (slurm.segment_size, Megatron-Bridge's: all workers when they fit in one domain,
-    else the largest divisor of the worker count that does). The CLI accepts only a segment count
+    --segment (plan/topology.segment_rule: every NVLink-bound group inside one segment). The CLI
+    accepts only a segment count
     in [1, workers) that divides the workers, i.e. a segment of 2 or more workers; a job of one
     worker, or one whose only fitting divisor is 1 (a prime worker count above the domain size),
     gets none: no placement keeps its workers together."""
-    from bridge_launch.backends.slurm.backend import segment_size
-
     domain = int(job.profile.get("nvlink_domain_nodes") or 0)
     if not job.scheduler.get("segment", True) or domain <= 1 or job.nodes <= 1:
         return None
-    size = segment_size(job.nodes, domain)
-    return {"count_per_segment": size} if size > 1 else None
+    size = topology.segment_of(job)
+    return {"count_per_segment": size} if size and size > 1 else None
 
 
 def request(job) -> dict:

@@ -42,8 +42,10 @@ GPU_CC = {
 
 
 def segment_size(nodes: int, domain: int) -> int:
-    """Megatron-Bridge's rule: all nodes if they fit in one NVLink domain, else the largest
-    divisor of the node count that does."""
+    """Megatron-Bridge's rule (067f987 scripts/performance/utils/executors.py:168-176): all nodes
+    if they fit in one NVLink domain, else the largest divisor of the node count that does. The
+    jobs use plan/topology.segment_rule, which keeps NVLink-bound groups whole; this is its
+    fallback where the rank groups cannot be built."""
     if domain <= 0 or nodes <= domain:
         return nodes
     return max(d for d in range(1, domain + 1) if nodes % d == 0)

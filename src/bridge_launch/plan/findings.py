@@ -109,6 +109,10 @@ def findings(job, *, groups: dict | None = None, memory_check: bool = True) -> d
         out["groups"] = groups
     if groups is not None:
         sp, facts, warns, notes = topology.placement(job, par, groups)
+        placed = job.backend == "lepton" or job.backend == "slurm" and job.scheduler.get("segment")
+        refusal = topology.segment_refusal(job, par, groups) if placed else None
+        if refusal:
+            out["errors"].append(refusal)
         out.update(spans=sp, domains=facts)
         out["warnings"] += warns
         out["notes"] += notes

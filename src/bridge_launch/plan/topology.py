@@ -15,10 +15,10 @@ requests), which Slurm places inside one domain.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bridge_launch.core.errors import UsageError
-from bridge_launch.core.hardware import segment_size  # the value the Slurm backend writes as --segment
+from bridge_launch.core.hardware import segment_size  # Megatron-Bridge's rule, where the groups are unknown
 from bridge_launch.plan import rules as validate
 
 ORDER = "tp-cp-ep-dp-pp"  # Megatron's default rank order (initialize_model_parallel)
@@ -38,6 +38,15 @@ class Parallel:
     edp: int  # world / (etp * ep * pp)
     vpp: int | None
     sp: bool
+
+    def at_world(self, world: int) -> "Parallel | None":
+        """The same model-parallel sizes on another world size (data parallelism absorbs the
+        difference); None where no rank layout exists there."""
+        if world % (self.tp * self.pp * self.cp) or world % (self.etp * self.ep * self.pp):
+            return None
+        return replace(
+            self, world=world, dp=world // (self.tp * self.pp * self.cp), edp=world // (self.etp * self.ep * self.pp)
+        )
 
     def as_dict(self) -> dict:
         return {
@@ -192,6 +201,89 @@ def _largest_share(group: list, gpus_per_node: int, unit_nodes: int) -> int:
 _LABEL = {"tp": "TP", "etp": "expert TP", "ep": "EP (HybridEP)"}
 
 
+def nvlink_bound(job, par: Parallel) -> list[str]:
+    """The kinds of rank group that must stay inside one NVLink domain: TP and expert TP (inside a
+    node, so inside any domain), and EP under HybridEP, whose buffers live in multi-node NVLink."""
+    return [k for k, size in (("tp", par.tp), ("etp", par.etp)) if size > 1] + (
+        ["ep"] if hybrid_ep(job.config) and par.ep > 1 else []
+    )
+
+
+def fitting_segments(nodes: int, domain: int, gpn: int, groups: dict, critical: list) -> list[int]:
+    """Every segment size (a divisor of the node count, at most one domain's nodes) that keeps
+    every NVLink-bound group inside one segment."""
+    return [
+        d
+        for d in range(1, min(domain, nodes) + 1)
+        if nodes % d == 0 and all(_fits(groups[k], gpn, d) for k in critical)
+    ]
+
+
+def segment_rule(job, par: Parallel, groups: dict) -> int | None:
+    """The --segment for the job (Slurm's, and Lepton's count_per_segment): a job larger than one
+    NVLink domain gets the largest segment that divides its nodes, fits a domain and keeps every
+    NVLink-bound group inside it; a job that fits a domain gets the smallest such segment, so it is
+    not forced into one rack when its groups need fewer nodes. None: no domains, or no segment keeps
+    the groups inside (segment_refusal says so).
+
+    Megatron-Bridge's own rule (067f987 scripts/performance/utils/executors.py:168-176) takes
+    all the nodes when they fit in one domain of 18, else the largest divisor <= 18 whatever the
+    groups: -N 40 gets 10 and splits HybridEP groups of 4 nodes across racks, and a 16-node job
+    waits for one rack with 16 free nodes although its EP groups need 2. Its rule is for
+    benchmarks in one rack; this one keeps the groups whole and the job schedulable."""
+    domain, nodes = int(job.profile.get("nvlink_domain_nodes") or 0), job.nodes
+    if domain <= 1 or nodes <= 1:
+        return None
+    fits = fitting_segments(nodes, domain, job.gpus_per_node, groups, nvlink_bound(job, par))
+    if not fits:
+        return None
+    return max(fits) if nodes > domain else min(fits)
+
+
+def segment_of(job) -> int | None:
+    """segment_rule from the job alone; Megatron-Bridge's rule (hardware.segment_size) where the
+    rank groups cannot be built (non-integer sizes, more than MAX_RANKS ranks) or none fits."""
+    domain = int(job.profile.get("nvlink_domain_nodes") or 0)
+    if domain <= 1 or job.nodes <= 1:
+        return None
+    try:
+        par = parallel_of(job)
+    except UsageError:
+        return segment_size(job.nodes, domain)
+    if par.world > MAX_RANKS:
+        return segment_size(job.nodes, domain)
+    return segment_rule(job, par, rank_groups(par)) or segment_size(job.nodes, domain)
+
+
+def segment_refusal(job, par: Parallel, groups: dict) -> str | None:
+    """Why no segment keeps the job's NVLink-bound groups inside one domain, with the node counts
+    near the job's that have one; None when one does (or there are no domains)."""
+    domain, nodes, gpn = int(job.profile.get("nvlink_domain_nodes") or 0), job.nodes, job.gpus_per_node
+    critical = nvlink_bound(job, par)
+    if domain <= 1 or nodes <= 1 or not critical or fitting_segments(nodes, domain, gpn, groups, critical):
+        return None
+    sp = spans(groups, gpn, 1)
+    widest = max(critical, key=lambda k: sp[k]["max_nodes"])
+    work = []
+    for n in sorted(range(max(1, nodes - 24), nodes + 25), key=lambda n: (abs(n - nodes), n)):
+        other = par.at_world(n * gpn)
+        if other is None or other.world > MAX_RANKS or n == nodes:
+            continue
+        if n == 1 or fitting_segments(n, domain, gpn, rank_groups(other), critical):
+            work.append(n)
+        if len(work) == 4:
+            break
+    return (
+        f"no segment of <= {domain} nodes that divides {nodes} keeps every {_LABEL[widest]} group "
+        f"({sp[widest]['size']} ranks over {sp[widest]['max_nodes']} nodes) inside one NVLink domain; "
+        + (
+            f"node counts that work: {', '.join(map(str, sorted(work)))}"
+            if work
+            else f"no node count does: keep {_LABEL[widest].split()[0]} <= {domain * gpn} ({domain} nodes x {gpn} GPUs)"
+        )
+    )
+
+
 def placement(job, par: Parallel, groups: dict) -> tuple[dict, dict, list, list]:
     """(spans, domain facts, warnings, notes) for the job's placement.
 
@@ -199,12 +291,12 @@ def placement(job, par: Parallel, groups: dict) -> tuple[dict, dict, list, list]
     one NVLink domain; the domain a node lands in is its Slurm segment (node // segment)."""
     gpn, nodes = job.gpus_per_node, job.nodes
     domain = int(job.profile.get("nvlink_domain_nodes") or 0)
-    segment = segment_size(nodes, domain) if domain > 1 and nodes > 1 else None
+    segment = (segment_rule(job, par, groups) or segment_size(nodes, domain)) if domain > 1 and nodes > 1 else None
     requested = job.backend == "slurm" and bool(job.scheduler.get("segment"))
     unit = segment or 1  # without multi-node NVLink domains, NVLink ends at the node
     sp = spans(groups, gpn, unit)
     hybrid = hybrid_ep(job.config) and par.ep > 1
-    critical = [k for k in ("tp", "etp") if sp[k]["size"] > 1] + (["ep"] if hybrid else [])
+    critical = nvlink_bound(job, par)
     warns, notes = [], []
 
     for kind in ("tp", "etp"):

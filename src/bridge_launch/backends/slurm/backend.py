@@ -31,11 +31,11 @@ from bridge_launch.backends.base import (
 )
 from bridge_launch.backends.slurm import secrets as slurm_secrets
 from bridge_launch.core.errors import LaunchError, UsageError
-from bridge_launch.core.hardware import segment_size
 from bridge_launch.core.image_ref import pyxis_ref
 from bridge_launch.core.ports import EPHEMERAL_PORTS
 from bridge_launch.core.upstream import BRIDGE_IN_CONTAINER
 from bridge_launch.logs.failures import DETERMINISTIC, grep_pattern
+from bridge_launch.plan import topology
 from bridge_launch.workloads import trainer_protocol as P
 
 _DIRECTIVE_SAFE = re.compile(r"^[^\s'\"\\]+$")
@@ -68,7 +68,9 @@ def directives(job) -> list[tuple[str, str | None]]:
     if s.get("exclude"):
         out.append(("exclude", ",".join(s["exclude"])))
     if s.get("segment") and job.nodes > 1:
-        out.append(("segment", str(segment_size(job.nodes, job.profile.get("nvlink_domain_nodes", 0)))))
+        size = topology.segment_of(job)
+        if size:
+            out.append(("segment", str(size)))
     if s.get("signal"):
         out.append(("signal", s["signal"]))
     out += [("output", f"{run_dir}/logs/sbatch-%j.out"), ("open-mode", "append")]
