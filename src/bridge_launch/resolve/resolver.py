@@ -263,6 +263,21 @@ def _chain(opts: Options, prof: dict, layers: _Layers) -> dict:
             f"segment; remove it (the chain sets it itself when the newest checkpoint is incomplete)"
         )
     layers.set("checkpoint.load", save, "until-done")
+    # Retention: Megatron-Bridge removes all but the newest most_recent_k iter_* once a save is
+    # complete (067f987 checkpointing.py:1609-1626, 1647-1655; 987244934 :1274-1276); MC's default
+    # -1 keeps every one (training_config.py:421), hundreds of TB over a long chain.
+    keep = values.get("checkpoint.most_recent_k")
+    if keep in (None, -1) and prof["checkpoint_most_recent_k"] > 0:
+        layers.set(
+            "checkpoint.most_recent_k",
+            prof["checkpoint_most_recent_k"],
+            f"cluster {prof['name']} (checkpoint_most_recent_k)",
+        )
+    elif keep == 0:
+        raise UsageError(
+            "--until-done: checkpoint.most_recent_k=0 removes every checkpoint once a save completes "
+            "(Megatron-Bridge keeps none), so no segment could resume; use 1 or more, or -1 to keep all"
+        )
     np_dir = None
     if values.get("checkpoint.non_persistent_ckpt_type") == "global":
         np_dir = (

@@ -29,6 +29,8 @@ _TOP: dict = {
     "nvlink_domain_nodes": (int, 0),
     "job_root": (str, ""),
     "checkpoint_write_gbps_per_node": ((int, float), 0),
+    # checkpoints an --until-done chain keeps (checkpoint.most_recent_k, unless the job sets it); -1: all
+    "checkpoint_most_recent_k": (int, -1),
     # seconds a node waits in torchrun's rendezvous for the others (0: derived, backends/torchrun_opts.py)
     "rdzv_join_timeout": (int, 0),
     "python": (str, ""),

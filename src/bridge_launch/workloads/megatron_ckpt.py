@@ -98,6 +98,26 @@ def prune_non_persistent(save_dir: str, keep: int = 2) -> None:
         shutil.rmtree(os.path.join(save_dir, P.iter_dir(it)), ignore_errors=True)
 
 
+def keep_most_recent(save_dir: str, keep: int, max_iteration: int, log) -> None:
+    """checkpoint.most_recent_k > -1: once a persistent save is complete, rank 0 removes the older
+    iter_* directories, keeping `keep` (0 keeps none) and never touching one newer than the save
+    (MB 067f987 checkpointing.py:1609-1626 async, 1647-1655 sync, cleanup_old_non_persistent_checkpoint
+    :1662-1715, which prints both lists)."""
+    its = sorted(
+        int(m.group(1))
+        for m in map(P.ITER_DIR_RE.match, os.listdir(save_dir))
+        if m and int(m.group(1)) <= max_iteration
+    )
+    if not its:
+        return
+    gone, kept = (its[:-keep], its[-keep:]) if keep > 0 else (its, [])
+    paths = [os.path.join(save_dir, P.iter_dir(it)) for it in gone]
+    log(f"Non-persistent checkpoints scheduled for removal: {paths}")
+    log(f"Non-persistent checkpoints to be kept: {[os.path.join(save_dir, P.iter_dir(it)) for it in kept]}")
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def _tracker_iteration(directory: str) -> int | None:
     """latest_train_state.pt first, else the legacy .txt tracker (MB checkpointing.py:3431-3441)."""
     state = os.path.join(directory, P.TRACKER_STATE)

@@ -110,6 +110,7 @@ KNOWN_KEYS = frozenset(
         "train.exit_signal_handler",
         "train.exit_signal",
         "train.exit_signal_handler_for_dataloader",
+        "checkpoint.most_recent_k",
         "train.exit_interval",
         "train.exit_duration_in_mins",
         "train.eval_interval",
@@ -331,6 +332,8 @@ def build_config(overrides: dict, world_size: int) -> dict:
     cfg["busbw_sizes"] = _as_sizes("smoke.busbw_sizes", get("smoke.busbw_sizes", default=list(DEFAULT_BUSBW_SIZES)))
     cfg["busbw_iters"] = _as_int("smoke.busbw_iters", get("smoke.busbw_iters", default=5), minimum=1)
     cfg["step_sleep"] = _as_float("smoke.step_sleep", get("smoke.step_sleep", default=0.0), minimum=0.0)
+    k = _as_int("checkpoint.most_recent_k", get("checkpoint.most_recent_k", default=-1), optional=True)
+    cfg["most_recent_k"] = -1 if k is None else k  # MC training_config.py:421: -1 (None too) keeps every one
     cfg["save_sleep"] = _as_float("smoke.save_sleep", get("smoke.save_sleep", default=0.0), minimum=0.0)
     cfg["fail_at_step"] = _as_int("smoke.fail_at_step", get("smoke.fail_at_step"), minimum=0, optional=True)
     cfg["fail_rank"] = _as_int("smoke.fail_rank", get("smoke.fail_rank"), minimum=0, optional=True)
@@ -685,6 +688,8 @@ class Smoke:
             self.summary["non_persistent_checkpoints"].append(step)
         else:
             self.summary["checkpoints"].append(step)
+            if cfg["most_recent_k"] > -1 and self.rank == 0:
+                megatron_ckpt.keep_most_recent(save_dir, cfg["most_recent_k"], step, self.print_rank_0)
 
     def load(self, model):
         """Bridge's load (trainer_protocol, "Load"): returns the start step (1 from scratch)."""

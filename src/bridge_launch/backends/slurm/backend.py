@@ -142,6 +142,9 @@ def _node_args(job) -> str:
     )
 
 
+COMPILE_CACHE_DIR = "cache"  # under the run dir: per-node Triton and TorchInductor caches
+
+
 def node_launcher_path(job) -> str:
     """Where the per-node launcher is staged: launch/<run id>.node-launch.sh in the run dir."""
     return f"launch/{job.run_id}.node-launch.sh"
@@ -159,6 +162,15 @@ def node_launcher(job) -> str:
         "# Usage: node-launch.sh STOP_FILE SIGNAL TORCHRUN-ARGUMENTS...",
         "# torchrun runs as a child: when STOP_FILE appears, SIGNAL goes to the training processes (torchrun's",
         "# children), never to torchrun; a STOP_FILE that says 'cancel' also stops workers still starting.",
+    ]
+    # Compile caches that outlive the container (--no-container-mount-home leaves ~/.triton in it):
+    # Triton's kernels and autotuning (the Gated DeltaNet kernels autotune cold otherwise) and
+    # TorchInductor's, one directory per node index under the run dir, so every segment of a chain
+    # reuses them and no two nodes write one; a value the environment already sets wins.
+    lines += [
+        f"cache={q(job.run_dir + '/' + COMPILE_CACHE_DIR)}",
+        'export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-$cache/triton/node$SLURM_NODEID}"',
+        'export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-$cache/inductor/node$SLURM_NODEID}"',
     ]
     if job.bridge_src:
         # --bridge-src: the mounted checkout's src and Megatron-LM ahead of the image's install (as
