@@ -58,9 +58,10 @@ def test_no_segment_guarantee_is_warned_once_the_plugin_is_read_and_then_cached(
 @pytest.mark.usefixtures("cluster")
 def test_segment_is_refused_by_an_sbatch_without_it(home):
     _nvl_sim(home, "[slurm]\nsegment = true\n")
-    shown = run_cli("submit", "smoke", "-c", "nvl-sim", "--dry-run", *FAST)
+    tp4 = "model.tensor_model_parallel_size=4"  # TP groups span the two nodes: a segment of 2 holds them
+    shown = run_cli("submit", "smoke", "-c", "nvl-sim", "--dry-run", *FAST, tp4)
     assert "#SBATCH --segment=2" in shown.out
-    r = run_cli("submit", "smoke", "-c", "nvl-sim", *FAST)
+    r = run_cli("submit", "smoke", "-c", "nvl-sim", *FAST, tp4)
     assert r.code == 2, r.err
     assert "runs slurm-wlm 22.05.8, whose sbatch has no working --segment (needs 24.05.3 with topology/block)" in r.err
     assert "Traceback" not in r.err
