@@ -399,3 +399,41 @@ def test_a_node_set_down_mid_segment_leaves_one_chain(cluster):
     runs = _steps_by_job(sub, list(dict.fromkeys(ran)))
     assert runs[-1][1][-1] == 40
     assert int((Path(sub["run_dir"]) / "checkpoints" / "latest_checkpointed_iteration.txt").read_text()) == 40
+
+
+@pytest.mark.usefixtures("home")
+def test_a_chain_measures_steps_far_longer_than_its_estimate_and_adapts(cluster):  # noqa: ARG001
+    """--step-time says 1 s and the lead is 30 s, but every step takes about 40 s: a trainer told
+    30 s before the limit could be mid-step with no time to finish it and save. The segment reads
+    its own step times from the log (workloads/step_times.py), finds it needs a lead of 60 s, asks
+    for the save that early itself, and the chain reaches train_iters; status shows the figures."""
+    sub = _chain(
+        "--time",
+        "00:03:00",
+        "--signal-lead",
+        "30",
+        "--step-time",
+        "1",
+        "train.train_iters=5",
+        "smoke.step_sleep=40",
+        "~checkpoint.save_interval",
+    )
+    st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=1200)
+    assert st["state"] == "COMPLETED", st
+    first = st["job_ids"][0]
+    out = (Path(sub["run_dir"]) / "logs" / f"sbatch-{first}.out").read_text()
+    m = re.search(r"measured step ([\d.]+) s, save (\S+) s: they need a lead of (\d+) s, not 30 s", out)
+    assert m, out
+    assert 40 <= float(m.group(1)) < 60 and int(m.group(3)) >= 60, m.group(0)
+    # the save it asked for landed: the first segment published a checkpoint below train_iters
+    outcomes = [s.get("outcome") for s in st["info"]["segments"]]
+    assert outcomes[0] == "continued" and "done" in outcomes, st["info"]["segments"]
+    measured = st["info"]["measured"]
+    assert measured["step_s"] >= 40 and measured["save_s"] > 0 and measured["lead_s"] >= 60, measured
+    assert measured["job_lead_s"] == 30
+    text = run_cli("status", sub["run_id"]).out
+    assert re.search(
+        r"measured +step [\d.]+ s, save [\d.]+ s \(the slowest so far\): they need a lead of \d+ s, more "
+        r"than the job's 30 s",
+        text,
+    ), text

@@ -310,8 +310,28 @@ def status(run_ref, *, all_runs, state, recipe, output, watch=False, interval=5.
             if r.info.get("checkpoint") is not None:
                 print(f"checkpoint  iteration {r.info['checkpoint']} (the newest complete one)")
             print(f"restarts    {r.info.get('restarts', 0)} of {limit}")
+            if r.info.get("measured"):
+                print("measured    " + _measured_text(r.info["measured"]))
         monitor.print_metrics(reg, r)
     return 0
+
+
+def _measured_text(m: dict) -> str:
+    """What the segments measured (backends/slurm: the slowest log interval and save so far)."""
+    parts = [
+        f"step {m['step_s']:g} s" if m.get("step_s") else "step not yet",
+        f"save {m['save_s']:g} s" if m.get("save_s") else "no save yet",
+    ]
+    text = ", ".join(parts) + " (the slowest so far)"
+    if m.get("lead_s"):
+        lead = m.get("job_lead_s")
+        more = m["lead_s"] > lead if lead else False
+        text += f": they need a lead of {m['lead_s']} s" + (
+            f", more than the job's {lead} s: each segment asks for its save that early"
+            if more
+            else f" (the job's: {lead} s)"
+        )
+    return text
 
 
 def logs(run_ref, *, follow, rank=None, grep=None, tail=None) -> int:

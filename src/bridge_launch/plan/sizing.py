@@ -16,15 +16,15 @@ import math
 from bridge_launch.core.errors import UsageError
 from bridge_launch.plan import estimate as plan
 from bridge_launch.plan import topology
+from bridge_launch.workloads import trainer_protocol as P
 
 # What a torch_dist save of Megatron's distributed optimizer holds per parameter: bf16 weights
 # (2 bytes), fp32 main weights (4) and Adam's two fp32 moments (8).
 CKPT_BYTES_PER_PARAM = 14
 # An evaluation step is a forward pass: 2 of the 6 FLOPs per weight per token of a training step.
 FORWARD_SHARE = 1 / 3
-DEFAULT_LEAD = 120  # seconds: the lead when nothing says a step and a save need more
-LEAD_MARGIN = 1.25  # a sized lead holds a step, a save and an evaluation with a quarter to spare
-UNKNOWN_STEP_ALLOWANCE = 60  # seconds a sized lead allows for the step when no step time is known
+# The lead rule is the one the segments apply to what they measure (workloads/step_times.py).
+DEFAULT_LEAD, LEAD_MARGIN, UNKNOWN_STEP_ALLOWANCE = P.DEFAULT_LEAD, P.LEAD_MARGIN, P.UNKNOWN_STEP_ALLOWANCE
 
 
 def _plan_step(job) -> tuple[float | None, object, str | None]:
@@ -108,9 +108,7 @@ def lead(job) -> tuple[int, str]:
     ls, e = job.limit_save, job.limit_save["estimate"]
     if ls.get("signal_lead") is not None:
         return ls["signal_lead"], ls.get("lead_source") or "--signal-lead"
-    parts = [e["step_s"] or 0, e["save_s"] or 0, e["eval_s"] or 0]
-    need = LEAD_MARGIN * sum(parts) + (0 if e["step_s"] else UNKNOWN_STEP_ALLOWANCE if e["save_s"] else 0)
-    sized = int(math.ceil(need / 10) * 10)
+    sized = P.sized_lead(e["step_s"], e["save_s"], e["eval_s"])
     if sized <= DEFAULT_LEAD:
         return DEFAULT_LEAD, "default"
     what = " + ".join(

@@ -32,7 +32,7 @@ def _launch(reg: Registry, job: ResolvedJob, run: Run, *, new_dir: bool, code: d
             artifact.filename: artifact.text,
             **artifact.files,
         }
-        if job.workload == "smoke" or job.canary:
+        if job.workload == "smoke" or job.canary or job.chain:  # a chain's segments measure with step_times.py
             files.update(workload_files())
         if job.canary:  # its spec and (Slurm) its own script
             from bridge_launch.runs import canary

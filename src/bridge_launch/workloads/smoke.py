@@ -530,6 +530,15 @@ class Smoke:
         if self.rank == self.last_rank:
             _log(msg)
 
+    def _log_timer(self, name: str, seconds: float) -> None:
+        """One timer's (min, max) across ranks, logged by the last rank (trainer_protocol)."""
+        lo = torch.tensor([seconds * 1000.0], dtype=torch.float64, device=self.device)
+        hi = lo.clone()
+        dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+        dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+        for line in P.timers_minmax_lines({name: (lo.item(), hi.item())}):
+            self.print_rank_last(line)
+
     def barrier_and_log(self, text: str) -> None:
         self.barrier()
         self.print_rank_0(P.barrier_and_log(text))
@@ -670,6 +679,8 @@ class Smoke:
         save_dir = cfg["np_dir"] if non_persistent else cfg["save"]
         os.makedirs(save_dir, exist_ok=True)
         run_config = json.dumps(_json_safe(self.summary["overrides"]), indent=2, sort_keys=True) + "\n"  # JSON is YAML
+        self.barrier()  # the save timer starts and stops with a barrier (trainer_protocol.SAVE_TIMER)
+        began = time.monotonic()
         megatron_ckpt.save(
             save_dir=save_dir,
             save_root=cfg["save"],
@@ -682,6 +693,8 @@ class Smoke:
             write_seconds=cfg["save_sleep"],
             log=self.print_rank_0,
         )
+        self.barrier()
+        self._log_timer(P.SAVE_TIMER_NON_PERSISTENT if non_persistent else P.SAVE_TIMER, time.monotonic() - began)
         if non_persistent:
             if self.rank == 0:
                 megatron_ckpt.prune_non_persistent(save_dir)

@@ -15,6 +15,7 @@ imported by the launcher on its fast paths.
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime
 
@@ -191,6 +192,22 @@ DEFAULT_EXIT_SIGNAL = "SIGTERM"
 # line; return -> break -> sys.exit(0) (train.py:816). Post-training validation/test do not run.
 SIGNAL_CHECK = "end of step, after the iteration log line and any evaluation, before the periodic save"
 
+# The signal lead (the launcher's rule, one for plan's estimates and for a segment's measurements,
+# workloads/step_times.py): what SIGNAL_CHECK implies the trainer may still do after the signal, a
+# step, an evaluation and a save, with a quarter to spare, in whole 10 s; at least DEFAULT_LEAD;
+# with UNKNOWN_STEP_ALLOWANCE for a step nobody knows when a save is known.
+DEFAULT_LEAD = 120
+LEAD_MARGIN = 1.25
+UNKNOWN_STEP_ALLOWANCE = 60
+
+
+def sized_lead(step: float | None, save: float | None, evaluation: float | None, floor: int = DEFAULT_LEAD) -> int:
+    """The lead in seconds for these figures (None: unknown); `floor` 0 for measured figures."""
+    need = LEAD_MARGIN * ((step or 0) + (save or 0) + (evaluation or 0))
+    if not step and save:
+        need += UNKNOWN_STEP_ALLOWANCE
+    return max(floor, int(math.ceil(need / 10) * 10))
+
 
 # torchrun (T distributed/elastic): workers are Popen(start_new_session=True), each its own process
 # group (multiprocessing/subprocess_handler/subprocess_handler.py:63-77). On SIGTERM/SIGINT/SIGHUP/
@@ -286,8 +303,6 @@ def validation_lines(prefix: str, losses: dict) -> list:
     """Last rank (MB training/eval.py:462-466, 503-506). In the loop the prefix is
     f"iteration {step}" (train.py:684); after training f"iteration {n} on validation set" and
     f"iteration {n} on test set" (pretrain.py:173,186). PPL = exp(min(20, loss))."""
-    import math
-
     s = f" validation loss at {prefix} | "
     for key, value in losses.items():
         s += "{} value: {:.6E} | ".format(key, value)
@@ -320,6 +335,27 @@ def saved_line(step: int, save: str, tp: tuple = (1, 1), pp: tuple = (1, 1)) -> 
 SAVING_GREP = r"saving checkpoint at iteration +[0-9]+ to "
 SAVED_GREP = r"successfully saved checkpoint from iteration +[0-9]+ to "
 SAVED_RE = re.compile(r"successfully saved (?:local )?checkpoint (?:from|at) iteration\s+(\d+)(?: to (\S+))?")
+
+
+# After every save the trainer logs how long it took: MB training/train.py:1324-1325 starts the
+# timer "save-checkpoint" ("save-checkpoint-non-persistent" for a non-persistent save) with a
+# barrier, :1362-1363 stops it with a barrier and logs it; MC core/timers.py:422-450 logs on the
+# last rank, in logger.timing_log_option's default form "minmax" (MB training/config.py, MC
+# timers.py:339-356): a header, then one line per timer, the name padded with dots to 48.
+SAVE_TIMER = "save-checkpoint"
+SAVE_TIMER_NON_PERSISTENT = "save-checkpoint-non-persistent"
+
+
+def timers_minmax_lines(times_ms: dict) -> list[str]:
+    """MC timers.py:343-356, minmax: {name: (min, max)} in milliseconds."""
+    out = ["(min, max) time across ranks (ms):"]
+    out += [
+        "    {}: ({:.2f}, {:.2f})".format((name + " ").ljust(48, "."), lo, hi) for name, (lo, hi) in times_ms.items()
+    ]
+    return out
+
+
+TIMER_MINMAX_RE = re.compile(r"    ([\w-]+) \.+: \(([\d.]+), ([\d.]+)\)")
 
 
 def loading_line(load_dir: str, iteration: int) -> str:

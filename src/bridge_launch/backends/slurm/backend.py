@@ -4,6 +4,7 @@ first node, pyxis container flags where the profile names an image."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import shutil
@@ -17,6 +18,7 @@ from bridge_launch import __version__
 from bridge_launch.backends import torchrun as T
 from bridge_launch.backends.base import (
     RANK_PREFIX_ENV,
+    WORKLOAD_DIR,
     Artifact,
     Tree,
     entry_command,
@@ -305,6 +307,7 @@ def _chain_block(job, srun) -> list[str]:
         '${next:-(none)} was submitted before" >&2',
         "    fi",
     ]
+    watch = _limit_watch(job)
     if c.get("max_segments"):
         successor = [f'if [ "$segment" -lt {c["max_segments"]} ]; then', *successor, "fi"]
     else:
@@ -366,13 +369,17 @@ def _chain_block(job, srun) -> list[str]:
         *successor,
         'echo "$SLURM_JOB_ID $before" > "$chain/open"',
         "asked=0 ended=0",
-        f'trap \'asked=1; if [ -e "$chain/stopped" ]; then echo "bridge-launch: cancelled: the training '
+        'trap \'asked=1; if [ -e "$chain/stopped" ]; then echo "bridge-launch: cancelled: the training '
         'processes are told to save and exit" >&2; echo cancel > "$stop_file"; else echo "bridge-launch: time '
-        f'limit in {lead}s: the training processes are told to save and exit" >&2; touch "$stop_file"; fi\' USR1',
+        'limit in $(( deadline - $(date +%s) ))s: the training processes are told to save and exit" >&2; '
+        'touch "$stop_file"; fi\' USR1',
         "trap 'ended=1' TERM",
+        *watch,
         step_cmd + " &",
         "step=$!",
         'while :; do wait "$step"; rc=$?; kill -0 "$step" 2>/dev/null || break; done',
+        'if [ -n "${watcher:-}" ]; then kill "$watcher" 2>/dev/null; fig=$(measure) && echo "$SLURM_JOB_ID $fig" >> '
+        '"$chain/measured"; fi',
         f'printf \'%s\\n\' "$rc" > {q(job.run_dir + "/exit")}/"$SLURM_JOB_ID"',
         "resume_point || true",
         "after=$resume_it",
@@ -403,6 +410,60 @@ def _chain_block(job, srun) -> list[str]:
         'echo "bridge-launch: segment $segment made no progress: $why; ${next:-nothing} tries again" >&2',
         'if [ -z "$next" ]; then stop "segment $segment made no progress ($why) and has no successor"; fi',
         "end 1",
+    ]
+
+
+def _measured(text: str | None, job_lead) -> dict | None:
+    """The chain's measured figures (the segments' step_times.py state) and the lead they need."""
+    try:
+        state = json.loads(text) if text else {}
+    except ValueError:
+        return None
+    step, save = state.get("step_s"), state.get("save_s")
+    if not step and not save:
+        return None
+    need = P.sized_lead(step, save, None, floor=0) if step else None
+    return {"step_s": step, "save_s": save, "lead_s": need, "job_lead_s": job_lead}
+
+
+LIMIT_WATCH_PERIOD = 30  # seconds between two reads of the segment's log (Slurm's own signal granularity)
+MEASURE_STATE = "measure.json"  # in the chain dir: the figures so far and how far each log was read
+
+
+def _limit_watch(job) -> list[str]:
+    """A segment measures its own step and save times (workloads/step_times.py over its logs,
+    every LIMIT_WATCH_PERIOD s, with the figures of the segments before it) and, when they need a
+    longer lead than the job's --signal, asks for the save itself (USR1 to this shell, the same
+    path as Slurm's signal) early enough for them. The deadline is the job's EndTime as Slurm
+    holds it (the start plus the time limit where squeue does not answer). Measured lines go to
+    the chain's `measured` file (status shows them); no python3 on the batch host: the lead stays."""
+    lead, e = job.limit_save["signal_lead"], job.limit_save["estimate"]
+    tool = q(f"{job.run_dir}/{WORKLOAD_DIR}/step_times.py")
+    planned = f"{e.get('save_s') or '-'} {e.get('eval_s') or '-'}"
+    limit = job.limit_save.get("time_limit_s") or 0
+    return [
+        'deadline=""; ends=$(squeue -h -j "$SLURM_JOB_ID" -o %e 2>/dev/null)',
+        'case $ends in [0-9][0-9][0-9][0-9]-*) deadline=$(date -d "$ends" +%s 2>/dev/null) || deadline="";; esac',
+        f'[ -n "$deadline" ] || deadline=$(( $(date +%s) + {limit} ))',
+        'echo "bridge-launch: this segment reaches its time limit at $(date -d "@$deadline" "+%F %T")" >&2',
+        f'measure() {{ python3 {tool} "$chain/{MEASURE_STATE}" {planned} "$logs/$SLURM_JOB_ID"-*.log 2>/dev/null; }}',
+        "watch_limit() {",
+        "    local fig need",
+        f"    while sleep {LIMIT_WATCH_PERIOD}; do",
+        "        fig=$(measure) || continue",
+        "        need=${fig%% *}",
+        f'        if [ "$need" -gt {lead} ] && [ $(( $(date +%s) + need + {LIMIT_WATCH_PERIOD} )) -ge "$deadline" ]; '
+        "then",
+        "            set -- $fig",
+        f'            echo "bridge-launch: measured step $2 s, save $3 s: they need a lead of $need s, not {lead} s; '
+        'asking for the save now" >&2',
+        "            kill -USR1 $$; return",
+        "        fi",
+        "    done",
+        "}",
+        'watcher=""',
+        f'if ! command -v python3 >/dev/null; then echo "bridge-launch: no python3 on the batch host: the signal lead '
+        f'stays {lead} s, unmeasured" >&2; else watch_limit & watcher=$!; fi',
     ]
 
 
@@ -754,7 +815,7 @@ class Backend:
                     if why:
                         st["reason"] = why
                 if job.chain:
-                    st = self._chain_status(s, run, st)
+                    st = self._chain_status(s, run, job, st)
                 elif job.limit_save and st.get("state") == "COMPLETED":
                     st = self._limit_stop(s, run, job, jid, st)
                 out[run.run_id] = st
@@ -771,7 +832,7 @@ class Backend:
         where = f"iteration {step} of {iters}" if step is not None else f"below train_iters={iters}"
         return dict(st, state="STOPPED", reason=f"stopped at the time limit, {where}; resume continues")
 
-    def _chain_status(self, s, run, st: dict) -> dict:
+    def _chain_status(self, s, run, job, st: dict) -> dict:
         """A --until-done run: every segment's state, the restarts used, and the chain's own
         verdict (done / stopped markers the segments write) over the last job's state."""
         chain_dir = f"{run.run_dir}/chain/{run.run_id}"
@@ -797,6 +858,9 @@ class Backend:
         ]
         restarts = (self.read_file(s, f"{chain_dir}/restarts") or "0").strip()
         out = dict(st, job_ids=ids, segments=segments, restarts=int(restarts) if restarts.isdigit() else 0)
+        measured = _measured(self.read_file(s, f"{chain_dir}/{MEASURE_STATE}"), job.limit_save["signal_lead"])
+        if measured:
+            out["measured"] = measured
         saved = [x["checkpoint"] for x in segments if x.get("checkpoint")]
         if saved:
             out["checkpoint"] = saved[-1]
