@@ -182,3 +182,31 @@ def test_size_hint_never_suggests_nodes_the_cluster_refuses_and_plan_agrees():
     r = run_cli("submit", "nemotron-3-nano-pretrain", "-c", "gb200-32", "--dry-run")
     assert "use --cluster gb200-8 or --nodes 2" in r.err
     assert run_cli("submit", "nemotron-3-nano-pretrain", "-c", "gb200-32", "--nodes", "2", "--dry-run").code == 0
+
+
+@pytest.mark.usefixtures("home")
+def test_chains_keep_the_profiles_most_recent_k_and_the_dry_run_shows_the_storage():
+    """gb200 profiles keep 3 checkpoints in a chain (Megatron-Bridge deletes the oldest once a new
+    save completes); a value the job sets wins; 0 (delete every checkpoint) is refused in a chain;
+    a plain job keeps what the recipe says, and the dry run says what that costs."""
+    from bridge_launch.cli import views
+
+    chained = _job("qwen35-vl-sft-mxfp8", "gb200-32", VL, until_done=True)
+    assert chained.config["checkpoint.most_recent_k"] == 3
+    assert chained.provenance["config"]["checkpoint.most_recent_k"] == "cluster gb200-32 (checkpoint_most_recent_k)"
+    gb = chained.limit_save["estimate"]["checkpoint_gb"]
+    assert gb == pytest.approx(36.0 * 14, rel=0.01)  # 36B parameters x 14 bytes (bf16 + fp32 main + Adam)
+    assert views.storage_line(chained) == (
+        f"Storage    ~{gb:,.0f} GB a checkpoint x 3 kept (checkpoint.most_recent_k) = ~{gb * 3 / 1000:,.1f} TB, "
+        f"~{gb * 4 / 1000:,.1f} TB while a save is written"
+    )
+    own = _job("qwen35-vl-sft-mxfp8", "gb200-32", (*VL, "checkpoint.most_recent_k=5"), until_done=True)
+    assert own.config["checkpoint.most_recent_k"] == 5 and own.provenance["config"]["checkpoint.most_recent_k"] == "cli"
+    with pytest.raises(UsageError, match="checkpoint.most_recent_k=0 removes every checkpoint"):
+        _job("qwen35-vl-sft-mxfp8", "gb200-32", (*VL, "checkpoint.most_recent_k=0"), until_done=True)
+    plain = _job("qwen35-vl-sft-mxfp8", "gb200-32", VL)
+    assert plain.config.get("checkpoint.most_recent_k") in (None, -1)
+    saves = plain.config["train.train_iters"] // plain.config["checkpoint.save_interval"]
+    assert views.storage_line(plain).startswith(f"Storage    ~{gb:,.0f} GB a checkpoint, every one kept (")
+    assert f"{saves} periodic saves to train_iters = ~{gb * saves / 1000:,.1f} TB" in views.storage_line(plain)
+    assert views.storage_line(_job()) is None  # smoke: plan knows no parameter count

@@ -97,6 +97,8 @@ def limit_lines(job) -> list[str]:
             "iter_N)",
             f"           stops after {c['max_no_progress']} segments in a row without a new checkpoint or "
             f"{c['max_restarts']} restarts after failures",
+            "           measures its step and save times from its log and, where they need a longer lead, asks "
+            "for the save that much earlier itself (status shows the figures)",
         ]
     else:
         out.append("           status says STOPPED (iteration N of M); `bridge-launch resume RUN` continues")
@@ -114,6 +116,32 @@ def limit_lines(job) -> list[str]:
         parts.append(f"about {e['segments']} segments to train_iters")
     out.append("           estimate: " + ", ".join(parts))
     return out
+
+
+def storage_line(job) -> str | None:
+    """The checkpoint storage the run will hold (plan's size of one torch_dist save and
+    checkpoint.most_recent_k; Megatron-Bridge deletes the oldest once a new save completes, so
+    one more is on disk while a save is written)."""
+    gb = ((job.limit_save or {}).get("estimate") or {}).get("checkpoint_gb")
+    if not gb:
+        return None
+    cfg = job.config
+    keep = cfg.get("checkpoint.most_recent_k")
+    size = f"~{gb:,.0f} GB a checkpoint"
+    if isinstance(keep, int) and keep > 0:
+        return (
+            f"Storage    {size} x {keep} kept (checkpoint.most_recent_k) = ~{gb * keep / 1000:,.1f} TB, "
+            f"~{gb * (keep + 1) / 1000:,.1f} TB while a save is written"
+        )
+    kept = "checkpoint.most_recent_k unset" if keep is None else f"checkpoint.most_recent_k={keep}"
+    iters, every = cfg.get("train.train_iters"), cfg.get("checkpoint.save_interval")
+    if isinstance(iters, int) and isinstance(every, int) and every > 0:
+        saves = iters // every
+        return (
+            f"Storage    {size}, every one kept ({kept}): {saves} periodic saves to "
+            f"train_iters = ~{gb * saves / 1000:,.1f} TB; set checkpoint.most_recent_k to bound it"
+        )
+    return f"Storage    {size}, every one kept ({kept})"
 
 
 def job_text(job, artifact: Artifact, placeholder: str) -> str:
@@ -155,6 +183,9 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
     lines.append(f"Run dir    {job.run_dir}")
     if job.limit_save:
         lines += limit_lines(job)
+    storage = storage_line(job)
+    if storage:
+        lines.append(storage)
     lines.append(f"\nConfig ({len(job.config)} keys; each is passed to the job explicitly)")
     lines += _table([(k, fmt(v), prov["config"].get(k, "")) for k, v in job.config.items()])
     removed = [k for k, s in prov["config"].items() if s == "cli (removed)"]

@@ -98,6 +98,7 @@ def estimate(job) -> dict:
         if save
         else None,
         "eval_s": round(evaluation, 1) if evaluation else None,
+        "checkpoint_gb": round(params * CKPT_BYTES_PER_PARAM / 1e9, 1) if params else None,
     }
 
 
