@@ -349,3 +349,35 @@ def test_runs_and_resumes_without_numpy(tmp_path):
     s = _summary(run_dir)
     assert s["resumed_from"] == 2 and s["start_step"] == 3 and s["steps_completed"] == 4
     assert sorted(set(s["hosts"])) == [s["hosts"][0]] and s["world_size"] == 2
+
+
+def test_most_recent_k_keeps_the_newest_checkpoints_and_each_save_is_timed(tmp_path):
+    """checkpoint.most_recent_k=2 with a save every step: once each new save completes the oldest
+    go (MB checkpointing.py:1647-1655, cleanup :1662-1715), so iterations 4 and 5 are left; after
+    every save the last rank logs the save-checkpoint timer in Megatron's minmax form (what the
+    segments measure, workloads/step_times.py)."""
+    run_dir = tmp_path / "run"
+    script = _prepare(run_dir)
+    ckpt = run_dir / "ckpt"
+    args = [
+        "smoke.busbw_sizes=[1024]",
+        "smoke.busbw_iters=1",
+        f"checkpoint.save={ckpt}",
+        "checkpoint.save_interval=1",
+        "checkpoint.most_recent_k=2",
+        "train.train_iters=5",
+    ]
+    proc = subprocess.run(
+        _torchrun_cmd(script, args),
+        cwd=run_dir,
+        env=_child_env(run_dir),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert sorted(p.name for p in ckpt.glob("iter_*")) == ["iter_0000004", "iter_0000005"]
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == "5"
+    timed = re.findall(r"    save-checkpoint \.+: \(([\d.]+), ([\d.]+)\)", proc.stdout)
+    assert len(timed) == 5 and all(float(lo) <= float(hi) for lo, hi in timed), proc.stdout[-3000:]
