@@ -58,8 +58,9 @@ def update(state: dict, logs: list[str]) -> dict:
         except OSError:
             continue
         end = chunk.rfind(b"\n") + 1  # a line still being written is read next time
-        steps, saves = scan(chunk[:end].decode("utf-8", "replace"), skip_first=seen["steps"] == 0)
-        if seen["steps"] == 0 and P.ITERATION_RE.search(chunk[:end].decode("utf-8", "replace")):
+        text = chunk[:end].decode("utf-8", "replace")
+        steps, saves = scan(text, skip_first=seen["steps"] == 0)
+        if seen["steps"] == 0 and P.ITERATION_RE.search(text):
             seen["steps"] = 1  # the warm-up interval is behind
         seen["steps"] += len(steps)
         seen["offset"] += end

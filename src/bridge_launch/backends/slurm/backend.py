@@ -378,8 +378,8 @@ def _chain_block(job, srun) -> list[str]:
         step_cmd + " &",
         "step=$!",
         'while :; do wait "$step"; rc=$?; kill -0 "$step" 2>/dev/null || break; done',
-        'if [ -n "${watcher:-}" ]; then kill "$watcher" 2>/dev/null; fig=$(measure) && echo "$SLURM_JOB_ID $fig" >> '
-        '"$chain/measured"; fi',
+        "# the last figures (the final save) for the watcher of the next segment and for status",
+        'if [ -n "${watcher:-}" ]; then kill "$watcher" 2>/dev/null; measure > /dev/null; fi',
         f'printf \'%s\\n\' "$rc" > {q(job.run_dir + "/exit")}/"$SLURM_JOB_ID"',
         "resume_point || true",
         "after=$resume_it",
@@ -435,8 +435,8 @@ def _limit_watch(job) -> list[str]:
     every LIMIT_WATCH_PERIOD s, with the figures of the segments before it) and, when they need a
     longer lead than the job's --signal, asks for the save itself (USR1 to this shell, the same
     path as Slurm's signal) early enough for them. The deadline is the job's EndTime as Slurm
-    holds it (the start plus the time limit where squeue does not answer). Measured lines go to
-    the chain's `measured` file (status shows them); no python3 on the batch host: the lead stays."""
+    holds it (the start plus the time limit where squeue does not answer). The figures stay in
+    the chain's MEASURE_STATE (status shows them); no python3 on the batch host: the lead stays."""
     lead, e = job.limit_save["signal_lead"], job.limit_save["estimate"]
     tool = q(f"{job.run_dir}/{WORKLOAD_DIR}/step_times.py")
     planned = f"{e.get('save_s') or '-'} {e.get('eval_s') or '-'}"
