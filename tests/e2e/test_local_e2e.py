@@ -201,3 +201,33 @@ def test_local_run_follow_json_resume_refusals_prune_and_import():
     assert runs[run_id]["job_ids"] == final["job_ids"] and runs[run_id]["run_dir"] == str(run_dir)
     assert "already registered" in run_cli("import", str(run_dir)).out
     assert run_cli("resume", second["run_id"]).code == 2  # lineage and checkpoints came back with it
+
+
+@pytest.mark.usefixtures("home")
+@pytest.mark.slow
+def test_prune_then_import_brings_back_an_experiment_and_its_runs_ages():
+    r = run_cli(
+        "submit", "smoke", *FAST, "--sweep", "train.train_iters=1,2", "--experiment", "iters", "-o", "json", timeout=300
+    )
+    assert r.code == 0, r.err
+    members = r.json()["runs"]
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        rows = run_cli("status", "iters", "-o", "json").json()
+        if all(x["state"] == "COMPLETED" for x in rows):
+            break
+        time.sleep(2)
+    before = {x["run_id"]: x["updated"] for x in rows}
+    assert set(before) == {m["run_id"] for m in members}, rows
+    time.sleep(1.5)
+    assert "forgot 2 finished runs" in run_cli("prune", "--older-than", "0s", "--yes").out
+    assert run_cli("status", "iters").code == 2
+    for m in members:
+        r = run_cli("import", m["run_dir"])
+        assert r.code == 0 and f"{m['run_id']}: imported (COMPLETED)" in r.out, r.out + r.err
+    r = run_cli("status", "iters")
+    assert r.code == 0 and "\nexperiment  iters: 2 runs" in r.out, r.out + r.err
+    assert r.out.splitlines()[0].split()[:2] == ["RUN", "MEMBER"] and "train.train_iters=2" in r.out
+    after = {x["run_id"]: x["updated"] for x in run_cli("status", "iters", "-o", "json").json()}
+    # the runs' own last update (their logs' last write), not the import's time
+    assert all(after[i] <= before[i] + 0.5 for i in before), (before, after)

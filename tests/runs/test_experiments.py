@@ -184,3 +184,19 @@ def test_experiments_show_and_compare_together(cli, tmp_path):
     reg.db.execute("UPDATE runs SET updated = 0")
     assert set(reg.prune(1)) == {a.run_id, b.run_id, c.run_id, lone.run_id}
     assert reg.experiment("lr-sweep") is None
+
+
+@pytest.mark.usefixtures("home")
+def test_an_experiment_cannot_take_a_runs_name(cli):
+    from bridge_launch.runs.registry import Registry
+
+    reg = Registry()
+    run = _record(reg, "smoke", log=training_log(10, save_at={10}))
+    r = cli("submit", "smoke", "--sweep", "train.train_iters=2,3", "--experiment", run.run_id)
+    assert r.code == 2 and f"--experiment '{run.run_id}' is the id of a run" in r.err, r.err
+    assert len(r.err.strip().splitlines()) == 1
+    assert [x["run_id"] for x in cli("status", "-o", "json").json()] == [run.run_id]  # nothing submitted
+    with pytest.raises(UsageError, match="is the id of a run"):
+        reg.add_experiment(run.run_id, {})
+    r = cli("status", run.run_id)  # the name still means the run
+    assert r.code == 0 and "\nexperiment  " not in r.out and r.out.splitlines()[1].split()[0] == run.run_id

@@ -43,7 +43,10 @@ def test_prune_dry_run_lists_and_changes_nothing_and_weeks_are_accepted():
     assert r.code == 0 and all(i in r.out for i in ids) and "would forget 2 finished runs" in r.out
     assert len(run_cli("status", "-o", "json").json()) == 2
     assert "nothing to forget" in run_cli("prune", "--older-than", "2w").out
-    r = run_cli("prune", "--older-than", "1w")  # not a terminal: no question, the list is still printed
+    r = run_cli("prune", "--older-than", "1w")  # not a terminal: it cannot ask, so it refuses
+    assert r.code == 2 and "pass --yes to confirm when not on a terminal" in r.err, r.err
+    assert len(run_cli("status", "-o", "json").json()) == 2
+    r = run_cli("prune", "--older-than", "1w", "--yes")
     assert r.code == 0 and all(i in r.out for i in ids) and "forgot 2 finished runs" in r.out
     assert "bridge-launch import RUN_DIR" in r.out
     assert run_cli("status", "-o", "json").json() == []
@@ -102,7 +105,7 @@ def test_status_filters_and_prune():
         (d / "sbatch-1.out").write_text("log\n")
     (reg.jobs_dir() / f"{a.run_id}.json").write_text("{}")
     (reg.jobs_dir() / f"{b.run_id}.json").write_text("{}")
-    r = run_cli("prune", "--older-than", "30d")
+    r = run_cli("prune", "--older-than", "30d", "--yes")
     assert r.code == 0 and "forgot 1 finished run" in r.out
     assert not any(d.exists() for d in kept) and not (reg.jobs_dir() / f"{a.run_id}.json").exists()
     assert (reg.jobs_dir() / f"{b.run_id}.json").exists()

@@ -837,7 +837,9 @@ def prune(older_than: str, *, dry_run: bool = False, yes: bool = False) -> int:
     if dry_run:
         print(f"would forget {what} (--dry-run: nothing changed)")
         return 0
-    if not yes and sys.stdin.isatty():
+    if not yes and not sys.stdin.isatty():
+        raise UsageError(f"prune would forget {what}: pass --yes to confirm when not on a terminal")
+    if not yes:
         sys.stdout.write(f"Forget {what}? Their run dirs stay on disk. [y/N] ")
         sys.stdout.flush()
         if sys.stdin.readline().strip().lower() not in ("y", "yes"):
@@ -914,6 +916,8 @@ def submit_group(recipe, overrides, *, sweep, experiment, follow, output, dry_ru
     recipes_, rest = experiments.split_recipes(recipe, overrides)
     members = experiments.expand(recipes_, rest, sweep=sweep)
     name = experiments.check_name(experiment) if experiment else experiments.new_name(recipes_[0])
+    if experiment and not dry_run:
+        Registry().check_new_name(name)  # before resolving anything; add_experiment checks it again
     opts = dict(options)
     base = dict(
         cluster=opts.pop("cluster"),
@@ -951,9 +955,7 @@ def submit_group(recipe, overrides, *, sweep, experiment, follow, output, dry_ru
     submitted = []
     try:
         for i, (m, job) in enumerate(jobs):
-            run = launch.submit(job, reg)
-            reg.add_to_experiment(name, run.run_id, i, m.label)
-            run = reg.update(run.run_id, info=dict(run.info, experiment=name, member=m.label))
+            run = launch.submit(job, reg, member={"experiment": name, "member": m.label, "position": i})
             submitted.append((m, run))
     finally:
         if not submitted:

@@ -18,7 +18,9 @@ from bridge_launch.runs.registry import TERMINAL, Registry, Run
 from bridge_launch.spec import config_keys
 
 
-def _launch(reg: Registry, job: ResolvedJob, run: Run, *, new_dir: bool, code: dict | None = None) -> Run:
+def _launch(
+    reg: Registry, job: ResolvedJob, run: Run, *, new_dir: bool, code: dict | None = None, info: dict | None = None
+) -> Run:
     """Stage the run's files in its run dir (through the backend: the dir may be on a remote
     cluster), hand the artifact to the backend, record the job ids. On any failure the
     record (and a run dir this call created) is removed again."""
@@ -65,7 +67,7 @@ def _launch(reg: Registry, job: ResolvedJob, run: Run, *, new_dir: bool, code: d
             be.unstage(job)
         raise
     state = "RUNNING" if job.backend == "local" else "PENDING"
-    info = dict(run.info, container=job.container, **(code or {}), **extra)
+    info = dict(run.info, **(info or {}), container=job.container, **(code or {}), **extra)
     if job.image:
         info.update(image=job.image["ref"], image_digest=job.image["digest"])
     run = reg.update(run.run_id, state=state, job_ids=job_ids, info=info)
@@ -131,8 +133,25 @@ def import_run_dir(reg: Registry, run_dir: str) -> list[tuple[str, str]]:
             continue
         paths.write_private(reg.jobs_dir() / f"{run_id}.json", path.read_text())
         reg.insert(record)
-        added.append(run_id)
-    for run in refresh(reg, [reg.get(i) for i in added]):
+        info = record.get("info") or {}
+        if info.get("experiment"):  # its experiment comes back with it (prune forgets an emptied one)
+            reg.ensure_experiment(info["experiment"], record.get("created") or time.time())
+            reg.add_to_experiment(info["experiment"], run_id, int(info.get("position", 0)), info.get("member", ""))
+        added.append((run_id, record.get("updated") or 0.0))
+    be_runs = refresh(reg, [reg.get(i) for i, _ in added])
+    for run, (_, updated) in zip(be_runs, added, strict=True):
+        # its age is the run's, not the import's: the record's, or its logs' last write if later
+        mtimes = [updated]
+        try:
+            logs = log_files(backends.backend(run.backend), run)
+        except Exception:  # noqa: BLE001 - a remote cluster out of reach: the record's time stands
+            logs = []
+        for f in logs:
+            try:
+                mtimes.append(os.path.getmtime(f))
+            except (OSError, TypeError):
+                continue
+        reg.set_updated(run.run_id, max(mtimes) or time.time())
         out.append((run.run_id, f"imported ({run.state})"))
     return out
 
@@ -146,13 +165,18 @@ def _check_secrets(job: ResolvedJob) -> None:
         raise UsageError(f"secret {missing[0]} is required by cluster '{job.cluster}' but not set in your environment")
 
 
-def submit(job: ResolvedJob, registry: Registry | None = None) -> Run:
+def submit(job: ResolvedJob, registry: Registry | None = None, *, member: dict | None = None) -> Run:
+    """Submit a new run; `member` ({"experiment", "member", "position"}) makes it an experiment's,
+    in the registry and in the record an import reads back."""
     if job.errors:
         raise UsageError(job.errors[0])
     _check_secrets(job)
     reg = registry or Registry()
     run = reg.reserve(job.recipe, job.cluster, job.backend)
-    return _launch(reg, job.with_run_id(run.run_id), run, new_dir=True)
+    run = _launch(reg, job.with_run_id(run.run_id), run, new_dir=True, info=member)
+    if member:
+        reg.add_to_experiment(member["experiment"], run.run_id, member["position"], member["member"])
+    return run
 
 
 def resume(reg: Registry, run: Run, overrides=()) -> Run:

@@ -87,6 +87,8 @@ class Registry:
             run_id = f"{stem}-{day}-{_random.token_hex(2)}"
             self.db.execute("BEGIN IMMEDIATE")
             try:
+                if self.db.execute("SELECT 1 FROM experiments WHERE name = ?", (run_id,)).fetchone():
+                    raise sqlite3.IntegrityError  # one name, one thing: an experiment holds this one
                 if chain:
                     marks = ",".join("?" * len(TERMINAL))
                     busy = self.db.execute(
@@ -123,6 +125,10 @@ class Registry:
         cols = ", ".join(f"{k} = ?" for k in fields)
         self.db.execute(f"UPDATE runs SET {cols} WHERE run_id = ?", (*fields.values(), run_id))
         return self.get(run_id)
+
+    def set_updated(self, run_id: str, when: float) -> None:
+        """Set a run's last-update time (an import gives back the run's own, not the import's)."""
+        self.db.execute("UPDATE runs SET updated = ? WHERE run_id = ?", (when, run_id))
 
     def delete(self, run_id: str) -> None:
         self.db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
@@ -171,7 +177,7 @@ class Registry:
             "chain",
             "info",
         )
-        values = {**record, "updated": time.time()}
+        values = {"updated": time.time(), **record}
         values["job_ids"] = json.dumps(values.get("job_ids") or [])
         values["info"] = json.dumps(values.get("info") or {})
         values.setdefault("reason", "")
@@ -219,13 +225,29 @@ class Registry:
 
     # -- experiments ----------------------------------------------------------------------
     def add_experiment(self, name: str, spec: dict) -> None:
-        """Create an experiment (its name must be new)."""
+        """Create an experiment. Its name must be new and no run's id: `status NAME` and `compare
+        NAME` take either, so one name must mean one thing."""
+        self.db.execute("BEGIN IMMEDIATE")
         try:
+            self.check_new_name(name)
             self.db.execute(
                 "INSERT INTO experiments (name, created, spec) VALUES (?, ?, ?)", (name, time.time(), json.dumps(spec))
             )
-        except sqlite3.IntegrityError:
-            raise UsageError(f"experiment '{name}' already exists; choose another --experiment name") from None
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+
+    def check_new_name(self, name: str) -> None:
+        """Refuse an experiment name that is taken: by an experiment, or by a run's id."""
+        if self.db.execute("SELECT 1 FROM experiments WHERE name = ?", (name,)).fetchone():
+            raise UsageError(f"experiment '{name}' already exists; choose another --experiment name")
+        if self.get(name) is not None:
+            raise UsageError(f"--experiment '{name}' is the id of a run; choose another --experiment name")
+
+    def ensure_experiment(self, name: str, created: float) -> None:
+        """An experiment that an import brings back, unless it is there (its spec is not kept)."""
+        self.db.execute("INSERT OR IGNORE INTO experiments (name, created, spec) VALUES (?, ?, '{}')", (name, created))
 
     def add_to_experiment(self, name: str, run_id: str, position: int, label: str) -> None:
         self.db.execute(
