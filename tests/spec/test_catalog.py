@@ -66,3 +66,30 @@ def test_unknown_recipe_counts_and_suggests_names_not_aliases():
     listed = [x["name"] for x in run_cli("recipes", "list", "-o", "json").json()]
     assert line.endswith("(valid: " + ", ".join(sorted(listed)) + ")")
     assert "qwen35-vl-sft-common" not in line
+
+
+def test_unknown_keys_in_user_overlay_and_recipe_files_are_refused_like_on_the_command_line(cli, home):
+    write(home / "recipes" / "overlays" / "mine.toml", 'name = "mine"\n[config]\noptimizer.lrr = 1\n')
+    write(
+        home / "recipes" / "my-sft.toml",
+        'name = "my-sft"\nextends = "qwen35-vl-sft"\n\n[config]\nmodel.tensor_parallel = 2\n',
+    )
+    words = ["dataset.path=/lustre/fsw/clevr2", "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt"]
+    r = cli("submit", "qwen35-vl-sft", "-c", "gb200-32", "--overlay", "mine", *words, "--dry-run")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
+    assert re.search(
+        r"mine\.toml:3: overlay 'mine': unknown config key 'optimizer\.lrr'; did you mean 'optimizer\.lr'", r.err
+    ), r.err
+    assert "optimizer.lrr" not in r.out
+    r = cli("submit", "my-sft", "-c", "gb200-32", *words, "--dry-run")
+    assert r.code == 2 and re.search(
+        r"my-sft\.toml:5: recipe 'my-sft': unknown config key 'model\.tensor_parallel'", r.err
+    ), r.err
+    r = cli("submit", "smoke", "--overlay", "mine", "--dry-run")  # on the smoke workload too
+    assert r.code == 2 and "unknown config key 'optimizer.lrr'" in r.err
+    # the smoke workload's own knobs are the job's keys: no '+' needed, and a typo in one is caught
+    r = cli("submit", "smoke", "smoke.fail_at_step=3", "--dry-run", "-o", "json")
+    assert r.code == 0 and r.json()["config"]["smoke.fail_at_step"] == 3, r.err
+    assert cli("submit", "smoke", "+smoke.fail_at_step=3", "--dry-run").code == 0
+    r = cli("submit", "smoke", "smoke.fail_at_stp=3", "--dry-run")
+    assert r.code == 2 and "did you mean 'smoke.fail_at_step'" in r.err, r.err

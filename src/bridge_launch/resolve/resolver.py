@@ -23,8 +23,9 @@ from bridge_launch.job.resolved import RUN_ID_PLACEHOLDER as RUN_ID_PLACEHOLDER
 from bridge_launch.job.resolved import ResolvedJob as ResolvedJob
 from bridge_launch.plan import findings
 from bridge_launch.resolve import secret_plan
-from bridge_launch.spec import clusters, recipes, schema
+from bridge_launch.spec import catalog, clusters, recipes, schema
 from bridge_launch.spec.overrides import OverrideError, format_override, parse_override
+from bridge_launch.workloads import smoke_keys
 from bridge_launch.workloads import trainer_protocol as P
 
 _SECRETISH = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
@@ -90,8 +91,24 @@ def _check_value(known: schema.Schema, key: str, value, where: str) -> None:
         raise UsageError(f"{where}: {key} expects {want}, got {value!r}")
 
 
-def _apply_cli(layers: _Layers, tokens, deleted: list, known_keys: schema.Schema) -> None:
-    known = set(layers.values)
+def _check_file_key(known: schema.Schema, own, key: str, entry: dict, section: str, what: str, earlier) -> None:
+    """A key a recipe, overlay or cluster file sets must be one the job's schema (or its workload)
+    has, as on the command line: Megatron-Bridge would refuse it in the job, after the queue wait,
+    and the smoke workload would drop it."""
+    if known.lookup(key) is not None or key in own or key in earlier:
+        return
+    hints = known.closest(key, extra=[*own, *earlier])
+    files = entry.get("files") or ([entry["path"]] if entry.get("path") else [])
+    at = catalog.where(files, f"{section}.{key}") if files else what
+    raise UsageError(
+        f"{at}: {what}: unknown config key '{key}'"
+        + (f"; did you mean {' or '.join(repr(h) for h in hints)}?" if hints else "")
+        + " (to add a key the schema lacks, pass +KEY=VALUE on the command line)"
+    )
+
+
+def _apply_cli(layers: _Layers, tokens, deleted: list, known_keys: schema.Schema, own=frozenset()) -> None:
+    known = set(layers.values) | set(own)
     for text in tokens:
         try:
             ov = parse_override(text)
@@ -118,7 +135,7 @@ def _apply_cli(layers: _Layers, tokens, deleted: list, known_keys: schema.Schema
             hints = known_keys.closest(key, extra=known)
             hint = f"; did you mean {' or '.join(repr(h) for h in hints)}?" if hints else ""
             raise UsageError(f"{where}: unknown config key '{key}'{hint} (prefix with + to add a new key)")
-        if ov.op == "add" and (key in known or in_schema):
+        if ov.op == "add" and (key in layers.values or in_schema):
             raise UsageError(f"{where}: '{key}' already exists; use {key}=... to change it or ++{key}=... to force")
         if in_schema and not ov.has_interpolation:
             _check_value(known_keys, key, ov.value, where)
@@ -373,21 +390,26 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
     upstream_label = f"upstream@{upstream.short(recipe['bridge_commit'])}"
     layers = _Layers()
     # The seed-stated values first, then the upstream ones the recipe records (disjoint sets).
+    own = smoke_keys.OWN_KEYS if recipe["workload"] == "smoke" else frozenset()  # the workload's knobs
     for key, value in recipe["config"].items():
+        _check_file_key(known, own, key, recipe, "config", f"recipe '{recipe['name']}'", layers.values)
         _check_value(known, key, value, f"recipe '{recipe['name']}'")
         layers.set(key, value, recipe["sources"]["config"].get(key, "recipe"))  # recipe:<name>: a user's file
     for key, value in recipe["upstream_config"].items():
+        _check_file_key(known, own, key, recipe, "upstream_config", f"recipe '{recipe['name']}'", layers.values)
         _check_value(known, key, value, f"recipe '{recipe['name']}'")
         layers.set(key, value, upstream_label)
     for ov in overlays:
         for key, value in ov["config"].items():
+            _check_file_key(known, own, key, ov, "config", f"overlay '{ov['name']}'", layers.values)
             _check_value(known, key, value, f"overlay '{ov['name']}'")
             layers.set(key, value, f"overlay:{ov['name']}")
     for key, value in recipes.flatten(prof["config"], keep_dict=known.is_dict_key).items():
+        _check_file_key(known, own, key, prof, "config", f"cluster '{prof['name']}'", layers.values)
         _check_value(known, key, value, f"cluster '{prof['name']}'")
         layers.set(key, value, f"cluster:{prof['name']}")
     deleted: list = []
-    _apply_cli(layers, opts.overrides, deleted, known)
+    _apply_cli(layers, opts.overrides, deleted, known, own)
     _check_classes(known, recipe, layers)
 
     env, envsrc = {}, {}

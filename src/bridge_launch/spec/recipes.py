@@ -210,6 +210,7 @@ def load(name: str, allow_abstract: bool = False) -> dict:
     data.setdefault("entry", DEFAULT_ENTRY)
     data["origin"] = entry.origin
     data["path"] = str(entry.path)
+    data["files"] = [str(p) for p in files]
     return data
 
 
@@ -228,6 +229,7 @@ def load_overlay(name: str) -> dict:
     data["env"] = _env(at, "env", data.get("env", {}))
     data["origin"] = entry.origin
     data["path"] = str(entry.path)
+    data["files"] = [str(p) for p in files]
     return data
 
 

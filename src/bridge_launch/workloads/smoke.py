@@ -57,6 +57,7 @@ import time
 
 import trainer_protocol as P
 from hydra_args import parse_overrides
+from smoke_keys import KNOWN_KEYS
 
 # --------------------------------------------------------------------------------------------
 # The exit-signal handler: Bridge's DistributedSignalHandler (MB training/utils/sig_utils.py:91-155).
@@ -102,54 +103,6 @@ class InjectedFailure(RuntimeError):
 
 DEFAULT_BUSBW_SIZES = [1024, 65536, 1048576, 8388608]
 
-KNOWN_KEYS = frozenset(
-    {
-        "train.train_iters",
-        "train.micro_batch_size",
-        "train.global_batch_size",
-        "train.exit_signal_handler",
-        "train.exit_signal",
-        "train.exit_signal_handler_for_dataloader",
-        "checkpoint.most_recent_k",
-        "train.exit_interval",
-        "train.exit_duration_in_mins",
-        "train.eval_interval",
-        "train.eval_iters",
-        "validation.eval_interval",
-        "validation.eval_iters",
-        "dataset.num_workers",
-        "dataset.seq_length",
-        "model.seq_length",
-        "model.num_layers",
-        "model.hidden_size",
-        "model.num_attention_heads",
-        "model.ffn_hidden_size",
-        "model.vocab_size",
-        "tokenizer.vocab_size",
-        "optimizer.lr",
-        "optimizer.weight_decay",
-        "optimizer.clip_grad",
-        "scheduler.lr_warmup_iters",
-        "rng.seed",
-        "checkpoint.save",
-        "checkpoint.load",
-        "checkpoint.save_interval",
-        "checkpoint.ckpt_step",
-        "checkpoint.ckpt_format",
-        "checkpoint.async_save",
-        "checkpoint.non_persistent_save_interval",
-        "checkpoint.non_persistent_ckpt_type",
-        "checkpoint.non_persistent_global_ckpt_dir",
-        "logger.log_interval",
-        "smoke.busbw_sizes",
-        "smoke.busbw_iters",
-        "smoke.step_sleep",
-        "smoke.save_sleep",
-        "smoke.fail_at_step",
-        "smoke.fail_rank",
-        "smoke.fail_message",
-    }
-)
 
 
 def _is_null(v) -> bool:
