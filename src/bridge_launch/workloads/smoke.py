@@ -104,7 +104,6 @@ class InjectedFailure(RuntimeError):
 DEFAULT_BUSBW_SIZES = [1024, 65536, 1048576, 8388608]
 
 
-
 def _is_null(v) -> bool:
     return v is None or (isinstance(v, str) and v.strip().lower() in ("", "none", "null", "~"))
 
