@@ -25,14 +25,16 @@ def _chain(recipe="smoke", cluster="local-slurm", overrides=(), **opts):
     )
 
 
-def _finished_run(reached: int, iters: int = 50):
+def _finished_run(reached: int | None, iters: int = 50):
+    """A COMPLETED local run whose checkpoints reached `reached` (None: it never saved)."""
     reg = Registry()
     run = reg.reserve("smoke", "local", "local")
     job = resolve.resolve("smoke", resolve.Options(overrides=(f"train.train_iters={iters}",))).with_run_id(run.run_id)
     (reg.jobs_dir() / f"{run.run_id}.json").write_text(launch.job_json(job))
     ckpt = Path(job.config["checkpoint.save"])
     ckpt.mkdir(parents=True)
-    (ckpt / "latest_checkpointed_iteration.txt").write_text(f"{reached}\n")
+    if reached is not None:
+        (ckpt / "latest_checkpointed_iteration.txt").write_text(f"{reached}\n")
     reg.update(run.run_id, state="COMPLETED", run_dir=job.run_dir)
     return run.run_id, Path(job.run_dir)
 
@@ -92,6 +94,28 @@ def test_resume_of_a_finished_run_is_refused_before_submit():
     assert r.code == 2 and "already reached iteration 50" in r.err
     assert [x["run_id"] for x in run_cli("status", "-o", "json").json()] == [run_id]  # nothing was reserved
     assert not (run_dir / "launch").exists()  # nor staged
+
+
+@pytest.mark.usefixtures("home")
+def test_resume_without_a_checkpoint_or_a_run_dir_is_refused_and_logs_and_check_say_why():
+    import shutil
+
+    run_id, run_dir = _finished_run(reached=None)
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "logs" / f"{run_id}.log").write_text("[rank0]: iteration        1/      50 | lm loss: 1.0\n")
+    r = run_cli("resume", run_id)
+    assert r.code == 2 and "no checkpoint in" in r.err and "would train from scratch" in r.err, r.err
+    assert "submit smoke again" in r.err and len(r.err.strip().splitlines()) == 1
+    r = run_cli("logs", run_id, "--rank", "7")
+    assert r.code == 2 and f"--rank 7: run {run_id} has 2 ranks (0-1)" in r.err, r.err
+    shutil.rmtree(run_dir)
+    r = run_cli("resume", run_id)
+    assert r.code == 2 and f"its run dir {run_dir} is gone" in r.err, r.err
+    r = run_cli("logs", run_id)
+    assert r.code == 2 and "has no log files to show" in r.err and "is gone" in r.err, r.err
+    r = run_cli("check", run_id)
+    assert r.code == 2 and "has no logs to judge" in r.err and "FAILED" not in r.out, r.out + r.err
+    assert [x["run_id"] for x in run_cli("status", "-o", "json").json()] == [run_id]  # nothing reserved
 
 
 @pytest.mark.usefixtures("home")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -348,6 +349,13 @@ def logs(run_ref, *, follow, rank=None, grep=None, tail=None) -> int:
         raise UsageError(f"--tail {tail}: give a number of lines, 0 or more")
     reg = Registry()
     run = launch.find_run(reg, run_ref)
+    if rank is not None:
+        world = launch.load_job(reg, run).world_size
+        if not 0 <= rank < world:
+            raise UsageError(f"--rank {rank}: run {run.run_id} has {world} ranks (0-{world - 1})")
+    if run.finished and not any(os.path.exists(p) for p in launch.log_files(backends.backend(run.backend), run)):
+        gone = "" if os.path.isdir(run.run_dir) else f" (its run dir {run.run_dir} is gone: moved or deleted?)"
+        raise UsageError(f"run {run.run_id} ({run.state}) has no log files to show{gone}")
     lines = launch.Tail(lambda: launch.log_files(backends.backend(run.backend), reg.get(run.run_id) or run))
     shown = (line for line in lines.lines() if keep is None or keep(line))
     if tail is not None:

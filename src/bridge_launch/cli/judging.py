@@ -64,7 +64,11 @@ def _log_of(reg, src: Source) -> Log:
         return Log.of_files([src.path])
     from bridge_launch.runs import monitor
 
-    return monitor.lineage_log(reg, src.run)
+    log = monitor.lineage_log(reg, src.run)
+    if not log.raw:  # nothing to judge is not a failure of the run
+        gone = "" if os.path.isdir(src.run.run_dir) else f": its run dir {src.run.run_dir} is gone (moved or deleted?)"
+        raise UsageError(f"{src.label} ({src.run.state}) has no logs to judge{gone}")
+    return log
 
 
 def _criteria(values) -> set:

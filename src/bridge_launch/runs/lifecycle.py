@@ -233,7 +233,17 @@ def _check_resumable(run: Run, chain: list[Run], old: ResolvedJob, job: Resolved
                 f"new run for a new shape, or resume without that override"
             )
     iters = job.config.get("train.train_iters")
+    if old.backend == "local" and not os.path.isdir(run.run_dir):
+        raise UsageError(
+            f"resume {run.run_id}: its run dir {run.run_dir} is gone (moved or deleted), and with it its "
+            f"checkpoints; a resume would train from scratch. Move it back, or submit {run.recipe} again"
+        )
     step, how = reached(run, chain, old)
+    if step == 0 and how == "no checkpoint":
+        raise UsageError(
+            f"resume {run.run_id}: no checkpoint in {old.config.get('checkpoint.save')} (the run ended "
+            f"before its first save), so a resume would train from scratch; submit {run.recipe} again instead"
+        )
     if isinstance(iters, int) and step is not None and step >= iters:
         raise UsageError(
             f"resume {run.run_id}: the run already reached iteration {step} ({how}) and "
