@@ -7,13 +7,15 @@ from pathlib import Path
 from conftest import write
 
 
-def _record(reg, recipe, *, state="COMPLETED", log=None, experiment=None, label="", position=0, overrides=()):
+def _record(
+    reg, recipe, *, state="COMPLETED", log=None, experiment=None, label="", position=0, overrides=(), nodes=None
+):
     """A run as submit leaves it, with its log where the local backend reads it."""
     from bridge_launch.resolve import resolver as resolve
     from bridge_launch.runs import lifecycle as launch
 
     run = reg.reserve(recipe, "local", "local")
-    job = resolve.resolve(recipe, resolve.Options(overrides=tuple(overrides))).with_run_id(run.run_id)
+    job = resolve.resolve(recipe, resolve.Options(overrides=tuple(overrides), nodes=nodes)).with_run_id(run.run_id)
     (reg.jobs_dir() / f"{run.run_id}.json").write_text(launch.job_json(job))
     if log is not None:
         write(Path(job.run_dir) / "logs" / f"{run.run_id}.log", log)

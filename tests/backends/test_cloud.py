@@ -397,3 +397,35 @@ def test_cloud_scripts_get_the_same_flags(cluster):
         f"{job.run_dir}/nccl-trace/r-9\n" in script
     )
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+
+
+@pytest.mark.usefixtures("home")
+@pytest.mark.parametrize(
+    "cluster,origin",
+    [
+        ("lepton-gb200", "Lepton secret 'HF_TOKEN' (secret_name_ref): read by the platform when the job starts"),
+        ("dgxc-gb200", "Kubernetes secret hf-token, key HF_TOKEN: read by Run:ai when the workload starts"),
+    ],
+)
+def test_the_cloud_dry_runs_say_where_secrets_come_from(cluster, origin):
+    from conftest import run_cli
+
+    r = run_cli("submit", "smoke", "-c", cluster, "--secret", "HF_TOKEN", "--dry-run", env={"HF_TOKEN": ""})
+    assert r.code == 0, r.err
+    line = next(ln for ln in r.out.splitlines() if ln.strip().startswith("HF_TOKEN "))
+    assert line.split(None, 1)[1] == origin and "from your environment" not in r.out
+    assert "submit would refuse" not in r.out + r.err
+
+
+@pytest.mark.usefixtures("home")
+def test_a_secret_named_on_the_command_line_must_be_set_on_the_local_backend():
+    from conftest import run_cli
+
+    env = {"MY_TOKEN": ""}
+    r = run_cli("submit", "smoke", "--secret", "MY_TOKEN", "train.train_iters=1", env=env)
+    assert r.code == 2 and "secret MY_TOKEN (--secret) is not set in your environment" in r.err, r.err
+    assert len(r.err.strip().splitlines()) == 1
+    assert run_cli("status", "-o", "json").json() == []
+    r = run_cli("submit", "smoke", "--secret", "MY_TOKEN", "--dry-run", env=env)
+    assert r.code == 0 and "MY_TOKEN                  from your environment at submit: not set" in r.out
+    assert "secret MY_TOKEN (--secret) is not set in your environment: submit would refuse" in r.out + r.err

@@ -41,7 +41,7 @@ def test_logs_rank_grep_tail(cli):
     from bridge_launch.runs.registry import Registry
 
     reg = Registry()
-    run = _record(reg, "smoke", log=training_log(30, save_at={30}))
+    run = _record(reg, "smoke", log=training_log(30, save_at={30}), nodes=2)  # 4 ranks: rank 3 logs
     r = cli("logs", run.run_id, "--rank", "3", "--grep", r"iteration\s+\d+/", "--tail", "2")
     assert r.code == 0, r.err
     lines = r.out.splitlines()

@@ -24,3 +24,8 @@ def render(job):
 
 def backend(name: str):
     return module(name).Backend()
+
+
+def secret_origins(job) -> dict:
+    """{secret name: where its value comes from}, in the platform's own terms (--dry-run shows it)."""
+    return module(job.backend).secret_origins(job)

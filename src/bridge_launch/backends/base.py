@@ -175,3 +175,20 @@ def stage_locally(run_dir: str, files: dict, *, new_dir: bool) -> None:
             continue
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         paths.write_private(root / rel, text)
+
+
+def env_secret_origins(job) -> dict:
+    """Where each secret's value comes from on a backend that takes it from the submitting shell or
+    a source on the cluster (local, Slurm): {name: what --dry-run says of it}."""
+    sources = getattr(job, "secret_sources", None) or {}
+    out = {}
+    for n in job.secrets:
+        if n in sources:
+            spec = sources[n]
+            out[n] = (
+                f"{spec['source']}: read on the cluster when each step starts"
+                f"{' (optional)' if spec['optional'] else ''}  [{spec['from']}]"
+            )
+        else:
+            out[n] = f"from your environment at submit: {'set' if os.environ.get(n) else 'not set'}"
+    return out

@@ -75,6 +75,14 @@ def _secret_env(job) -> list:
     return out
 
 
+def secret_origins(job) -> dict:
+    return {
+        e["name"]: f"Kubernetes secret {e['secret']['name']}, key {e['secret']['key']}: read by Run:ai when the "
+        "workload starts"
+        for e in _secret_env(job)
+    }
+
+
 def workload_kind(nodes: int) -> str:
     return "distributed" if nodes > 1 else "trainings"
 

@@ -121,6 +121,13 @@ def request(job) -> dict:
     return {"metadata": {"id": name, "name": name}, "spec": spec}
 
 
+def secret_origins(job) -> dict:
+    return {
+        name: f"Lepton secret {ref!r} (secret_name_ref): read by the platform when the job starts"
+        for name, ref in cloud.secret_refs(job).items()
+    }
+
+
 def render(job) -> Artifact:
     body = request(job)
     text = (

@@ -22,6 +22,7 @@ from bridge_launch.backends.base import (
     children,
     elapsed_text,
     entry_command,
+    env_secret_origins,
     export_lines,
     header,
     log_tail,
@@ -41,6 +42,10 @@ def log_path(run_id: str) -> str:
 
 def exit_path(run_id: str) -> str:
     return f"exit/{run_id}"
+
+
+# secrets: from the submitting shell, or (Slurm) a source on the cluster
+secret_origins = env_secret_origins
 
 
 def render(job) -> Artifact:

@@ -194,17 +194,10 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
     lines.append("\nEnvironment")
     lines += _table([(k, v, prov["env"].get(k, "")) for k, v in job.env.items()])
     if job.secrets:
-        sources = getattr(job, "secret_sources", None) or {}
+        from bridge_launch import backends
+
         lines.append("\nSecrets (by name; values are written nowhere)")
-        for n in job.secrets:
-            if n in sources:
-                spec = sources[n]
-                lines.append(
-                    f"  {n:<24}  {spec['source']}: read on the cluster when each step starts"
-                    f"{' (optional)' if spec['optional'] else ''}  [{spec['from']}]"
-                )
-            else:
-                lines.append(f"  {n:<24}  from your environment at submit: {'set' if os.environ.get(n) else 'not set'}")
+        lines += [f"  {n:<24}  {text}" for n, text in backends.secret_origins(job).items()]
     if job.warnings:
         lines.append("\nWarnings")
         lines += [f"  ! {w}" for w in job.warnings]

@@ -549,10 +549,15 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         (errors if for_submit else warnings).append(
             f"required input {key} is not set; give it as {key}=... (the recipe has no default)"
         )
-    if for_submit:
-        for name in prof["required_secrets"]:
-            if name not in secret_sources and not os.environ.get(name):
-                errors.append(f"secret {name} is required by cluster '{prof['name']}' but not set in your environment")
+    if prof["backend"] in ("local", "slurm"):  # the cloud platforms read their own secret stores
+        for name in dict.fromkeys([*prof["required_secrets"], *cli_secrets]):
+            if name in secret_sources or os.environ.get(name) or name not in secrets:
+                continue
+            why = (
+                f"is required by cluster '{prof['name']}' but" if name in prof["required_secrets"] else "(--secret) is"
+            )
+            text = f"secret {name} {why} not set in your environment"
+            (errors if for_submit else warnings).append(text if for_submit else text + ": submit would refuse")
 
     job = ResolvedJob(
         recipe=recipe["name"],

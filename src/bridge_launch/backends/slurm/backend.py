@@ -22,6 +22,7 @@ from bridge_launch.backends.base import (
     Artifact,
     Tree,
     entry_command,
+    env_secret_origins,
     export_lines,
     header,
     log_tail,
@@ -479,6 +480,10 @@ _HEAD_LINES = [
     "rdzv_host=${rdzv_host:-${head_addr:-$head_node}}",
 ]
 _RDZV_NOTE = 'echo "bridge-launch: rendezvous on $rdzv_host:$rdzv_port ($head_node hosts the store)" >&2'
+
+
+# secrets: from the submitting shell, or (Slurm) a source on the cluster
+secret_origins = env_secret_origins
 
 
 def render(job) -> Artifact:
