@@ -67,3 +67,30 @@ def test_a_shorter_run_is_not_in_parity():
     ref = series({s: 10.0 - s * 0.01 for s in range(1, 101)}, "ref")
     c = parity.compare(series({s: 10.0 - s * 0.01 for s in range(1, 51)}), ref)
     assert not c.parity and any("no value at the reference's last step 100" in p for p in c.problems)
+
+
+def test_compare_names_the_largest_difference_with_the_sign_of_its_row(cli, tmp_path):
+    from training_logs import training_log
+
+    a = write(tmp_path / "a.log", training_log(50, loss=lambda s: (3.0 - 0.01 * s) * (0.35 if s == 48 else 1.0)))
+    b = write(tmp_path / "b.log", training_log(50, loss=lambda s: 3.0 - 0.01 * s))
+    r = cli("compare", a, b, "--allowed", "0")
+    assert r.code == 1, r.err
+    row = next(ln for ln in r.out.splitlines() if ln.split()[:1] == ["48"])
+    assert row.split()[-1] == "-65.00%", row
+    assert "  largest difference: -65.00% at step 48" in r.out, r.out
+    assert cli("compare", a, b, "-o", "json").json()["comparisons"][0]["max_rel"] == pytest.approx(-0.65)
+
+
+def test_a_metric_the_logs_do_not_have_is_a_usage_error(cli, tmp_path):
+    from training_logs import training_log
+
+    a = write(tmp_path / "a.log", training_log(20))
+    b = write(tmp_path / "b.log", training_log(20))
+    r = cli("compare", a, b, "--metric", "lm losss")
+    assert r.code == 2 and "PARITY" not in r.out, r.out + r.err
+    assert "--metric 'lm losss'" in r.err and "did you mean 'lm loss'?" in r.err and "grad norm" in r.err
+    assert len(r.err.strip().splitlines()) == 1
+    r = cli("check", a, "--metric", "lm losss")
+    assert r.code == 2 and "did you mean 'lm loss'?" in r.err, r.out + r.err
+    assert cli("compare", a, b, "--metric", "grad norm").code == 0

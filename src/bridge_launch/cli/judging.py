@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from bridge_launch.cli import views
 from bridge_launch.core.errors import UsageError
-from bridge_launch.logs.reader import Log
+from bridge_launch.logs.reader import LOSS, Log
 
 
 @dataclass
@@ -71,6 +71,21 @@ def _log_of(reg, src: Source) -> Log:
     return log
 
 
+def _check_metric(log: Log, metric: str, label: str) -> None:
+    """--metric must name a value the log's iteration lines carry (a typo is a usage error, not a
+    verdict); a log with no iteration lines at all is for the judge to report."""
+    have = log.keys()
+    if have and metric not in have:
+        import difflib
+
+        near = difflib.get_close_matches(metric, have, n=1)
+        raise UsageError(
+            f"--metric {metric!r}: {label}'s iteration lines have no such value"
+            + (f"; did you mean {near[0]!r}?" if near else "")
+            + f" (they have: {', '.join(have)})"
+        )
+
+
 def _criteria(values) -> set:
     from bridge_launch.judge.gate import CRITERIA
 
@@ -116,6 +131,8 @@ def check(words, *, steps, only, skip, metric, export_golden, output) -> int:
             src.run = launch.refresh(reg, [src.run])[0]
             finished = src.run.finished
         log = _log_of(reg, src)
+        if metric != LOSS:  # a log without Megatron's own loss is the gate's to fail, not a typo
+            _check_metric(log, metric, src.label)
         label = src.label + (f" ({src.member})" if src.member else "")
         verdicts.append(
             gate.check(log, label, steps=steps, only=only_set or None, skip=skip_set, metric=metric, finished=finished)
@@ -167,7 +184,9 @@ def compare(words, *, metric, rtol, atol, allowed, final_rtol, plot, output) -> 
             series.append(parity.golden_series(src.path, metric, src.label))
         else:
             label = f"{src.member} [{src.label}]" if src.member else src.label
-            series.append(parity.log_series(_log_of(reg, src), metric, label, src.kind))
+            log = _log_of(reg, src)
+            _check_metric(log, metric, src.label)
+            series.append(parity.log_series(log, metric, label, src.kind))
     # A against B; in an experiment every run against its first
     ref = 1 if group is None else 0
     pairs = [(i, ref) for i in range(len(series)) if i != ref]

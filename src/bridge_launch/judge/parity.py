@@ -86,7 +86,7 @@ class Comparison:
     rtol: float
     final_rtol: float
     first_outside: dict | None  # {"step", "a", "b", "rel"}
-    max_rel: float | None
+    max_rel: float | None  # signed: (A - B) / |B| at the step where |A - B| / |B| is largest
     max_rel_step: int | None
     correlation: float | None
     final: dict | None  # {"step", "a", "b", "rel", "ok"}
@@ -148,8 +148,8 @@ def compare(
     first = next(
         ({"step": r[0], "a": r[1], "b": r[2], "rel": r[3]} for r, ok in zip(rows, close, strict=False) if not ok), None
     )
-    rels = [(abs(r[3]), r[0]) for r in rows]
-    worst = max(rels) if rels else None
+    # the largest difference by size, reported with its sign (A below B is negative, as in the rows)
+    worst = max(((abs(r[3]), r[0], r[3]) for r in rows), default=None)
     final = None
     if b.values:
         last_ref = max(b.values)
@@ -183,7 +183,7 @@ def compare(
         rtol,
         final_rtol,
         first,
-        worst[0] if worst else None,
+        worst[2] if worst else None,
         worst[1] if worst else None,
         corr,
         final,
