@@ -173,3 +173,27 @@ def test_allowed_outside_is_megatrons():
         50,
         50,
     ]
+
+
+def test_a_worker_killed_by_a_signal_fails_no_signal(cli, tmp_path):
+    # torchrun's failure summary for a worker a signal ended (T distributed/elastic/multiprocessing/
+    # errors/__init__.py:139-143 and the _FAILURE_FORMAT_TEMPLATE at 184-192, torch 2.13)
+    summary = (
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+        "============================================================\n"
+        "smoke.py FAILED\n"
+        "------------------------------------------------------------\n"
+        "Failures:\n  <NO_OTHER_FAILURES>\n"
+        "------------------------------------------------------------\n"
+        "Root Cause (first observed failure):\n[0]:\n"
+        "  time      : 2026-12-01_10:00:00\n  host      : node1\n  rank      : 1 (local_rank: 1)\n"
+        "  exitcode  : -15 (pid: 4242) SIGTERM\n  error_file: <N/A>\n"
+        "  traceback : Signal 15 (SIGTERM) received by PID 4242\n"
+        "============================================================\n"
+    )
+    log = write(tmp_path / "run.log", training_log(100, save_at={100}) + summary)
+    r = cli("check", log, "--only", "no-signal")
+    assert r.code == 1, r.out + r.err
+    assert "torchrun says signal 15 (SIGTERM) killed pid 4242" in r.out, r.out
+    before = write(tmp_path / "early.log", summary + training_log(100, save_at={100}))  # an earlier attempt's
+    assert cli("check", before, "--only", "no-signal").code == 0

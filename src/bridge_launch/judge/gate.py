@@ -124,9 +124,19 @@ def check(
             add(name, False, f"no 'validation loss at iteration N on {name} set' line")
 
     # no signal exit after the last iteration line
-    ex = log.last_line(P.EXIT_MARK, P.EXIT_RE, after=(last.text, max(0, log.position_of(last))))
+    after = (last.text, max(0, log.position_of(last)))
+    ex = log.last_line(P.EXIT_MARK, P.EXIT_RE, after=after)
+    killed = log.last_line(P.SIGNAL_DEATH_MARK, P.SIGNAL_DEATH_RE, after=after)  # torchrun: a worker killed
     if ex and "SIGTERM" in ex[1].group(1):
         add("no-signal", False, f"after iteration {last.step}: {ex[1].group(1)}", last.step)
+    elif killed:
+        m = killed[1]
+        add(
+            "no-signal",
+            False,
+            f"after iteration {last.step}: torchrun says signal {m.group(1)} ({m.group(2)}) killed pid {m.group(3)}",
+            last.step,
+        )
     else:
         add("no-signal", True, "no signal exit" + (f" (exit: {ex[1].group(1)})" if ex else ""))
 

@@ -525,3 +525,8 @@ ROOT_CAUSE_RE = re.compile(
     r"Root Cause \(first observed failure\):\s*\n(?:[^\n]*\n){0,3}?\s*rank\s*: (\d+) "
     r"\(local_rank: \d+\)\s*\n\s*exitcode\s*: (-?\d+)"
 )
+# A worker that a signal ended writes no error file, so torchrun makes up the failure's message
+# (T distributed/elastic/multiprocessing/errors/__init__.py:139-143): "Signal 15 (SIGTERM) received by
+# PID 1234", on the summary's "traceback :" line (its "exitcode  : -15 (pid: 1234) SIGTERM" above it).
+SIGNAL_DEATH_MARK = "received by PID"
+SIGNAL_DEATH_RE = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID (\d+)")
