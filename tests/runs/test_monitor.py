@@ -92,3 +92,20 @@ def test_a_failed_runs_reason_leads_with_the_failing_ranks_error():
     assert failure_reason({"state": "FAILED", "reason": chain, "error": err}) == chain  # the chain's own words stay
     assert failure_reason({"state": "RUNNING", "reason": "", "error": err}) == ""  # a warning line while running
     assert failure_reason({"state": "FAILED", "reason": "exit code 1"}) == "exit code 1"
+
+
+@pytest.mark.usefixtures("home")
+def test_a_cancelled_run_shows_no_error_from_the_signal_its_cancel_sent(cli):
+    from bridge_launch.runs.registry import Registry
+
+    reg = Registry()
+    text = training_log(20, stop=12, test=False, validation=False)
+    text += "[rank0]: torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+    run = _record(reg, "smoke", state="CANCELLED", log=text)
+    reg.update(run.run_id, reason="cancelled by user", info=dict(run.info, cancelled=True))
+    r = cli("status", run.run_id)
+    assert r.code == 0 and "cancelled by user" in r.out, r.out
+    assert "error " not in r.out and "ChildFailedError" not in r.out, r.out
+    assert "error" not in cli("status", run.run_id, "-o", "json").json()[0]["metrics"]
+    reg.update(run.run_id, state="FAILED", reason="exit code 1", info={})  # a failure still names it
+    assert "ChildFailedError" in cli("status", run.run_id).out

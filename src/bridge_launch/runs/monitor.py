@@ -139,7 +139,10 @@ def run_metrics(reg, run) -> dict:
         job = launch.load_job(reg, run)
     except Exception:  # noqa: BLE001 - a record without its job file still has logs
         job = None
-    return metrics(run, job)
+    m = metrics(run, job)
+    if run.info.get("cancelled"):  # what the cancel's signal made the ranks print is not the run's error
+        m.pop("error", None)
+    return m
 
 
 def run_view(reg, run, *, metrics: bool) -> dict:
