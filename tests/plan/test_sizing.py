@@ -165,7 +165,7 @@ def test_dry_run_shows_the_mechanism_and_the_estimate():
     assert 'kill -s "$sig" $pids' in r.out and '"${resume_args[@]}"' in r.out
     r = run_cli("submit", "smoke", "-c", "local-slurm", "--until-done", "--dry-run")
     assert "-lt " not in r.out.split("#!/bin/bash", 1)[1]  # no fixed segment cap
-    assert "estimate: step time unknown (plan does not know this model; --step-time)" in r.out
+    assert "estimate: step time unknown (plan has no throughput figure for smoke on cpu; --step-time)" in r.out
     r = run_cli("submit", "smoke", "-c", "local-slurm", "--dry-run")  # a plain job says how it stops
     assert "Time limit USR1 120 s (default) before it" in r.out
     assert "status says STOPPED (iteration N of M); `bridge-launch resume RUN` continues" in r.out

@@ -107,7 +107,7 @@ def limit_lines(job) -> list[str]:
     if e.get("step_s"):
         parts.append(f"~{e['step_s']:.0f} s a step ({e['step_source']})")
     else:
-        parts.append(f"step time unknown ({e.get('step_unknown') or 'plan does not know this model'}; --step-time)")
+        parts.append(f"step time unknown ({e.get('step_unknown') or 'unknown'}; --step-time)")
     if e.get("save_s"):
         parts.append(f"~{e['save_s']:.0f} s a save ({e['save_source']})")
     if e.get("eval_s"):

@@ -29,17 +29,18 @@ DEFAULT_LEAD, LEAD_MARGIN, UNKNOWN_STEP_ALLOWANCE = P.DEFAULT_LEAD, P.LEAD_MARGI
 
 def _plan_step(job) -> tuple[float | None, object, str | None]:
     """plan's step time, the architecture, and where the step time comes from (or why there is
-    none) for this job; (None, None, None) when plan does not know the model."""
+    none) for this job."""
     try:
         arch = plan.arch_for(job)
         if arch is None:
-            return None, None, None
+            return None, None, f"plan has no architecture for recipe {job.recipe}"
         thr = plan.throughput(job, arch, topology.parallel_of(job)) or {}
-    except (UsageError, KeyError, TypeError, ValueError, ZeroDivisionError):
-        return None, None, None
+    except (UsageError, KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        return None, None, f"plan cannot estimate this job ({exc})"
     step = thr.get("step_seconds")
     if not step:
-        return None, arch, thr.get("no_assumption")
+        why = thr.get("no_assumption") or f"plan has no throughput figure for {job.recipe} on {job.gpu_type}"
+        return None, arch, why
     basis = f"plan's estimate at {thr['tflops_assumption']:g} TFLOP/s/GPU, {thr['source']}"
     if thr.get("caveat"):
         basis += f"; {thr['caveat']}"
@@ -156,7 +157,7 @@ def check(job, force: bool = False) -> tuple[list, list]:
     if not step:
         if job.chain and job.workload == "megatron-bridge":  # a plain job's dry run says it in its estimate line
             warnings.append(
-                f"no step time for this {what}: {e['step_unknown'] or 'plan does not know this model'}; "
+                f"no step time for this {what}: {e['step_unknown']}; "
                 f"whether checkpoint.save_interval={every} lands before the limit is unknown; --step-time SECONDS "
                 f"sizes it (the signal lead is {lead_s} s, {ls['lead_source']})"
             )
