@@ -231,3 +231,30 @@ def test_prune_then_import_brings_back_an_experiment_and_its_runs_ages():
     after = {x["run_id"]: x["updated"] for x in run_cli("status", "iters", "-o", "json").json()}
     # the runs' own last update (their logs' last write), not the import's time
     assert all(after[i] <= before[i] + 0.5 for i in before), (before, after)
+
+
+@pytest.mark.usefixtures("home")
+def test_trainers_that_outlive_their_launcher_are_seen_cancelled_and_block_a_resume():
+    from bridge_launch.backends.local import run_processes
+
+    r = run_cli("submit", "smoke", "-o", "json", "train.train_iters=400", "smoke.step_sleep=0.2", *FAST)
+    assert r.code == 0, r.err
+    run = r.json()
+    _wait_for(Path(run["run_dir"]) / "logs" / f"{run['run_id']}.log", r"iteration\s+3/")
+    os.killpg(int(run["job_ids"][-1]), signal.SIGKILL)  # the launcher and torchrun; the workers have their own sessions
+    time.sleep(1)
+    trainers = run_processes(run["run_id"])
+    try:
+        assert len(trainers) >= 2, trainers  # the two ranks (and their data loader workers), still training
+        row = run_cli("status", run["run_id"], "-o", "json").json()[0]
+        assert row["state"] == "RUNNING" and "the launcher is gone" in row["reason"], row
+        assert f"{len(run_processes(run['run_id']))} of its processes still run" in row["reason"]
+        r = run_cli("resume", run["run_id"], "train.train_iters=500")
+        assert r.code == 2 and "of this chain is RUNNING" in r.err, r.err
+        r = run_cli("cancel", run["run_id"])
+        assert r.code == 0 and "CANCELLED" in r.out, r.out + r.err
+        assert run_processes(run["run_id"]) == []
+        assert run_cli("status", run["run_id"], "-o", "json").json()[0]["state"] == "CANCELLED"
+    finally:
+        for p in run_processes(run["run_id"]):
+            os.kill(p, signal.SIGKILL)

@@ -85,6 +85,24 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def run_processes(run_id: str) -> list[int]:
+    """The live processes of a run: every process its script starts inherits BRIDGE_LAUNCH_RUN_ID
+    (torchrun's workers too, though each has a session of its own, so they outlive a killed launcher)."""
+    tag = f"BRIDGE_LAUNCH_RUN_ID={run_id}".encode()
+    out = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as fh:
+                env = fh.read()
+        except OSError:  # gone, or another user's
+            continue
+        if tag in env.split(b"\0") and _alive(int(entry.name)):
+            out.append(int(entry.name))
+    return out
+
+
 class Backend:
     name = "local"
 
@@ -126,6 +144,12 @@ class Backend:
                     st = ("COMPLETED", "") if code == 0 else ("FAILED", f"exit code {code}")
             elif run.job_ids and _alive(int(run.job_ids[-1])):
                 st = ("RUNNING", "")
+            elif orphans := run_processes(run.run_id):  # its launcher died, its trainers did not
+                st = (
+                    "RUNNING",
+                    f"the launcher is gone, {len(orphans)} of its processes still run (pids "
+                    f"{' '.join(map(str, orphans[:8]))}); 'bridge-launch cancel {run.run_id}' stops them",
+                )
             elif run.info.get("cancelled"):
                 st = ("CANCELLED", "")
             else:
@@ -161,6 +185,7 @@ class Backend:
             return
         pid = int(run.job_ids[-1])
         if not _alive(pid):
+            _stop(run_processes(run.run_id))  # a dead launcher's trainers
             return
         workers = [w for launcher in children(pid) for w in children(launcher)]
         try:
@@ -180,6 +205,18 @@ class Backend:
                 return
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, sig)
+
+
+def _stop(pids: list[int]) -> None:
+    """SIGTERM, 60 s to finish the step and save, then SIGKILL."""
+    for sig, wait in ((signal.SIGTERM, 60), (signal.SIGKILL, 10)):
+        pids = [p for p in pids if _alive(p)]
+        for p in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, sig)
+        deadline = time.time() + wait
+        while time.time() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.2)
 
 
 def _read_exit(path: Path) -> int | None:

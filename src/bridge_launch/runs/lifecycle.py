@@ -239,7 +239,7 @@ def _check_resumable(run: Run, chain: list[Run], old: ResolvedJob, job: Resolved
             f"checkpoints; a resume would train from scratch. Move it back, or submit {run.recipe} again"
         )
     step, how = reached(run, chain, old)
-    if step == 0 and how == "no checkpoint":
+    if step == 0 and how == "no checkpoint" and all(r.finished for r in chain):  # else the chain is busy
         raise UsageError(
             f"resume {run.run_id}: no checkpoint in {old.config.get('checkpoint.save')} (the run ended "
             f"before its first save), so a resume would train from scratch; submit {run.recipe} again instead"
