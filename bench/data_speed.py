@@ -1,14 +1,33 @@
-"""Benchmarks for issue 4 (data prepare / packing report). Prints ratios against their anchors.
+"""Benchmarks for issues 4 and 24 (data prepare / packing report). Prints ratios against their anchors.
 
 1. `data prepare` end to end (plan, write, Energon indexing, manifest) vs `tar cf` of a directory
    holding the same sample files (the I/O floor). Goal: >= 0.5x its throughput. Also 1 -> 2 workers.
-2. Packing report over 1,000,000 sample lengths (simulate + summary) vs numpy sorting the same
+2. The cold `bridge-launch data prepare` CLI vs Megatron-Bridge's own converter,
+   `tutorials/data/energon/prepare_nemotron_image_v3.py` at 2b8cb21d9 (issue 24). Goal: >= 2x.
+3. Packing report over 1,000,000 sample lengths (simulate + summary) vs numpy sorting the same
    lengths. Goal: at most 5x.
 
-Each prepare figure is the median of --rounds runs interleaved with `tar cf` (the machines are shared
-and noisy); Energon's import is warmed up first, and a cold CLI run is reported beside it.
+Each prepare figure is the median of --rounds runs interleaved with its anchor (the machines are
+shared and noisy). In 1 prepare runs in this process, Energon's import warmed up first; 2 is the cold CLI.
 
-Usage: .venv/bin/python bench/data_speed.py [--samples 4000] [--rounds 3] [--large-images] [--workdir DIR]"""
+In 2 both are fresh processes doing the same work on the same synthetic source: subset clevr_2, every
+sample, validation fraction 0.05, 1000 samples per tar, 2 workers, the integrity check skipped (the
+source is not a pinned one), into an empty directory.
+- The converter parses the JSONL, opens every media tar with tarfile, reads each image and writes
+  the shards with webdataset's ShardWriter, in one process; then Megatron-Bridge's
+  `prepare_webdataset` runs Energon's `prepare_dataset` with --num-workers 2 (it re-reads every
+  shard to write `*.tar.idx` and `.nv-meta/`), and it adds `dataset.yaml` and `manifest.json`.
+  It runs with webdataset and the `data` extra; `megatron.bridge.data.energon` comes from the
+  Megatron-Bridge 067f987df tarball, whose `data/energon/` is that of 2b8cb21d9, under empty
+  `megatron.bridge` and `megatron.bridge.data` packages (the real ones import all of Bridge's models,
+  which would only slow the anchor). These files are unpacked into the bench's temporary directory.
+- `bridge-launch data prepare` parses the JSONL and writes the shards in 2 processes, writes the
+  Energon index from the writers' offsets and also hashes every source file for its manifest.
+The bench checks that the two outputs hold the same shards, `*.tar.idx`, `split.yaml`, `.info.json` and
+`dataset.yaml`.
+
+Usage: .venv/bin/python bench/data_speed.py [--samples 4000] [--rounds 3] [--large-images] [--workdir DIR]
+       [--vendor DIR]  (the Megatron-Bridge tarballs; default ../shared/vendor)"""
 
 from __future__ import annotations
 
@@ -22,7 +41,28 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "bench"))
+from _timing import bench_env, wall  # noqa: E402
+
+DATASET, SUBSET = "nemotron-image-v3", "clevr_2"
+TUTORIAL_TARBALL = "megatron-bridge-2b8cb21d9-energon-tutorial.tar.gz"
+CONVERTER = "Megatron-Bridge/tutorials/data/energon/prepare_nemotron_image_v3.py"
+BRIDGE_TARBALL = "megatron-bridge-067f987df.tar.gz"
+BRIDGE_ENERGON = "Megatron-Bridge/src/megatron/bridge/data/energon/"
+# what both commands are given (the converter's defaults too, named so that neither relies on them)
+SAME_WORK = [
+    "--subsets",
+    SUBSET,
+    "--validation-fraction",
+    "0.05",
+    "--max-samples-per-tar",
+    "1000",
+    "--num-workers",
+    "2",
+    "--skip-source-integrity-check",
+]
 
 
 def _median(xs):
@@ -30,10 +70,10 @@ def _median(xs):
     return xs[len(xs) // 2]
 
 
-def bench_prepare(work: Path, n: int, rounds: int, large: bool) -> dict:
-    from bridge_launch.data import prepare, source, synthetic
+def make_source(work: Path, n: int, large: bool) -> Path:
+    from bridge_launch.data import synthetic
 
-    srcdir = synthetic.make_source(
+    return synthetic.make_source(
         work / "src",
         n=n,
         seed=0,
@@ -43,6 +83,11 @@ def bench_prepare(work: Path, n: int, rounds: int, large: bool) -> dict:
         distinct_images=64,
         noisy_every=2 if large else None,
     )
+
+
+def bench_prepare(work: Path, srcdir: Path, n: int, rounds: int, large: bool) -> dict:
+    from bridge_launch.data import prepare, source
+
     # the I/O floor: the same sample files (images + messages) loose in a directory, then `tar cf`
     loose = work / "loose"
     loose.mkdir()
@@ -101,31 +146,100 @@ def bench_prepare(work: Path, n: int, rounds: int, large: bool) -> dict:
         "prepare_vs_tar_w2": round(tar_s / w2, 3),
         "speedup_1_to_2_workers": round(w1 / w2, 3),
     }
-    # for information: the CLI from a fresh process (Python start, imports, Energon's import) with 2 workers
-    t = time.perf_counter()
+    return res
+
+
+def unpack_converter(vendor: Path, work: Path) -> tuple[Path, Path]:
+    """The converter script and the directory that provides its `megatron.bridge.data.energon`."""
+    import importlib.util
+    import tarfile
+
+    if importlib.util.find_spec("webdataset") is None:
+        sys.exit(
+            f"the converter anchor needs webdataset, which is not installed: {sys.executable} -m pip install webdataset"
+        )
+    for name in (TUTORIAL_TARBALL, BRIDGE_TARBALL):
+        if not (vendor / name).is_file():
+            sys.exit(f"the converter anchor needs {vendor / name} (give the folder holding it with --vendor)")
+    root = work / "converter"
+    members = [(TUTORIAL_TARBALL, CONVERTER)] + [
+        (BRIDGE_TARBALL, BRIDGE_ENERGON + f) for f in ("__init__.py", "prepare.py")
+    ]
+    for tarball, member in members:
+        with tarfile.open(vendor / tarball) as tf:
+            f = tf.extractfile(member)
+            if f is None:
+                sys.exit(f"{vendor / tarball} holds no file {member}")
+            (root / member).parent.mkdir(parents=True, exist_ok=True)
+            (root / member).write_bytes(f.read())
+    lib = root / "Megatron-Bridge" / "src"
+    for pkg in ("megatron/bridge", "megatron/bridge/data"):
+        (lib / pkg / "__init__.py").write_text("")
+    return root / CONVERTER, lib
+
+
+def _same_output(a: Path, b: Path) -> list[str]:
+    """The files of two prepared directories that should be equal and are not (index.sqlite differs
+    in row order and index.uuid is random; the manifests differ in layout)."""
+    names = sorted({p.name for d in (a, b) for p in d.iterdir() if p.name.endswith((".tar", ".tar.idx"))})
+    names += [f".nv-meta/{f}" for f in ("split.yaml", ".info.json", "dataset.yaml")]
+    return [
+        n
+        for n in names
+        if not (a / n).is_file() or not (b / n).is_file() or (a / n).read_bytes() != (b / n).read_bytes()
+    ]
+
+
+def bench_converter(work: Path, srcdir: Path, rounds: int, converter_files: tuple[Path, Path]) -> dict:
+    """Megatron-Bridge's converter and the cold `bridge-launch data prepare` CLI, interleaved (the
+    order alternating per round) after one untimed round of each that also checks their outputs."""
+    script, lib = converter_files
+    env = bench_env(str(work / "home"))
+    conv_env = {**env, "PYTHONPATH": str(lib)}
     cli = str(Path(sys.executable).with_name("bridge-launch"))
-    subprocess.run(
-        [
+
+    def converter(out: Path) -> list[str]:
+        return [sys.executable, str(script), "--source-dir", str(srcdir), "--output-dir", str(out), *SAME_WORK]
+
+    def ours(out: Path) -> list[str]:
+        return [
             cli,
             "data",
             "prepare",
-            "nemotron-image-v3",
+            DATASET,
             "--source-dir",
             str(srcdir),
             "--output-dir",
-            str(work / "cold"),
-            "--subsets",
-            "clevr_2",
-            "--skip-source-integrity-check",
+            str(out),
+            *SAME_WORK,
             "--output",
             "json",
-        ],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    res["cold_cli_w2_s"] = round(time.perf_counter() - t, 3)
-    shutil.rmtree(work / "cold")
-    return res
+        ]
+
+    cases = {"converter": (converter, conv_env), "bridge-launch": (ours, env)}
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    for round_ in range(rounds + 1):
+        order = list(cases) if round_ % 2 else list(cases)[::-1]
+        for name in order:
+            cmd, e = cases[name]
+            out = work / f"cmp-{name}"
+            dt = wall(cmd(out), env=e)
+            if round_:
+                times[name].append(dt)
+        if not round_:
+            differ = _same_output(work / "cmp-converter", work / "cmp-bridge-launch")
+            if differ:
+                sys.exit(f"the converter and bridge-launch wrote different files: {', '.join(differ)}")
+        for name in cases:
+            shutil.rmtree(work / f"cmp-{name}")
+    conv, bl = _median(times["converter"]), _median(times["bridge-launch"])
+    return {
+        "rounds": rounds,
+        "converter_s": [round(x, 3) for x in times["converter"]],
+        "bridge_launch_s": [round(x, 3) for x in times["bridge-launch"]],
+        "same_shards_and_index_files": True,
+        "converter_vs_bridge_launch": round(conv / bl, 3),
+    }
 
 
 def bench_packing(n: int = 1_000_000) -> dict:
@@ -162,20 +276,31 @@ def main():
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--large-images", action="store_true", help="half the images random noise (~120 kB, like photos)")
+    ap.add_argument(
+        "--vendor", type=Path, default=REPO.parent / "shared" / "vendor", help="the Megatron-Bridge tarballs"
+    )
     a = ap.parse_args()
     work = Path(a.workdir or tempfile.mkdtemp(prefix="bl-data-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("BRIDGE_LAUNCH_HOME", str(work / "home"))
     try:
+        converter_files = unpack_converter(a.vendor, work)  # first: a missing piece is said at once
         pk = bench_packing()
         print(json.dumps({"packing": pk}, indent=2))
-        pr = bench_prepare(work, a.samples, a.rounds, a.large_images)
+        srcdir = make_source(work, a.samples, a.large_images)
+        pr = bench_prepare(work, srcdir, a.samples, a.rounds, a.large_images)
         print(json.dumps({"prepare": pr}, indent=2))
+        cv = bench_converter(work, srcdir, a.rounds, converter_files)
+        print(json.dumps({"prepare_vs_converter": cv}, indent=2))
         print(
             f"prepare vs tar cf: {pr['prepare_vs_tar_w2']:.2f}x (2 workers), {pr['prepare_vs_tar_w1']:.2f}x (1 "
             "worker); goal >= 0.5x"
         )
         print(f"1 -> 2 workers: {pr['speedup_1_to_2_workers']:.2f}x")
+        print(
+            f"cold CLI vs Megatron-Bridge's converter ({a.samples} samples, 2 workers, medians of {a.rounds}): "
+            f"{cv['converter_vs_bridge_launch']:.2f}x faster; goal >= 2.0x"
+        )
         print(f"packing report vs numpy sort: {pk['report_vs_sort']:.2f}x; goal <= 5x")
     finally:
         if not a.workdir:

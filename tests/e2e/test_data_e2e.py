@@ -190,6 +190,63 @@ def test_index_equals_energons_own_prepare_dataset(src, tmp_path):
     assert len(ours["samples"]) == 24 and len(ours["sample_parts"]) == 48
 
 
+def _index_files(d: Path) -> dict:
+    import sqlite3
+
+    db = sqlite3.connect(d / ".nv-meta/index.sqlite")
+    out = {t: db.execute(f"SELECT * FROM {t}").fetchall() for t in ("samples", "sample_parts")}
+    out["schema"] = sorted(db.execute("SELECT type, name, sql FROM sqlite_master").fetchall())
+    db.close()
+    for f in ("split.yaml", ".info.json", "dataset.yaml"):
+        out[f] = (d / ".nv-meta" / f).read_bytes()
+    return {**out, **_tree_bytes(d), **{p.name: p.read_bytes() for p in d.glob("*.tar.idx")}}
+
+
+_FRESH_PREPARE = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+from bridge_launch.data import prepare
+from data_sources import _prep
+if sys.argv[4] == "break":  # the light way fails: the plain import must take over
+    prepare._ENERGON_PACKAGES += ("megatron.energon.no_such_package",)
+m = _prep(Path(sys.argv[1]), Path(sys.argv[2]), num_workers=2)
+torch = "torch" in sys.modules
+import megatron.energon
+print(json.dumps({"torch": torch, "energon": m["energon"], "real": megatron.energon.__version__}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("way", ["light", "break"])
+def test_a_fresh_process_indexes_without_torch_and_writes_the_same_index(src, tmp_path, way):
+    """In a process that has not imported Energon, prepare loads Energon's index writer without its
+    packages' __init__s (no torch), leaves no trace of that in sys.modules (a later `import
+    megatron.energon` is the real one), and writes what a process with the real Energon writes; when
+    that way fails, the plain import does the same work."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("megatron.energon")
+    import megatron.energon  # this process: the index through Energon's real packages
+
+    fresh, here = tmp_path / "fresh", tmp_path / "here"
+    proc = subprocess.run(
+        [sys.executable, "-c", _FRESH_PREPARE, str(src), str(fresh), str(Path(__file__).parents[1]), way],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    got = json.loads(proc.stdout.splitlines()[-1])
+    assert got == {
+        "torch": way == "break",
+        "energon": f"megatron-energon {megatron.energon.__version__}",
+        "real": megatron.energon.__version__,
+    }
+    _prep(src, here, num_workers=2)
+    assert _index_files(fresh) == _index_files(here)
+
+
 @pytest.mark.slow
 def test_write_manifest_then_verified_run_and_cli_report(src, tmp_path):
     pytest.importorskip("megatron.energon")

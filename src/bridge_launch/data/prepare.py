@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import importlib.util
 import json
 import operator
 import os
@@ -25,6 +26,7 @@ import time
 from concurrent.futures import BrokenExecutor, ThreadPoolExecutor
 from itertools import chain, repeat
 from pathlib import Path
+from types import SimpleNamespace
 
 from bridge_launch import __version__
 from bridge_launch.core.errors import LaunchError, UsageError
@@ -186,11 +188,66 @@ def _validate_args(subsets, fraction, per_tar, workers, max_samples):
         raise UsageError(f"--max-samples {max_samples}: valid: an integer >= 1")
 
 
-def _import_energon():
+# What index() uses of megatron-energon, and the packages above them. megatron.energon's __init__
+# imports torch (1.6 s, three quarters of a cold `data prepare` of thousands of samples) and none of
+# these modules needs it, so _energon() loads them under their packages' module objects created
+# without running the __init__s.
+_ENERGON_MODULES = (
+    "megatron.energon.epathlib",
+    "megatron.energon.bracecollapse",
+    "megatron.energon.typed_converter",
+    "megatron.energon.flavors.webdataset.config",
+    "megatron.energon.flavors.webdataset.indexing",
+    "megatron.energon.flavors.webdataset.structs",
+)
+_ENERGON_PACKAGES = ("megatron.energon", "megatron.energon.flavors", "megatron.energon.flavors.webdataset")
+
+
+def _energon() -> SimpleNamespace:
+    """Energon's version and the modules of _ENERGON_MODULES, by their last names.
+
+    An Energon this process has imported already is used as it is. Otherwise the modules are loaded
+    without the packages' __init__s, and every megatron.energon module is dropped from sys.modules
+    again, so that a later `import megatron.energon` (inspect, a test) runs the real packages.
+    Whatever fails on that way (another Energon whose modules need their packages) is retried as a
+    plain import."""
+    from importlib.metadata import version
+
     try:
-        importlib.import_module("megatron.energon.flavors.webdataset.indexing")
-    except ImportError:
-        pass  # index() reports it as one line
+        if "megatron.energon" in sys.modules:
+            return _namespace(
+                sys.modules["megatron.energon"].__version__, map(importlib.import_module, _ENERGON_MODULES)
+            )
+        before = set(sys.modules)
+        try:
+            for name in _ENERGON_PACKAGES:
+                spec = importlib.util.find_spec(name)
+                if spec is None:
+                    raise ImportError(f"No module named {name!r}")
+                sys.modules[name] = importlib.util.module_from_spec(spec)
+            modules = list(map(importlib.import_module, _ENERGON_MODULES))
+        except Exception:  # noqa: BLE001 - any failure of the light way is the plain import's to judge
+            modules = None
+        finally:
+            for name in set(sys.modules) - before:
+                if name == "megatron.energon" or name.startswith("megatron.energon."):
+                    del sys.modules[name]
+        if modules is None:
+            importlib.import_module("megatron.energon")
+            return _energon()
+    except ImportError as e:
+        raise LaunchError(
+            f"megatron-energon is not installed ({e}); install the data extra: pip install 'bridge-launch[data]'"
+        ) from e
+    try:  # as megatron/energon/__init__.py sets its __version__ (megatron-energon 7.4.1, lines 4-10)
+        energon_version = version("megatron-energon")
+    except Exception:  # noqa: BLE001 - Energon's own fallback
+        energon_version = "unknown"
+    return _namespace(energon_version, modules)
+
+
+def _namespace(energon_version: str, modules) -> SimpleNamespace:
+    return SimpleNamespace(version=energon_version, **{m.__name__.rsplit(".", 1)[1]: m for m in modules})
 
 
 def prepare(
@@ -322,9 +379,9 @@ def _prepare(
     stop = threading.Event()  # set on failure: the hashing thread stops reading the source
     threads = ThreadPoolExecutor(max_workers=2)
     try:
-        # Hashing (hashlib drops the GIL) and Energon's import (seconds, first time) overlap the work.
+        # Hashing (hashlib drops the GIL) and loading Energon's index writer overlap the work.
         hashing = threads.submit(lambda: [(p, src.sha256_file(p, stop)) for p in to_hash])
-        importing = threads.submit(_import_energon) if "megatron.energon" not in sys.modules else None
+        energon = threads.submit(_energon)
         log(f"reading the records of {', '.join(subsets)}" + (f" in {num_workers} processes" if pool else ""))
         jobs = _start_parse(subsets, source_dir, validation_fraction, max_samples, pool, num_workers)
         indexes = {subset: src.MediaIndex.build(*args) for subset, args in media.items()}  # while they parse
@@ -362,10 +419,8 @@ def _prepare(
         else:
             written = _run_local(tasks, pool, on_progress)
         t2 = time.perf_counter()
-        if importing:
-            importing.result()
         log(f"indexing {len(tasks)} shards for Energon")
-        energon_version = index(tmp, written, [s for s in SPLITS if counts[s]])
+        energon_version = index(tmp, written, [s for s in SPLITS if counts[s]], energon.result())
         (tmp / ".nv-meta" / "dataset.yaml").write_text(TRAINING_DATASET_YAML)
         hashed = [
             {"path": str(p.relative_to(source_dir)), "size": p.stat().st_size, "sha256": h} for p, h in hashing.result()
@@ -455,23 +510,14 @@ def _run_local(tasks, pool, on_progress) -> list[tuple]:
     return [f.result() for f in futs]
 
 
-def index(root: Path, written: list[tuple], splits: list[str]) -> str:
+def index(root: Path, written: list[tuple], splits: list[str], energon=None) -> str:
     """Energon's index of the shards, from the offsets their writers recorded: the `.nv-meta/` that
     megatron-energon's `prepare_dataset` writes (index.sqlite through Energon's own SqliteIndexWriter,
     index.uuid, .info.json, split.yaml by shard-name pattern), without reading every tar header again.
-    A test checks it against `prepare_dataset` run on the same shards. Returns Energon's version."""
-    try:
-        from megatron.energon import __version__ as energon_version
-        from megatron.energon.bracecollapse import collapse
-        from megatron.energon.epathlib import EPath
-        from megatron.energon.flavors.webdataset import config as ecfg
-        from megatron.energon.flavors.webdataset.indexing import SqliteIndexWriter
-        from megatron.energon.flavors.webdataset.structs import WebdatasetInfo, WebdatasetSplits
-        from megatron.energon.typed_converter import to_json_object
-    except ImportError as e:
-        raise LaunchError(
-            f"megatron-energon is not installed ({e}); install the data extra: pip install 'bridge-launch[data]'"
-        ) from e
+    A test checks it against `prepare_dataset` run on the same shards. `energon`: _energon()'s result.
+    Returns Energon's version."""
+    e = energon or _energon()
+    ecfg, structs, to_json_object = e.config, e.structs, e.typed_converter.to_json_object
     import uuid
 
     import yaml
@@ -480,7 +526,8 @@ def index(root: Path, written: list[tuple], splits: list[str]) -> str:
     names = [Path(w[0]).name for w in shards]
     meta = root / ecfg.MAIN_FOLDER_NAME
     meta.mkdir(exist_ok=True)
-    writer = SqliteIndexWriter(EPath(meta / ecfg.INDEX_SQLITE_FILENAME))  # Energon's schema and indexes
+    # Energon's schema and indexes
+    writer = e.indexing.SqliteIndexWriter(e.epathlib.EPath(meta / ecfg.INDEX_SQLITE_FILENAME))
     try:
         db = writer.db
         db.execute("PRAGMA synchronous = OFF")  # a fresh file in the partial directory: nothing to protect yet
@@ -505,12 +552,15 @@ def index(root: Path, written: list[tuple], splits: list[str]) -> str:
     finally:
         writer.close()
     (meta / ecfg.INDEX_UUID_FILENAME).write_text(str(uuid.uuid4()))
-    info = WebdatasetInfo(
-        energon_version=energon_version, shard_counts={nm: w[1] for nm, w in zip(names, shards, strict=False)}
+    info = structs.WebdatasetInfo(
+        energon_version=e.version, shard_counts={nm: w[1] for nm, w in zip(names, shards, strict=False)}
     )
     with open(meta / ecfg.INFO_JSON_FILENAME, "w") as f:
         json.dump(to_json_object(info), f, indent=2)
-    split_parts = {s: collapse([nm for nm in names if re.match(f"{s}-shard-.*", nm)], keep_order=True) for s in splits}
+    split_parts = {
+        s: e.bracecollapse.collapse([nm for nm in names if re.match(f"{s}-shard-.*", nm)], keep_order=True)
+        for s in splits
+    }
     with open(meta / "split.yaml", "w") as f:
-        yaml.dump(to_json_object(WebdatasetSplits(split_parts=split_parts)), f, sort_keys=False)
-    return energon_version
+        yaml.dump(to_json_object(structs.WebdatasetSplits(split_parts=split_parts)), f, sort_keys=False)
+    return e.version
