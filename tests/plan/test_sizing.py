@@ -210,3 +210,22 @@ def test_chains_keep_the_profiles_most_recent_k_and_the_dry_run_shows_the_storag
     assert views.storage_line(plain).startswith(f"Storage    ~{gb:,.0f} GB a checkpoint, every one kept (")
     assert f"{saves} periodic saves to train_iters = ~{gb * saves / 1000:,.1f} TB" in views.storage_line(plain)
     assert views.storage_line(_job()) is None  # smoke: plan knows no parameter count
+
+
+@pytest.mark.usefixtures("home")
+def test_a_job_that_cannot_reach_train_iters_in_its_limit_is_told_so_once():
+    job = _job("qwen35-vl-sft-mxfp8", "gb200-32", VL)
+    step, limit = job.limit_save["estimate"]["step_s"], job.limit_save["time_limit_s"]
+    usable = limit - job.limit_save["signal_lead"]
+    hits = [w for w in job.warnings if "past the time limit" in w]
+    assert len(hits) == 1, job.warnings
+    assert f"the job stops near iteration {int(usable // step)}" in hits[0]
+    assert f"~{job.config['train.train_iters'] * step / 3600:,.0f} h of training" in hits[0]
+    assert "--until-done continues across limits" in hits[0]
+    r = run_cli("plan", "qwen35-vl-sft-mxfp8", "-c", "gb200-32")
+    assert r.code == 0 and r.out.count("past the time limit") == 1, r.out
+    assert not [
+        w for w in _job("qwen35-vl-sft-mxfp8", "gb200-32", VL, until_done=True).warnings if "past the time" in w
+    ]
+    short = _job("qwen35-vl-sft-mxfp8", "gb200-32", (*VL, "train.train_iters=100"))
+    assert not [w for w in short.warnings if "past the time" in w]  # 100 steps fit in 4 h

@@ -229,4 +229,14 @@ def check(job, force: bool = False) -> tuple[list, list]:
                 f"a segment ({_hms(usable)} before the signal): every segment's progress rests on the signal "
                 f"save; checkpoint.save_interval={fit} saves about twice a segment"
             )
+    iters = cfg.get("train.train_iters")
+    if limit and not job.chain and usable and usable > 0 and isinstance(iters, int) and iters * step > usable:
+        total = iters * step
+        wall = f"{total / 3600:,.0f} h" if total > 48 * 3600 else _hms(total)
+        warnings.append(
+            f"train.train_iters={iters} x ~{step:.3g} s a step ({src.split(',')[0]}) is ~{wall} of training, "
+            f"past the time limit ({_hms(limit)}): the job stops near iteration {int(usable // step)}, its "
+            f"time-limit save keeping it; --until-done continues across limits "
+            f"(~{math.ceil(total / usable):,} jobs), or resume it"
+        )
     return warnings, errors
