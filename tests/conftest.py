@@ -82,6 +82,27 @@ def run_cli(*args, env=None, timeout=120, stdin=None) -> Result:
     return Result(proc)
 
 
+def on_a_terminal(args, answer: str, env=None):
+    """The CLI with a terminal on stdin (a confirmation is asked only there): (exit code, stdout, stderr)."""
+    import pty
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [*CLI, *map(str, args)],
+        stdin=slave,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    os.close(slave)
+    os.write(master, answer.encode())
+    out, err = proc.communicate(timeout=60)
+    os.close(master)
+    return proc.returncode, out, err
+
+
 @pytest.fixture
 def cli(home):  # noqa: ARG001 - requesting home gives each CLI run its own state dir
     return run_cli

@@ -7,6 +7,8 @@ else, child recipes, resume and prune with safety nets, completion, machine-clea
 suggestions that agree, and the smaller items.
 """
 
+import time
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -258,3 +260,40 @@ def test_diff_of_two_sets_and_of_two_runs():
     keys = {x["key"]: x for x in r.json()["differences"]}
     assert keys["train.train_iters"]["a"] == 5 and keys["train.train_iters"]["b"] == 7
     assert run_cli("diff", "only-one").code == 2
+
+
+def test_a_big_submit_on_a_terminal_shows_its_gpu_hours_and_asks(home):
+    from conftest import on_a_terminal, run_cli, write
+
+    write(home / "clusters" / "tiny.toml", 'name = "tiny"\nextends = "local-slurm"\nconfirm_gpu_hours = 0.1\n')
+    code, out, err = on_a_terminal(["submit", "smoke", "-c", "tiny", "train.train_iters=2"], "n\n")
+    assert code == 1 and "nothing submitted" in out, out + err
+    assert "smoke on tiny: 2 nodes x 2 GPUs = 4 GPUs for up to 0:10:00 (the time limit) = 1 GPU-hours" in out
+    assert "Submit it? (--yes skips this question) [y/N]" in out
+    assert run_cli("status", "-o", "json").json() == []
+    code, out, _ = on_a_terminal(["submit", "smoke", "-c", "tiny", "--dry-run"], "")
+    assert code == 0 and "Submit it?" not in out  # a dry run submits nothing: no question
+    write(home / "clusters" / "costly.toml", 'name = "costly"\nextends = "tiny"\ngpu_hour_cost = 3.5\n')
+    code, out, _ = on_a_terminal(["submit", "smoke", "-c", "costly", "--until-done", "--step-time", "1"], "n\n")
+    assert code == 1 and ", ~" in out and "at 3.5 a GPU-hour" in out and "--until-done: ~" in out, out
+
+
+@pytest.mark.slow
+def test_a_large_sweep_asks_on_a_terminal_and_not_elsewhere(home):
+    from conftest import FAST, on_a_terminal, run_cli, write
+
+    write(home / "clusters" / "few.toml", 'name = "few"\nextends = "local"\nconfirm_runs = 2\n')
+    words = ["submit", "smoke", "-c", "few", "--sweep", "train.train_iters=range(1,4)", *FAST]
+    code, out, err = on_a_terminal(words, "n\n")
+    assert code == 1 and "experiment " in out and ": 3 runs on few" in out and "Submit 3 runs?" in out, out + err
+    assert run_cli("status", "-o", "json").json() == []
+    code, out, err = on_a_terminal(words, "y\n")
+    assert code == 0 and "3 runs submitted" in out, out + err
+    r = run_cli(*words)  # off a terminal nothing asks (and --yes is not needed)
+    assert r.code == 0 and "3 runs submitted" in r.out and "Submit" not in r.out, r.out + r.err
+    code, out, _ = on_a_terminal([*words, "--yes"], "")
+    assert code == 0 and "Submit 3 runs?" not in out
+    assert len(run_cli("status", "-o", "json").json()) == 9
+    deadline = time.time() + 240  # the nine local runs end before their state dir goes
+    while time.time() < deadline and any(x["state"] == "RUNNING" for x in run_cli("status", "-o", "json").json()):
+        time.sleep(2)

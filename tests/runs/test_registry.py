@@ -1,15 +1,11 @@
 """The run registry and the commands on runs: lineage, concurrent resumes, the Energon DP
 rule, diff, status filters, prune."""
 
-import os
-import pty
-import subprocess
-
 import pytest
 
 from bridge_launch.core import paths
 from bridge_launch.runs.registry import Registry
-from conftest import CLI, REPO, run_cli
+from conftest import on_a_terminal, run_cli
 
 
 def _old_runs(n=2, age_days=10):
@@ -21,19 +17,6 @@ def _old_runs(n=2, age_days=10):
         reg.db.execute("UPDATE runs SET updated = updated - ? WHERE run_id = ?", (age_days * 86400, run.run_id))
         ids.append(run.run_id)
     return ids
-
-
-def _on_a_terminal(args, answer: str):
-    """The CLI with a terminal on stdin (the confirmation is asked only there)."""
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(
-        [*CLI, *args], stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, text=True
-    )
-    os.close(slave)
-    os.write(master, answer.encode())
-    out, err = proc.communicate(timeout=60)
-    os.close(master)
-    return proc.returncode, out, err
 
 
 @pytest.mark.usefixtures("home")
@@ -57,13 +40,13 @@ def test_prune_dry_run_lists_and_changes_nothing_and_weeks_are_accepted():
 @pytest.mark.usefixtures("home")
 def test_prune_asks_on_a_terminal_and_yes_skips_the_question():
     ids = _old_runs()
-    code, out, _ = _on_a_terminal(["prune", "--older-than", "1d"], "n\n")
+    code, out, _ = on_a_terminal(["prune", "--older-than", "1d"], "n\n")
     assert code == 0 and "Forget 2 finished runs?" in out and "nothing forgotten" in out
     assert len(run_cli("status", "-o", "json").json()) == 2
-    code, out, _ = _on_a_terminal(["prune", "--older-than", "1d"], "y\n")
+    code, out, _ = on_a_terminal(["prune", "--older-than", "1d"], "y\n")
     assert code == 0 and "forgot 2 finished runs" in out
     more = _old_runs(1)
-    code, out, _ = _on_a_terminal(["prune", "--older-than", "1d", "--yes"], "")
+    code, out, _ = on_a_terminal(["prune", "--older-than", "1d", "--yes"], "")
     assert code == 0 and "Forget" not in out and "forgot 1 finished run" in out
     assert not {*ids, *more} & {x["run_id"] for x in run_cli("status", "-o", "json").json()}
 

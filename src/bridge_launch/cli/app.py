@@ -218,6 +218,13 @@ def submit(
         "--experiment",
         help="Submit as a named experiment (a group of runs: a sweep, or several recipes given as RECIPE RECIPE...).",
     ),
+    yes: bool = typer.Option(
+        False,
+        "--yes",
+        "-y",
+        help="Skip the question a terminal gets before a job above the profile's confirm_gpu_hours, or an "
+        "experiment of more than its confirm_runs runs.",
+    ),
     output: Output = OUTPUT,
 ):
     """Resolve RECIPE on a cluster, validate it, and submit it (or print it with --dry-run).
@@ -234,6 +241,7 @@ def submit(
                 follow=follow,
                 output=output.value,
                 dry_run=dry_run,
+                yes=yes,
                 cluster=cluster,
                 overlays=overlay or [],
                 nodes=nodes,
@@ -280,6 +288,7 @@ def submit(
             output=output.value,
             memory_check=not no_memory_check,
             canary=canary,
+            yes=yes,
         )
     )
 

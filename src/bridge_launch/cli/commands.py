@@ -41,6 +41,7 @@ def submit(
     output,
     memory_check=True,
     canary=None,
+    yes=False,
 ) -> int:
     from bridge_launch import backends
     from bridge_launch.resolve import resolver as resolve
@@ -97,9 +98,28 @@ def submit(
         if output == "json":
             views.dump_json({"error": job.errors[0], "errors": job.errors, "exit_code": 2})
         return 2
+    hours, line = views.reservation(job)
+    threshold = job.profile.get("confirm_gpu_hours") or 0
+    if threshold and hours is not None and hours > threshold and not _confirmed(yes, output, [line], "Submit it?"):
+        return 1
     from bridge_launch.runs import lifecycle as launch
 
     return _submitted(launch.submit(job), job, follow, output)
+
+
+def _confirmed(yes: bool, output: str, lines: list[str], question: str) -> bool:
+    """On a terminal (and not in JSON mode, and without --yes), the summary and a [y/N] question;
+    elsewhere yes, as sky jobs launch does. A no prints that nothing was submitted."""
+    if yes or output == "json" or not sys.stdin.isatty():
+        return True
+    for line in lines:
+        print(line)
+    sys.stdout.write(f"{question} (--yes skips this question) [y/N] ")
+    sys.stdout.flush()
+    if sys.stdin.readline().strip().lower() in ("y", "yes"):
+        return True
+    print("nothing submitted")
+    return False
 
 
 def resume(run_ref, overrides, *, follow, output) -> int:
@@ -912,7 +932,7 @@ def plan(recipe, overrides, *, cluster, overlays, nodes, tflops, tokens, output)
     return 0
 
 
-def submit_group(recipe, overrides, *, sweep, experiment, follow, output, dry_run, **options) -> int:
+def submit_group(recipe, overrides, *, sweep, experiment, follow, output, dry_run, yes=False, **options) -> int:
     """An experiment: one run per recipe x combination of swept values, resolved and validated
     all before any is submitted, recorded as a named group (experiments.py)."""
     from bridge_launch import backends
@@ -956,6 +976,17 @@ def submit_group(recipe, overrides, *, sweep, experiment, follow, output, dry_ru
             print(f"\n=== run {i}/{len(jobs)}: {m.label} ===")
             views.print_job(j, backends.render(j), resolve.RUN_ID_PLACEHOLDER)
         return 0
+    hours = [views.reservation(j)[0] for _, j in jobs]
+    total = sum(h for h in hours if h is not None)
+    prof = jobs[0][1].profile
+    many = (prof.get("confirm_runs") or 0) and len(jobs) > prof["confirm_runs"]
+    big = (prof.get("confirm_gpu_hours") or 0) and total > prof["confirm_gpu_hours"]
+    if many or big:
+        line = f"experiment {name}: {len(jobs)} runs on {jobs[0][1].cluster}" + (
+            f", up to {total:,.0f} GPU-hours in all (each run's time limit)" if total else ""
+        )
+        if not _confirmed(yes, output, [line], f"Submit {len(jobs)} runs?"):
+            return 1
     reg = Registry()
     reg.add_experiment(
         name, {"recipes": recipes_, "overrides": list(overrides), "sweep": sweep, "labels": [m.label for m, _ in jobs]}

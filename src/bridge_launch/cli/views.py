@@ -118,6 +118,33 @@ def limit_lines(job) -> list[str]:
     return out
 
 
+def reservation(job) -> tuple[float | None, str]:
+    """(GPU-hours the submission may hold, a line saying how: nodes x GPUs x the time limit, and for
+    an --until-done chain the segments plan expects, with the profile's cost of a GPU-hour)."""
+    gpus = job.nodes * job.gpus_per_node
+    size = f"{job.nodes} node{'s' if job.nodes != 1 else ''} x {job.gpus_per_node} GPUs = {gpus} GPUs"
+    limit = (job.limit_save or {}).get("time_limit_s")
+    if not limit:
+        return None, f"{job.recipe} on {job.cluster}: {size}, no time limit"
+    hours = gpus * limit / 3600
+    text = f"{job.recipe} on {job.cluster}: {size} for up to {_clock(limit)} (the time limit) = {hours:,.0f} GPU-hours"
+    segments = ((job.limit_save or {}).get("estimate") or {}).get("segments")
+    if job.chain and segments:
+        hours *= segments
+        text += f"; --until-done: ~{segments:,} such jobs to train_iters (plan's estimate) = ~{hours:,.0f} GPU-hours"
+    elif job.chain:
+        text += " a segment; --until-done: as many segments as train_iters needs (no step time to count them)"
+    cost = job.profile.get("gpu_hour_cost") or 0
+    if cost:
+        text += f", ~{cost * hours:,.0f} at {cost:g} a GPU-hour"
+    return hours, text
+
+
+def _clock(seconds: float) -> str:
+    h, rest = divmod(int(seconds), 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}"
+
+
 def storage_line(job) -> str | None:
     """The checkpoint storage the run will hold (plan's size of one torch_dist save and
     checkpoint.most_recent_k; Megatron-Bridge deletes the oldest once a new save completes, so

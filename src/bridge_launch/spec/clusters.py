@@ -31,6 +31,12 @@ _TOP: dict = {
     "checkpoint_write_gbps_per_node": ((int, float), 0),
     # checkpoints an --until-done chain keeps (checkpoint.most_recent_k, unless the job sets it); -1: all
     "checkpoint_most_recent_k": (int, -1),
+    # submit on a terminal shows a summary and asks above this many GPU-hours (0: never asks)
+    "confirm_gpu_hours": ((int, float), 0),
+    # ... and before an experiment of more runs than this (0: never asks)
+    "confirm_runs": (int, 20),
+    # what a GPU-hour costs, for that summary (0: not known)
+    "gpu_hour_cost": ((int, float), 0),
     # seconds a node waits in torchrun's rendezvous for the others (0: derived, backends/torchrun_opts.py)
     "rdzv_join_timeout": (int, 0),
     "python": (str, ""),
