@@ -148,3 +148,10 @@ def test_resume_keeps_no_memory_check():
             strict.__class__.from_dict({**strict.to_dict(), "errors": [], "warnings": []}), ()
         ).errors
     )
+
+
+def test_a_relative_data_path_is_warned_about(cli):
+    r = cli("submit", "smoke", "dataset.path=clevr2", "--dry-run")
+    assert r.code == 0 and "dataset.path=clevr2 is a relative path" in r.out + r.err, r.out + r.err
+    r = cli("submit", "smoke", "dataset.path=/data/clevr2", "--dry-run")
+    assert "is a relative path" not in r.out + r.err

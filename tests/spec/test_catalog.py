@@ -93,3 +93,18 @@ def test_unknown_keys_in_user_overlay_and_recipe_files_are_refused_like_on_the_c
     assert cli("submit", "smoke", "+smoke.fail_at_step=3", "--dry-run").code == 0
     r = cli("submit", "smoke", "smoke.fail_at_stp=3", "--dry-run")
     assert r.code == 2 and "did you mean 'smoke.fail_at_step'" in r.err, r.err
+
+
+def test_errors_offer_only_recipes_that_load_and_a_typo_in_status_recipe_is_caught(cli, home):
+    write(home / "recipes" / "mine.toml", 'name = "mine"\nextends = "smok"\n')
+    r = cli("submit", "mine", "--dry-run")
+    assert r.code == 2 and "mine.toml:2: extends unknown recipe 'smok'; did you mean 'smoke'?" in r.err, r.err
+    assert "valid: mine" not in r.err and "qwen35-vl-sft-common" in r.err  # not itself; a base may be extended
+    r = cli("submit", "nope", "--dry-run")
+    assert r.code == 2 and "'mine'" not in r.err and "smoke" in r.err, r.err
+    r = cli("status", "--recipe", "smok")
+    assert r.code == 2 and "--recipe: unknown recipe 'smok'; did you mean 'smoke'?" in r.err, r.out + r.err
+    r = cli("status", "--recipe", "smoke")  # a known recipe with no runs yet: an empty table, no error
+    assert r.code == 0 and r.out.startswith("RUN")
+    r = cli("image", "import", "nvcr.io/nvidia/nemo:25.09", "-c", "local")
+    assert r.code == 2 and r.err.startswith("bridge-launch: error: image import runs enroot"), r.err

@@ -258,6 +258,13 @@ def status(run_ref, *, all_runs, state, recipe, output, watch=False, interval=5.
         if run_ref
         else reg.recent(None if all_runs else 50, state=state and state.upper(), recipe=recipe)
     )
+    if recipe and not runs and not run_ref:
+        from bridge_launch.core.errors import suggest
+        from bridge_launch.spec import recipes as catalog
+
+        cat = catalog.catalog()
+        if recipe not in set(cat.names()) | reg.recipes():  # a typo, not a recipe with no runs yet
+            raise UsageError(f"--recipe: {suggest(recipe, set(cat.usable()) | reg.recipes(), 'recipe')}")
     runs = launch.refresh(reg, runs)
     if shown is not None:  # status --watch: which runs this view showed
         shown.extend(runs)
@@ -813,9 +820,11 @@ def diff(argv, *, all_keys, output, parse_side) -> int:
 def image_import(image, cluster, *, output) -> int:
     from bridge_launch.runs import images
 
-    if output == "text":
-        sys.stderr.write(f"importing {image} on cluster '{cluster}' (one job on one node)...\n")
-    entry = images.import_image(image, cluster)
+    def started():
+        if output == "text":
+            sys.stderr.write(f"importing {image} on cluster '{cluster}' (one job on one node)...\n")
+
+    entry = images.import_image(image, cluster, on_start=started)
     if output == "json":
         views.dump_json(entry)
     else:

@@ -1034,6 +1034,28 @@ def rule_unmounted(c: Ctx) -> list:
     return out
 
 
+@rule(
+    "relative-paths",
+    "inputs",
+    "where the job runs: local jobs start in their run dir (backends/local.py), Slurm containers in it "
+    "(--container-workdir), bare Slurm steps where sbatch ran, none of them the user's directory",
+    level="warning",
+    megatron=False,
+)
+def rule_relative(c: Ctx) -> list:
+    out = []
+    for key in ("dataset.path", "dataset.data_path", "dataset.path_to_cache", *CHECKPOINT_KEYS):
+        v = c.cfg.get(key)
+        if not isinstance(v, str) or not v or "${" in v or "://" in v or v.split() != [v]:
+            continue
+        if not v.startswith(("/", "~")):
+            out.append(
+                f"{key}={v} is a relative path: the job resolves it in its own working directory on the "
+                f"cluster (its run dir, in a container), not where you submit; give an absolute path"
+            )
+    return out
+
+
 # ------------------------------------------------------------------------------------------
 
 

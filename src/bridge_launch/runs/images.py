@@ -30,8 +30,9 @@ from bridge_launch.core.image_ref import is_path, pyxis_ref
 # --- the import job -----------------------------------------------------------------------------
 
 
-def import_image(image: str, cluster: str, *, timeout: float = 3600) -> dict:
-    """Run the import job on the cluster and record the result. Returns the record entry."""
+def import_image(image: str, cluster: str, *, timeout: float = 3600, on_start=None) -> dict:
+    """Run the import job on the cluster and record the result. Returns the record entry.
+    `on_start()` is called once the request is valid, as the job is about to start."""
     from bridge_launch.backends.slurm.backend import Backend
     from bridge_launch.core.errors import LaunchError
     from bridge_launch.spec import clusters
@@ -52,6 +53,8 @@ def import_image(image: str, cluster: str, *, timeout: float = 3600) -> dict:
     ref = pyxis_ref(image)
     if is_path(ref) and not ref.startswith("/"):
         raise UsageError(f"image {image!r}: give a squashfs file as an absolute path on the cluster's filesystem")
+    if on_start:
+        on_start()
     be = Backend()
     logs = f"{cache_dir}/.import-logs"
     mk = be.command(s, ["mkdir", "-p", logs])

@@ -207,6 +207,10 @@ class Registry:
         ).fetchall()
         return [Run.from_row(r) for r in rows]
 
+    def recipes(self) -> set[str]:
+        """The recipes the registry's runs ran."""
+        return {r[0] for r in self.db.execute("SELECT DISTINCT recipe FROM runs")}
+
     def recent(self, limit: int | None = 50, *, state: str | None = None, recipe: str | None = None) -> list[Run]:
         sql, args = "SELECT * FROM runs", []
         where = []

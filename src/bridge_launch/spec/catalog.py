@@ -130,6 +130,25 @@ class Catalog:
         """Every entry's name; with listed, only those a listing shows (no abstract bases)."""
         return sorted(n for n, e in self._entries.items() if not (listed and e.data.get("abstract")))
 
+    def usable(self) -> list[str]:
+        """The names a listing shows whose `extends` chain resolves: what an error offers as valid."""
+        return [n for n in self.names(listed=True) if self._chain_ok(n)]
+
+    def _chain_ok(self, name: str) -> bool:
+        """Whether an entry's `extends` chain reaches its base (no missing or broken parent, no
+        cycle): what a suggestion may offer as valid."""
+        seen: set = set()
+        while name not in seen:
+            seen.add(name)
+            entry = self._entries.get(name)
+            if entry is None or name in self._broken:
+                return False
+            parent = entry.data.get("extends")
+            if not parent:
+                return True
+            name = parent
+        return False
+
     def entries(self) -> list[Entry]:
         return [self._entries[n] for n in self.names()]
 
@@ -142,8 +161,7 @@ class Catalog:
             raise UsageError(self._broken[name])
         key = name if name in self._entries else self._alias.get(name)
         if key is None:
-            listed = self.names(listed=True)
-            canonical = {n: n for n in listed}
+            canonical = {n: n for n in self.usable()}
             canonical.update({a: n for a, n in self._alias.items() if n in canonical})
             raise UsageError(suggest(name, canonical, self.what, canonical))
         return self._entries[key]
@@ -177,7 +195,12 @@ class Catalog:
                 )
             if parent not in self._entries:
                 raise UsageError(
-                    f"{where([entry.path], 'extends')}: extends {suggest(parent, self._entries, self.what)}"
+                    f"{where([entry.path], 'extends')}: extends "
+                    + suggest(
+                        parent,
+                        [n for n in self._entries if n not in {e.name for e in chain} and self._chain_ok(n)],
+                        self.what,
+                    )
                 )
             entry = self._entries[parent]
         data: dict = {}
