@@ -27,5 +27,6 @@ def backend(name: str):
 
 
 def secret_origins(job) -> dict:
-    """{secret name: where its value comes from}, in the platform's own terms (--dry-run shows it)."""
+    """{secret name: (where its value comes from, in the platform's own terms, and the layer that set
+    that source)}: --dry-run shows them."""
     return module(job.backend).secret_origins(job)

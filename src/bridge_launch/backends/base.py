@@ -179,16 +179,14 @@ def stage_locally(run_dir: str, files: dict, *, new_dir: bool) -> None:
 
 def env_secret_origins(job) -> dict:
     """Where each secret's value comes from on a backend that takes it from the submitting shell or
-    a source on the cluster (local, Slurm): {name: what --dry-run says of it}."""
+    a source on the cluster (local, Slurm): {name: (what --dry-run says of it, which layer set it)}."""
     sources = getattr(job, "secret_sources", None) or {}
     out = {}
     for n in job.secrets:
         if n in sources:
             spec = sources[n]
-            out[n] = (
-                f"{spec['source']}: read on the cluster when each step starts"
-                f"{' (optional)' if spec['optional'] else ''}  [{spec['from']}]"
-            )
+            text = f"{spec['source']}: read on the cluster when each step starts"
+            out[n] = (text + (" (optional)" if spec["optional"] else ""), spec["from"])
         else:
-            out[n] = f"from your environment at submit: {'set' if os.environ.get(n) else 'not set'}"
+            out[n] = (f"from your environment at submit: {'set' if os.environ.get(n) else 'not set'}", "")
     return out

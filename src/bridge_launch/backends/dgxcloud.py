@@ -76,9 +76,13 @@ def _secret_env(job) -> list:
 
 
 def secret_origins(job) -> dict:
+    mapped = job.scheduler.get("secret_refs") or {}
     return {
-        e["name"]: f"Kubernetes secret {e['secret']['name']}, key {e['secret']['key']}: read by Run:ai when the "
-        "workload starts"
+        e["name"]: (
+            f"Kubernetes secret {e['secret']['name']}, key {e['secret']['key']}: read by Run:ai when the "
+            "workload starts",
+            f"cluster:{job.cluster} secret_refs" if e["name"] in mapped else "",
+        )
         for e in _secret_env(job)
     }
 

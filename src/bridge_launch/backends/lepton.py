@@ -122,8 +122,12 @@ def request(job) -> dict:
 
 
 def secret_origins(job) -> dict:
+    mapped = job.scheduler.get("secret_refs") or {}
     return {
-        name: f"Lepton secret {ref!r} (secret_name_ref): read by the platform when the job starts"
+        name: (
+            f"Lepton secret {ref!r} (secret_name_ref): read by the platform when the job starts",
+            f"cluster:{job.cluster} secret_refs" if name in mapped else "",
+        )
         for name, ref in cloud.secret_refs(job).items()
     }
 

@@ -71,11 +71,12 @@ def fmt(value) -> str:
     return json.dumps(value)
 
 
-def _table(rows: list[tuple[str, str, str]], indent: str = "  ") -> list[str]:
+def _table(rows: list[tuple[str, str, str]], indent: str = "  ", widest: int = 40) -> list[str]:
+    """Three columns; a value longer than `widest` pushes its own row's third column out."""
     if not rows:
         return [indent + "(none)"]
     w = min(max(len(r[0]) for r in rows), 48)
-    v = min(max(len(r[1]) for r in rows), 40)
+    v = min(max(len(r[1]) for r in rows), widest) if any(r[2] for r in rows) else 0  # no column to line up
     return [f"{indent}{k:<{w}}  {val:<{v}}  {src}".rstrip() for k, val, src in rows]
 
 
@@ -224,7 +225,7 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
         from bridge_launch import backends
 
         lines.append("\nSecrets (by name; values are written nowhere)")
-        lines += [f"  {n:<24}  {text}" for n, text in backends.secret_origins(job).items()]
+        lines += _table([(n, text, src) for n, (text, src) in backends.secret_origins(job).items()], widest=120)
     if job.warnings:
         lines.append("\nWarnings")
         lines += [f"  ! {w}" for w in job.warnings]
