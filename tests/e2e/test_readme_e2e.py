@@ -7,7 +7,6 @@ import subprocess
 
 import pytest
 
-from bridge_launch.data import synthetic
 from conftest import REPO, run_cli
 
 pytest.importorskip("PIL")
@@ -37,11 +36,14 @@ def test_readme_main_command_in_a_fresh_local_install(tmp_path):
 def test_readme_prepare_example_works_as_written(tmp_path):
     pytest.importorskip("megatron.energon")
     readme = (REPO / "README.md").read_text()
+    sample = re.search(r"\n    bridge-launch (data sample-source .*?)\s+#", readme).group(1)
     block = re.search(r"\n    (bridge-launch data prepare .*?)\n    bridge-launch data inspect", readme, re.S).group(1)
     words = shlex.split(block.replace("\\\n", " "))[1:]
     assert not any(w.startswith("[") for w in words), block  # nothing left for the reader to choose
-    src = synthetic.make_source(tmp_path / "src", n=40, seed=2)
+    src = tmp_path / "src"
     env = {"BRIDGE_LAUNCH_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    r = run_cli(*[str(src) if w == "SRC" else w for w in shlex.split(sample)], env=env, timeout=120)
+    assert r.code == 0 and (src / "clevr_2" / "clevr_2.jsonl").is_file(), r.err
     for out in ("out", "again"):
         args = [{"SRC": str(src), "OUT": str(tmp_path / out)}.get(w, w) for w in words]
         r = run_cli(*args, env=env, timeout=600)

@@ -155,6 +155,29 @@ class _Progress:
             self._p = None
 
 
+@app.command("sample-source")
+def sample_source_cmd(
+    output_dir: Path = typer.Argument(..., help="Where to write the source tree (must not exist yet)."),
+    samples: int = typer.Option(40, "--samples", "-n", help="Samples to write."),
+    subset: str = typer.Option("clevr_2", "--subset", help="The subset's name."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the generated records and images."),
+):
+    """Write a small source tree in Nemotron-Image-Training-v3's layout (SUBSET/SUBSET.jsonl and
+    SUBSET/media/shard_*.tar with real PNG and JPEG images) to try `data prepare` on."""
+    from bridge_launch.data import synthetic
+
+    if output_dir.exists():
+        raise UsageError(f"{output_dir} exists; give a new directory")
+    if samples < 1:
+        raise UsageError(f"--samples {samples}: give 1 or more")
+    try:
+        import PIL  # noqa: F401 - the images are drawn with Pillow
+    except ImportError:
+        raise UsageError("data sample-source draws its images with Pillow: pip install 'bridge-launch[data]'") from None
+    synthetic.make_source(output_dir, subset, samples, seed=seed)
+    print(f"{samples} samples of {subset} written under {output_dir}; prepare them with --source-dir {output_dir}")
+
+
 @app.command("inspect")
 def inspect_cmd(
     path: Path = typer.Argument(..., help="A prepared Energon dataset directory."),
