@@ -5,6 +5,7 @@ Slurm cluster: tests/e2e/test_watch_e2e.py."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -79,6 +80,12 @@ def test_status_watch_json_is_one_object_per_line():
     assert len(lines) == 1 and time.time() - t0 < 30
     frame = json.loads(lines[0])
     assert frame["runs"][0]["run_id"] == run.run_id and frame["runs"][0]["metrics"]["step"] == 20
+    assert set(frame) == {"time", "runs"} and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", frame["time"])
+    # the documented choice: a frame's runs are exactly what `status -o json` prints, one array
+    once = json.loads(
+        subprocess.run([*CLI, "status", run.run_id, "-o", "json"], capture_output=True, text=True, cwd=REPO).stdout
+    )
+    assert [sorted(x) for x in once] == [sorted(x) for x in frame["runs"]]
     assert sys.executable  # the same interpreter
 
 

@@ -315,7 +315,8 @@ def status(
         False,
         "--watch",
         "-w",
-        help="Refresh until every run shown has ended (with -o json: one object per line per refresh).",
+        help='Refresh until every run shown has ended (with -o json: one line per refresh, {"time", "runs"}, '
+        "runs as status -o json prints them).",
     ),
     interval: float = typer.Option(5.0, "--interval", help="With --watch: seconds between refreshes."),
     output: Output = OUTPUT,
