@@ -270,3 +270,18 @@ def test_last_step_and_progress_keep_their_old_contract():
     assert last_step(MLM_756) == (73, 100, 1.798953)
     assert last_step("nothing") is None
     assert progress([MLM_756, None])["step"] == 73
+
+
+def test_torchruns_bare_child_failed_line_is_completed_from_its_summary():
+    from bridge_launch.logs.reader import first_error
+
+    text = (
+        "[rank0]: iteration        3/     100 | lm loss: 2.0\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+        "============================================================\nsmoke.py FAILED\n"
+        "Root Cause (first observed failure):\n[0]:\n  time      : 2026-12-01_10:00:00\n  host      : node1\n"
+        "  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 77) SIGKILL\n  error_file: <N/A>\n"
+        "  traceback : Signal 9 (SIGKILL) received by PID 77\n"
+    )
+    err = first_error([text])
+    assert err.endswith("ChildFailedError: rank 1 was killed by signal 9 (SIGKILL)"), err

@@ -722,6 +722,16 @@ def first_error_detail(texts) -> ErrorLine | None:
         r = ranks[0]
         chosen = (r, by_rank[r][0][2])
     rank, line = chosen
+    if _COLLATERAL.search(line) and line.rstrip().endswith(":"):  # "ChildFailedError:", its message below it
+        death = next((m for t in texts for m in P.SIGNAL_DEATH_RE.finditer(t)), None)
+        root = next((m for t in texts for m in P.ROOT_CAUSE_RE.finditer(t)), None)
+        if death or root:
+            who = f"rank {root.group(1)}" if root else "a worker"
+            line = (
+                f"{line.rstrip()} {who} was killed by signal {death.group(1)} ({death.group(2)})"
+                if death
+                else f"{line.rstrip()} {who} exited with code {root.group(2)}"
+            )
     cls = failures.classify_line(line)
     return ErrorLine(rank, line, *(cls or (None, None)))
 
