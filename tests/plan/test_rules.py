@@ -573,6 +573,13 @@ RULE_CASES = [
         "dataset.path=/home/me/clevr2 is outside every container mount (/lustre/fsw)",
         [*VL_IN],
     ),
+    (
+        "relative-paths",
+        VL,
+        ["dataset.path=clevr2", "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt"],
+        "dataset.path=clevr2 is a relative path: the job resolves it in its own working directory",
+        [*VL_IN],
+    ),
 ]
 
 

@@ -151,8 +151,11 @@ def test_dry_run_shows_each_secrets_source_and_no_value(cli):
     )
     assert r.code == 0, r.err
     assert value not in r.out + r.err
-    assert "TOK                       file:~/.tok: read on the cluster when each step starts  [cli]" in r.out
-    assert "OTHER                     from your environment at submit: set" in r.out
+    rows = r.out.split("\nSecrets (by name; values are written nowhere)\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert rows == [
+        "  TOK    file:~/.tok: read on the cluster when each step starts  cli",
+        "  OTHER  from your environment at submit: set",
+    ], rows
     assert "OTHER: no source on cluster 'local-slurm'" in r.out and "hash.N/job.N/environment" in r.out
     assert "# Secrets passed by name from the submitting environment: OTHER\n" in r.out  # TOK is not
     assert 'v=$(bl_secret TOK file "$HOME"/.tok); case $? in 0) export TOK="$v";; 4) ;; *) rc=1;; esac' in r.out
