@@ -472,3 +472,39 @@ def test_image_versions_name_a_checkouts_commit_only(canary_mod, tmp_path):
     (tmp_path / "outer" / ".git").mkdir()
     (tmp_path / "outer" / ".git" / "HEAD").write_text("0123456789abcdef\n")
     assert canary_mod._git_commit(str(inside / "__init__.py")) is None  # the repository around it is not its own
+
+
+def test_trainer_check_skips_an_entry_of_the_users_own_without_running_it(tmp_path):
+    ran = tmp_path / "ran"
+    entry = write(tmp_path / "train_mine.py", f"open({str(ran)!r}, 'w').write('trained')\ndef main():\n    pass\n")
+    r = _subcheck("trainer", _spec(tmp_path, entry=str(entry)))
+    assert r["status"] == "skip" and "is not Megatron-Bridge's run_recipe.py" in r["detail"], r["detail"]
+    assert not ran.exists()  # read, not run: its import would have trained
+    # a run_recipe.py of a shape the check does not know still fails
+    odd = write(tmp_path / "odd" / "run_recipe.py", "def main():\n    pass\n")
+    assert _subcheck("trainer", _spec(tmp_path, entry=str(odd)))["status"] == "fail"
+
+
+def test_trainer_check_skips_a_bare_process_profile_without_megatron_bridge(tmp_path):
+    spec = _spec(tmp_path, container="")
+    env = dict(os.environ, PYTHONPATH="")  # no stand-in: megatron.bridge does not import
+    proc = subprocess.run(
+        [sys.executable, str(WORKLOADS / "cluster_checks.py"), "--check", "trainer", str(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("@@bridge-launch-canary-result ")]
+    r = json.loads(line[-1].split(" ", 1)[1])
+    assert r["status"] == "skip" and "megatron-bridge is not importable by the job's Python" in r["detail"], r
+    in_image = _spec(tmp_path, container="nvcr.io/nvidia/nemo:26.10")
+    proc = subprocess.run(
+        [sys.executable, str(WORKLOADS / "cluster_checks.py"), "--check", "trainer", str(in_image)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("@@bridge-launch-canary-result ")]
+    assert json.loads(line[-1].split(" ", 1)[1])["status"] == "fail"  # an image without it is a finding

@@ -16,8 +16,8 @@ bandwidth. Checks, in report order:
 - trainer: the image's Megatron-Bridge builds the job's recipe with the job's exact overrides along
   run_recipe.py's own path (its main(): recipe lookup by name, Hydra override application, the
   runner's syncs) up to run_config, where instead of training it runs runtime_config_update, which
-  ends in ConfigContainer.validate() (Megatron-Bridge 067f987 scripts/training/run_recipe.py:405-476,
-  recipe_runner.py:500-548, src/megatron/bridge/training/config.py:1992-2032), for the job's world
+  ends in ConfigContainer.validate() (Megatron-Bridge 067f987 scripts/training/run_recipe.py:455-530,
+  recipe_runner.py:498-545, src/megatron/bridge/training/config.py:1992-2032), for the job's world
   size, in a subprocess, no GPU work; it reports the image's megatron.bridge and megatron.core
   versions next to the ones bridge-launch's schema/ was generated from;
 - data: dataset.path exists in the container; an Energon dataset is opened with the image's own
@@ -196,6 +196,23 @@ def _trainer_in_process(spec: dict) -> dict:
     data = {"versions": versions, "versions_match": same, "entry": entry, "recipe": recipe, "mode": mode}
     if not os.path.isfile(entry):
         return _result("trainer", "fail", f"the entry script {entry} is not in the image; {vline}", **data)
+    if recipe_build.static_interface(entry) is None and os.path.basename(entry) != "run_recipe.py":
+        # a script of the user's own (a run_recipe.py of another shape goes on, and fails as such)
+        return _result(
+            "trainer",
+            "skip",
+            f"{entry} is not Megatron-Bridge's run_recipe.py (its main() calls neither run_config() nor "
+            "TRAIN_FUNCTIONS[...]; read, not run): the recipe build applies only to that script",
+            **data,
+        )
+    if "error" in (versions.get("megatron_bridge") or {}) and not spec.get("container"):
+        return _result(
+            "trainer",
+            "skip",
+            f"megatron-bridge is not importable by the job's Python (a bare-process profile, no image to "
+            f"check); {vline}",
+            **data,
+        )
     try:
         mod = recipe_build.load_entry(entry)
         data["interface"] = recipe_build.interface(mod)

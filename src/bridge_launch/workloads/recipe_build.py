@@ -6,14 +6,18 @@ test suite's check against the real Megatron-Bridge source (scripts/bridge/realc
 run_recipe.py has two interfaces among the revisions bridge-launch pins:
 
 - "run_config" (067f987, main): `main(argv)` parses `--recipe/--mode/...` and ends in
-  `run_config(config=..., mode=..., step_func=...)` (run_recipe.py:405-476, recipe_runner.py:498-545);
+  `run_config(config=..., mode=..., step_func=...)` (run_recipe.py:455-530, recipe_runner.py:498-545);
   its own `--dryrun` replaces that call the same way. Replaced here by a function that keeps the
   config.
 - "train_functions" (987244934 and dd81e664e, PR #4871 over r0.5.0): `main()` reads `sys.argv`
-  (`parse_args`, :160-226), takes the mode from `--dataset` or infers it from the recipe name
-  (`infer_train_mode`, :300-308; no `--mode`), syncs model.seq_length to dataset.seq_length and
-  calls `TRAIN_FUNCTIONS[mode](config=..., forward_step_func=...)` (:311-358). Replaced here by
+  (`parse_args`, :160-224), takes the mode from `--dataset` or infers it from the recipe name
+  (`infer_train_mode`, :307-314; no `--mode`), syncs model.seq_length to dataset.seq_length and
+  calls `TRAIN_FUNCTIONS[mode](config=..., forward_step_func=...)` (main, :317-358). Replaced here by
   entries that keep the config.
+
+`static_interface` tells the two apart from the script's text without running it (a user's own entry
+script may train at import): in the module's own `main`, a call of `run_config` (067f987:523) or a
+subscript of `TRAIN_FUNCTIONS` (987244934:357; dd81e664e's file is byte-identical).
 
 Standard library only at import; megatron.bridge is imported by the script itself. Never bridge_launch.
 """
@@ -29,7 +33,7 @@ import os
 import sys
 
 # The benchmark recipes re-exec the interpreter once to apply their environment (067f987
-# recipe_runner.py bootstrap_recipe_environment, :337-362); this marker says that has happened.
+# recipe_runner.py bootstrap_recipe_environment, from :324); this marker says that has happened.
 BOOTSTRAP_MARKER = "_MB_TRAINING_RECIPE_ENV_BOOTSTRAPPED"
 
 
@@ -54,6 +58,27 @@ def load_entry(entry: str):
     except BaseException as exc:
         raise BuildError("import of " + entry, error_text(exc)) from exc
     return mod
+
+
+def static_interface(entry: str) -> str | None:
+    """The run_recipe.py interface `entry`'s source text has ("run_config" | "train_functions"), or
+    None: read with ast, nothing of it runs."""
+    import ast
+
+    try:
+        with open(entry, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read(), entry)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    main = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main"), None)
+    if main is None:
+        return None
+    for node in ast.walk(main):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "run_config":
+            return "run_config"
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "TRAIN_FUNCTIONS":
+            return "train_functions"
+    return None
 
 
 def interface(mod) -> str | None:
