@@ -130,8 +130,23 @@ def test_profile_default_and_no_canary(home):
 
 @pytest.mark.usefixtures("home")
 def test_no_canary_means_no_change_to_the_job():
-    plain = _dry("qwen35-vl-sft", "-c", "gb200-32", *VL_ARGS)
+    plain = _dry("qwen35-vl-sft", "-c", "gb200-32", "--no-canary", *VL_ARGS)
     assert "canary" not in plain and "dependency" not in plain["artifact"]["text"]
+    upstream = _dry("qwen35-9b-pretrain", "-c", "gb200-8")  # its function is in its pinned revision
+    assert "canary" not in upstream and "dependency" not in upstream["artifact"]["text"]
+
+
+@pytest.mark.usefixtures("home")
+def test_the_canary_is_on_by_default_for_a_recipe_function_its_revision_lacks():
+    d = _dry("qwen35-vl-sft", "-c", "gb200-32", *VL_ARGS)
+    assert "canary" in d and "#SBATCH --dependency=afterok:@CANARY_JOB_ID@" in d["artifact"]["text"]
+    assert d["provenance"]["job"]["canary"].startswith(
+        "on: qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config is not in Megatron-Bridge 067f987"
+    )
+    r = run_cli("submit", "qwen35-vl-sft", "-c", "gb200-32", *VL_ARGS, "--dry-run")
+    assert "adds before the first step: its own queue wait, then the image pull and the checks" in r.out, r.out
+    assert "at most 00:30:00 in all" in r.out
+    assert "canary" not in _dry("smoke", "-c", "local-slurm")  # no Megatron-Bridge function to doubt
 
 
 @pytest.mark.parametrize(

@@ -543,7 +543,13 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
             f"recipe function {recipe.get('upstream')} is not in upstream Megatron-Bridge: the job runs only "
             f"if its image ({container or 'none'}) carries it{alt}"
         )
-    canary = clusters.canary_settings(prof, opts.canary, nodes, jobsrc)
+    unproven = (
+        f"on: {recipe.get('upstream')} is not in Megatron-Bridge {upstream.short(recipe['bridge_commit'])}; "
+        "--no-canary turns it off"
+        if recipe.get("upstream_status") and not bridge_src and recipe["workload"] == "megatron-bridge"
+        else None
+    )
+    canary = clusters.canary_settings(prof, opts.canary, nodes, jobsrc, unproven)
     missing = [k for k in recipe["required"] if layers.values.get(k) in (None, "")]
     for key in missing:
         (errors if for_submit else warnings).append(

@@ -246,11 +246,17 @@ def describe(job) -> str:
             "submitted first; the job waits for it (--dependency=afterok, --kill-on-invalid-dep=yes)"
             + ("; with --until-done, the first segment only" if job.chain else "")
         )
+        cost = (
+            f"its own queue wait, then the image pull and the checks (the trainer and data checks up to "
+            f"{c['check_timeout']} s each), at most {c['time']} in all"
+        )
     else:
         where = f"the first step of the job on all {job.nodes} node(s); the job stops if a check fails"
+        cost = f"the checks, in the job's allocation (the trainer and data checks up to {c['check_timeout']} s each)"
     return (
         f"Canary     {where}  [{src}]\n"
-        f"           checks: image, trainer, data, checkpoint, hf_cache, fabric, network ({net})"
+        f"           checks: image, trainer, data, checkpoint, hf_cache, fabric, network ({net})\n"
+        f"           adds before the first step: {cost}"
     )
 
 

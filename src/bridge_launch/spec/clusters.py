@@ -301,19 +301,23 @@ def _check_canary(where: str, c: dict) -> None:
         raise UsageError(f"{where} [canary]: busbw_iters must be >= 1 and check_timeout >= 10 seconds")
 
 
-def canary_settings(prof: dict, requested: bool | None, nodes: int, jobsrc: dict) -> dict | None:
+def canary_settings(
+    prof: dict, requested: bool | None, nodes: int, jobsrc: dict, unproven: str | None = None
+) -> dict | None:
     """The canary's settings for a job (None: no canary). `requested`: --canary / --no-canary, or None
-    for the profile's default."""
+    for the default: the profile's [canary] enabled, or on where `unproven` says why the job's recipe
+    function cannot be trusted to exist (not in its pinned Megatron-Bridge revision) on a cluster."""
     section = prof.get("canary") or {}
     on = section.get("enabled", False) if requested is None else requested
-    if not on:
+    by_default = requested is None and not on and unproven is not None and prof["backend"] != "local"
+    if not (on or by_default):
         return None
     if prof["backend"] == "local":
         raise UsageError(
             f"--canary checks a cluster before the job starts; cluster '{prof['name']}' runs torchrun on "
             "this machine (the local backend), where the job itself is the check"
         )
-    jobsrc["canary"] = "cli" if requested else f"cluster:{prof['name']}"
+    jobsrc["canary"] = "cli" if requested else unproven if by_default else f"cluster:{prof['name']}"
     full = {k: section.get(k, default) for k, (_, default) in CANARY_KEYS.items()}
     full.pop("enabled")
     # Slurm runs it on its own allocation; on Lepton and DGX Cloud every node of the job runs it
