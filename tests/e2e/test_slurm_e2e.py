@@ -411,3 +411,27 @@ def test_a_profile_that_asks_for_pmix_runs_on_two_nodes(home):
     logs = run_cli("logs", sub["run_id"]).out
     assert "File exists" not in logs and "launch failed" not in logs
     assert sorted(set(_summary(sub["run_dir"])["hosts"])) == ["node1", "node2"]
+
+
+@pytest.mark.usefixtures("cluster", "home")
+def test_a_node_whose_gpu_fails_is_left_out_of_the_next_submit():
+    # rank 2 runs on node2 (node rank 1 of 2 x 2 processes); its failure reads as the kernel's ECC report
+    bad = _submit(
+        "train.train_iters=20",
+        "smoke.step_sleep=0.2",
+        "+smoke.fail_at_step=3",
+        "+smoke.fail_rank=2",
+        "+smoke.fail_message=uncorrectable ECC error encountered on GPU 0",
+    )
+    st = _wait_state(bad["run_id"], ("FAILED", "COMPLETED"))
+    assert st["state"] == "FAILED" and st["info"].get("bad_node") == "node2", st
+    r = run_cli("clusters", "show", "local-slurm")
+    assert "  node2 " in r.out and "uncorrectable ECC error" in r.out and bad["run_id"] in r.out, r.out
+    r = run_cli("submit", "smoke", "-c", "local-slurm", "--dry-run")
+    assert "#SBATCH --exclude=node2\n" in r.out and "node node2 is left out" in r.out
+    r = run_cli("submit", "smoke", "-c", "local-slurm", *FAST)  # two nodes, one left out: said before queueing
+    assert r.code == 2 and "the bad-node list leaves out node2: too few nodes for 2" in r.err, r.err
+    ok = _submit("--nodes", "1", "train.train_iters=3")
+    st = _wait_state(ok["run_id"], ("FAILED", "COMPLETED"))
+    assert st["state"] == "COMPLETED" and st["info"]["nodes"] == "node1", st
+    assert run_cli("clusters", "forget-node", "local-slurm", "node2").code == 0

@@ -625,6 +625,17 @@ def clusters_show(name: str = typer.Argument(..., autocompletion=_complete_clust
     raise typer.Exit(commands.clusters_show(name, output.value))
 
 
+@clusters_app.command("forget-node")
+def clusters_forget_node(
+    name: str = typer.Argument(..., autocompletion=_complete_cluster),
+    node: str = typer.Argument(..., help="A node on the cluster's bad-node list (clusters show lists them)."),
+):
+    """Take a node off the cluster's bad-node list, so that submits may use it again."""
+    from bridge_launch.cli import commands
+
+    raise typer.Exit(commands.clusters_forget_node(name, node))
+
+
 def _exit_now(code) -> None:
     """End the process without the interpreter's teardown. Once `plan` has imported megatron-core
     (and with it torch and some 3,000 modules), tearing them down costs about a quarter of the

@@ -66,6 +66,7 @@ def submit(
         force=force,
         memory_check=memory_check,
         canary=canary,
+        bad_nodes=_bad_nodes(cluster),
     )
     job = resolve.resolve(recipe, opts, for_submit=not dry_run)
     if job.bridge_src:
@@ -105,6 +106,22 @@ def submit(
     from bridge_launch.runs import lifecycle as launch
 
     return _submitted(launch.submit(job), job, follow, output)
+
+
+def _bad_nodes(cluster: str) -> tuple:
+    """The cluster's live bad-node list as resolve takes it: ((node, why), ...)."""
+    import datetime
+
+    from bridge_launch.runs import bad_nodes
+
+    return tuple(
+        (
+            node,
+            f"{e['evidence']} (run {e['run']}; out until "
+            f"{datetime.datetime.fromtimestamp(e['until']).strftime('%Y-%m-%d %H:%M')})",
+        )
+        for node, e in sorted(bad_nodes.active(cluster).items())
+    )
 
 
 def _confirmed(yes: bool, output: str, lines: list[str], question: str) -> bool:
@@ -593,7 +610,9 @@ def clusters_show(name, output) -> int:
 
     p = clusters.load(name)
     if output == "json":
-        views.dump_json(p)
+        from bridge_launch.runs import bad_nodes
+
+        views.dump_json(dict(p, bad_nodes=bad_nodes.active(p["name"])))
         return 0
     for k, v in p.items():
         if k in ("slurm", "lepton", "dgxcloud") and k != p["backend"]:
@@ -606,6 +625,23 @@ def clusters_show(name, output) -> int:
                     print(f"  {kk} = {views.fmt(vv)}")
         elif v not in (None, "", []):
             print(f"{k:<20} {views.fmt(v)}")
+    bad = _bad_nodes(p["name"])
+    if bad:
+        print("bad nodes (left out of submits until they expire; clusters forget-node C NODE lets one back in)")
+        for node, why in bad:
+            print(f"  {node:<16} {why}")
+    return 0
+
+
+def clusters_forget_node(name, node) -> int:
+    from bridge_launch.runs import bad_nodes
+    from bridge_launch.spec import clusters
+
+    p = clusters.load(name)
+    if not bad_nodes.forget(p["name"], node):
+        live = ", ".join(sorted(bad_nodes.active(p["name"]))) or "none"
+        raise UsageError(f"node {node!r} is not on cluster '{p['name']}''s bad-node list (on it: {live})")
+    print(f"{node}: off cluster '{p['name']}''s bad-node list; submits may use it again")
     return 0
 
 
@@ -957,6 +993,7 @@ def submit_group(recipe, overrides, *, sweep, experiment, follow, output, dry_ru
         Registry().check_new_name(name)  # before resolving anything; add_experiment checks it again
     opts = dict(options)
     base = dict(
+        bad_nodes=_bad_nodes(opts["cluster"]),
         cluster=opts.pop("cluster"),
         overlays=tuple(opts.pop("overlays")),
         env=tuple(opts.pop("env")),

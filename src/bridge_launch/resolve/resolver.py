@@ -56,6 +56,8 @@ class Options:
     force: bool = False  # submit even when sizing finds that no save can land before the time limit
     memory_check: bool = True  # plan's memory estimate above 100% of the GPU is an error (else a warning)
     canary: bool | None = None  # --canary / --no-canary; None: the profile's [canary] enabled
+    # ((node, why), ...): the cluster's bad-node list (runs/bad_nodes.py), excluded on Slurm
+    bad_nodes: tuple[tuple[str, str], ...] = ()
 
 
 # Keys that default into the run directory when no layer sets them, so a run keeps its
@@ -501,6 +503,17 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
             jobsrc[flag] = f"cluster:{prof['name']}"
     if scheduler.get("time"):
         slurm_time.checked(scheduler["time"], jobsrc["time"])
+    if opts.bad_nodes and prof["backend"] == "slurm":  # the runs layer's bad-node list: left out, saying why
+        excluded = list(scheduler.get("exclude") or [])
+        for node, why in opts.bad_nodes:
+            if node not in excluded:
+                excluded.append(node)
+                warnings.append(
+                    f"node {node} is left out (--exclude): {why}; 'bridge-launch clusters forget-node "
+                    f"{prof['name']} {node}' lets it back in"
+                )
+        scheduler["exclude"] = excluded
+        jobsrc["exclude"] = "bad-node list"
 
     job_root = (prof["job_root"] or str(paths.state_dir() / "runs")).rstrip("/")
     run_dir = f"{job_root}/{RUN_ID_PLACEHOLDER}"

@@ -289,7 +289,15 @@ def refresh(reg: Registry, runs: list[Run]) -> list[Run]:
     for name, group in by_backend.items():
         current = {r.run_id: r for r in group}
         be = backends.backend(name)
-        for run_id, st in be.status([(r, load_job(reg, r)) for r in group]).items():
+        jobs = {r.run_id: load_job(reg, r) for r in group}
+        for run_id, st in be.status([(r, jobs[r.run_id]) for r in group]).items():
+            bad = st.pop("bad_node", None)
+            if bad and st.get("state") == "FAILED":  # a node's own fault: later submits leave it out
+                from bridge_launch.runs import bad_nodes
+
+                hours = jobs[run_id].profile.get("bad_node_hours") or bad_nodes.DEFAULT_HOURS
+                bad_nodes.record(current[run_id].cluster, bad["node"], bad["evidence"], run_id, hours)
+                st["bad_node"] = bad["node"]
             if current[run_id].info.get("canary"):  # the canary's verdict; FAILED when it failed
                 from bridge_launch.runs import canary
 

@@ -35,6 +35,8 @@ _TOP: dict = {
     "confirm_gpu_hours": ((int, float), 0),
     # ... and before an experiment of more runs than this (0: never asks)
     "confirm_runs": (int, 20),
+    # hours a node whose own fault failed a run stays out of later submits (runs/bad_nodes.py)
+    "bad_node_hours": ((int, float), 24),
     # what a GPU-hour costs, for that summary (0: not known)
     "gpu_hour_cost": ((int, float), 0),
     # seconds a node waits in torchrun's rendezvous for the others (0: derived, backends/torchrun_opts.py)

@@ -38,6 +38,7 @@ from bridge_launch.core.image_ref import pyxis_ref
 from bridge_launch.core.ports import EPHEMERAL_PORTS
 from bridge_launch.core.upstream import BRIDGE_IN_CONTAINER
 from bridge_launch.logs.failures import DETERMINISTIC, grep_pattern
+from bridge_launch.logs.reader import failing_node
 from bridge_launch.plan import topology
 from bridge_launch.workloads import trainer_protocol as P
 
@@ -729,7 +730,16 @@ class Backend:
         hidden = [n for n in job.secrets if n not in values]
         test = self.command(s, ["sbatch", "--test-only", script], drop=job.secrets)
         if test.returncode:
-            raise UsageError(f"Slurm would reject this job: {self.first_error(test)}")
+            left_out = s.get("exclude") if job.provenance.get("job", {}).get("exclude") == "bad-node list" else None
+            raise UsageError(
+                f"Slurm would reject this job: {self.first_error(test)}"
+                + (
+                    f" (the bad-node list leaves out {', '.join(left_out)}: too few nodes for {job.nodes}; "
+                    f"'bridge-launch clusters forget-node {job.cluster} NODE' lets one back in)"
+                    if left_out
+                    else ""
+                )
+            )
         if s.get("login_host"):
             # Values travel on the session's standard input, never on a command line; the others are
             # unset, so a value the login shell's own startup files export does not reach sbatch either.
@@ -819,6 +829,9 @@ class Backend:
                     why = (container_failure(texts) if job.container else None) or slurm_secrets.failure(texts)
                     if why:
                         st["reason"] = why
+                    bad = failing_node(self._node_texts(s, run, jid))
+                    if bad:  # the runs layer keeps it out of later submits (runs/bad_nodes.py)
+                        st["bad_node"] = {"node": bad[0], "evidence": bad[1], "job_id": jid}
                 if job.chain:
                     st = self._chain_status(s, run, job, st)
                 elif job.limit_save and st.get("state") == "COMPLETED":
@@ -962,6 +975,19 @@ class Backend:
 
     def _progress(self, s, run) -> dict:
         return progress(self.recent_log_texts(s, run))
+
+    def _node_texts(self, s, run, jid: str) -> dict:
+        """{node: the tail of its log} for job `jid` (srun --output=%j-%N.log: one log per node)."""
+        if s.get("login_host"):
+            named = {n: b.decode("utf-8", "replace") for n, b in self._remote_logs(s, run, tail=65536).items()}
+        else:
+            named = {p.name: log_tail(p) for p in self._local_logs(run)}
+        out = {}
+        for name, text in named.items():
+            m = re.fullmatch(rf"{re.escape(str(jid))}-(.+)\.log", Path(name).name)
+            if m and text:
+                out[m.group(1)] = text
+        return out
 
     def recent_log_texts(self, s, run) -> list:
         if s.get("login_host"):  # the last 64 KiB of each log, all in one SSH call
