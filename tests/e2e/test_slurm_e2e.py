@@ -435,3 +435,37 @@ def test_a_node_whose_gpu_fails_is_left_out_of_the_next_submit():
     st = _wait_state(ok["run_id"], ("FAILED", "COMPLETED"))
     assert st["state"] == "COMPLETED" and st["info"]["nodes"] == "node1", st
     assert run_cli("clusters", "forget-node", "local-slurm", "node2").code == 0
+
+
+@pytest.mark.usefixtures("cluster")
+def test_the_health_step_finds_the_bad_node_and_the_next_job_leaves_it_out(home, tmp_path):
+    from gpu_reports import fake_nvidia_smi
+
+    # both nodes share this PATH (sbatch exports the submitting environment): node2's GPU 0 reports
+    # uncorrectable ECC errors, node1's GPUs are healthy
+    fake_nvidia_smi(tmp_path / "bin", bad_node="node2", gpus=2)
+    env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    write(
+        home / "clusters" / "healthy.toml", 'name = "healthy"\nextends = "local-slurm"\n[slurm]\nhealth_check = true\n'
+    )
+    t0 = time.time()
+    r = run_cli("submit", "smoke", "-c", "healthy", "-o", "json", *FAST, "train.train_iters=2", env=env)
+    assert r.code == 0, r.err
+    run = r.json()
+    st = _wait_state(run["run_id"], ("FAILED", "COMPLETED"))
+    assert st["state"] == "FAILED" and st["reason"].startswith(
+        "health step failed on node2: gpu: GPU 00000000:01:00.0"
+    ), st
+    assert time.time() - t0 < 120  # the step is bounded (srun --time=2), and stopped the job before torchrun
+    run_dir = Path(run["run_dir"])
+    reports = {p.stem: json.loads(p.read_text()) for p in (run_dir / "health").glob("*/*.json")}
+    assert reports["node2"]["status"] == "fail" and reports["node1"]["status"] == "ok", reports
+    assert not list((run_dir / "logs").glob("*-node1.log"))  # torchrun never started
+    assert "  node2 " in run_cli("clusters", "show", "healthy").out
+    # a one-node job now runs on node1 only, and passes its own health step there
+    r = run_cli("submit", "smoke", "-c", "healthy", "-o", "json", "--nodes", "1", *FAST, "train.train_iters=2", env=env)
+    assert r.code == 0, r.err
+    st = _wait_state(r.json()["run_id"], ("FAILED", "COMPLETED"))
+    assert st["state"] == "COMPLETED" and st["info"]["nodes"] == "node1", st
+    out = (Path(r.json()["run_dir"]) / "logs").glob("sbatch-*.out")
+    assert any("bridge-launch health: node1 ok gpu: 2 x NVIDIA GB200" in p.read_text() for p in out)

@@ -69,7 +69,8 @@ def test_slurm_canary_is_a_short_job_in_the_same_image_the_real_job_waits_for():
     for line in ("#SBATCH --partition=batch", "#SBATCH --exclusive", "#SBATCH --gpus-per-node=4"):
         assert line in main and line in text
     # the same container, mounts, environment and srun flags as the job: only the node count differs
-    srun = [ln for ln in main.splitlines() if ln.startswith("    --") and "nodes=" not in ln and "--nnodes" not in ln]
+    train = main.split("health_rc=$?")[-1]  # the training step (the health step comes before it)
+    srun = [ln for ln in train.splitlines() if ln.startswith("    --") and "nodes=" not in ln and "--nnodes" not in ln]
     csrun = [ln for ln in text.splitlines() if ln.startswith("    --") and "nodes=" not in ln and "--nnodes" not in ln]
     assert [ln for ln in srun if ln.startswith(("    --container", "    --mpi", "    --no-container"))] == [
         ln for ln in csrun if ln.startswith(("    --container", "    --mpi", "    --no-container"))
@@ -79,7 +80,7 @@ def test_slurm_canary_is_a_short_job_in_the_same_image_the_real_job_waits_for():
     entry = text.index("    /lustre/fsw/bridge-launch/runs/@RUN_ID@/workload/cluster_checks.py \\\n")
     assert text[entry:].splitlines()[1] == "    /lustre/fsw/bridge-launch/runs/@RUN_ID@/canary/@RUN_ID@.spec.json &"
     spec = c["spec"]
-    tokens = shlex.split(main.split("srun \\\n")[1].split(" &\n")[0].replace("\\\n", " "))
+    tokens = shlex.split(train.split("srun \\\n")[1].split(" &\n")[0].replace("\\\n", " "))
     at = tokens.index(spec["entry"])
     assert tokens[at + 1 : at + 5] == ["--recipe", spec["recipe"], "--mode", spec["mode"]]
     assert spec["args"] == tokens[at + 5 :]  # the job's exact overrides

@@ -214,6 +214,17 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
     storage = storage_line(job)
     if storage:
         lines.append(storage)
+    if (job.scheduler or {}).get("health_check"):
+        imex = (
+            ", IMEX channels"
+            if job.gpu_type != "cpu" and job.nodes > 1 and job.profile.get("nvlink_domain_nodes", 0) > 1
+            else ""
+        )
+        lines.append(
+            f"Health     before torchrun, every node checks its GPUs (nvidia-smi -q: ECC, row remapping, count and "
+            f"model){imex} and the paths of the job, in its image, at most 2 min; a failing node stops the job and "
+            f"is left out of later submits  [cluster:{job.cluster}]"
+        )
     lines.append(f"\nConfig ({len(job.config)} keys; each is passed to the job explicitly)")
     lines += _table([(k, fmt(v), prov["config"].get(k, "")) for k, v in job.config.items()])
     removed = [k for k, s in prov["config"].items() if s == "cli (removed)"]

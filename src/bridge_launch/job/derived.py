@@ -69,7 +69,8 @@ def canary_job(job, nodes: int | None = None):
     workload/cluster_checks.py with the spec."""
     c = job.canary
     n = nodes or c["nodes"]
-    sched = {k: v for k, v in job.scheduler.items() if k != "signal"}
+    # no time-limit signal, and no health step: the canary's own checks cover what it checks
+    sched = {k: v for k, v in job.scheduler.items() if k not in ("signal", "health_check")}
     if job.backend == "slurm":
         sched["time"] = c["time"]
     return dataclasses.replace(

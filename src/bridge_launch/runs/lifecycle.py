@@ -34,7 +34,8 @@ def _launch(
             artifact.filename: artifact.text,
             **artifact.files,
         }
-        if job.workload == "smoke" or job.canary or job.chain:  # a chain's segments measure with step_times.py
+        # a chain's segments measure with step_times.py; the health step is node_health.py
+        if job.workload == "smoke" or job.canary or job.chain or job.scheduler.get("health_check"):
             files.update(workload_files())
         if job.canary:  # its spec and (Slurm) its own script
             from bridge_launch.runs import canary

@@ -69,6 +69,8 @@ _SLURM = {
     "segment": (bool, False),
     "sbatch_args": (list, []),
     "srun_args": (list, []),
+    # the health step (workloads/node_health.py): one task per node before torchrun, in the job's image
+    "health_check": (bool, False),
     "slurm_conf": (str, ""),
     "login_host": (str, ""),
     "ssh_port": (int, 22),

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import time
 
+import node_facts
 import torch
 import torch.distributed as dist
 
@@ -74,29 +75,8 @@ def query_fabric():
     }
 
 
-# Multi-node NVLink (MNNVL) memory is shared through IMEX channels: a process needs a channel
-# device, /dev/nvidia-caps-imex-channels/channel<N>, to import another node's memory. enroot bind-
-# mounts that directory into the container from 4.0.0 on (NVIDIA/enroot 48c750e, "Add support for
-# IMEX channels in hook 98-nvidia.sh", 2025-09-29; conf/hooks/98-nvidia.sh, only when
-# NVIDIA_DRIVER_CAPABILITIES includes compute, `nofail`: silently absent where the host has none);
-# enroot 3.x does not, and then NCCL cannot use MNNVL inside the container.
-IMEX_CHANNELS = "/dev/nvidia-caps-imex-channels"
-IMEX_HINT = (
-    "enroot mounts it only from 4.0 (hook 98-nvidia.sh, with NVIDIA_DRIVER_CAPABILITIES including "
-    "compute); with older enroot add it to the profile's container_mounts, and the host needs the IMEX "
-    "daemon's channels"
-)
-
-
-def imex_channels(root: str = IMEX_CHANNELS) -> dict:
-    """Whether the IMEX channel directory is visible here (in the container) and its channels."""
-    try:
-        names = sorted(n for n in os.listdir(root) if n.startswith("channel"))
-    except FileNotFoundError:
-        return {"visible": False, "channels": []}
-    except OSError as exc:
-        return {"visible": False, "channels": [], "error": exc.strerror or str(exc)}
-    return {"visible": True, "channels": names}
+# IMEX channels: node_facts.py (no torch there: the health step reads them too)
+IMEX_CHANNELS, IMEX_HINT, imex_channels = node_facts.IMEX_CHANNELS, node_facts.IMEX_HINT, node_facts.imex_channels
 
 
 def imex_line(imex_by_host: dict) -> str:

@@ -115,7 +115,8 @@ def test_gb200_renders_pyxis_form_workdir_and_no_mpi():
     assert d["container"] == "nvcr.io/nvidia/nemo:26.10"  # the job keeps the user's form
     assert "'--container-image=nvcr.io#nvidia/nemo:26.10' \\" in text  # quoted: '#' starts a shell comment
     assert "--container-image=nvcr.io/" not in text
-    assert text.count("--mpi=") == 1 and "--mpi=none \\" in text and "pmix" not in text
+    train = text.split("health_rc=$?")[-1]  # the training step, after the health step
+    assert train.count("--mpi=") == 1 and "--mpi=none \\" in train and "pmix" not in text
     assert f"--container-workdir={d['run_dir']} \\" in text
 
 
@@ -132,7 +133,8 @@ def test_lepton_and_runai_keep_registry_slash_form():
 def test_mpi_comes_from_the_profile(home):
     write(home / "clusters" / "pmix.toml", 'extends = "gb200-8"\n[slurm]\nmpi = "pmix"\n')
     text = run_cli("submit", "smoke", "-c", "pmix", "--dry-run", "-o", "json").json()["artifact"]["text"]
-    assert text.count("--mpi=") == 1 and "--mpi=pmix \\" in text
+    train = text.split("health_rc=$?")[-1]  # the training step, after the health step
+    assert train.count("--mpi=") == 1 and "--mpi=pmix \\" in train
     write(home / "clusters" / "twice.toml", 'extends = "gb200-8"\n[slurm]\nsrun_args = ["--mpi=pmi2"]\n')
     r = run_cli("submit", "smoke", "-c", "twice", "--dry-run")
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "[slurm] mpi" in r.err, r.err
@@ -256,7 +258,7 @@ def test_script_structure(name):
         assert "--rdzv-backend=c10d" in words and "--rdzv-endpoint=$rdzv_host:$rdzv_port" in words
         assert "SLURM_LOCALID" not in text
         if job.container:
-            env_line = next(w for w in words if w.startswith("--container-env="))
+            env_line = [w for w in words if w.startswith("--container-env=")][-1]  # the training step's
             listed = env_line.split("=", 1)[1].split(",")
             exported = re.findall(r"^export (\w+)=", text, re.M)
             assert set(exported) | set(job.secrets) == set(listed)

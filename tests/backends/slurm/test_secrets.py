@@ -368,7 +368,7 @@ def test_status_reads_the_first_lines_failure():
 def test_render_reads_only_sourced_secrets_and_keeps_every_name_in_container_env():
     job = resolve.resolve("smoke", resolve.Options(cluster="gb200-8", secrets=("MINE",)))
     text = backends.render(job).text
-    env_arg = next(w for w in text.split() if w.startswith("--container-env="))
+    env_arg = [w for w in text.split() if w.startswith("--container-env=")][-1]  # the training step's
     assert {"HF_TOKEN", "WANDB_API_KEY", "MINE"} <= set(env_arg.split("=", 1)[1].split(","))
     assert "export HF_TOKEN=" in text and "MINE" not in text.split("load_secrets() {")[1].split("}")[0]
     assert "# Secrets passed by name from the submitting environment: MINE\n" in text

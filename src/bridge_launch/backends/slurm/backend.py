@@ -40,6 +40,7 @@ from bridge_launch.core.upstream import BRIDGE_IN_CONTAINER
 from bridge_launch.logs.failures import DETERMINISTIC, grep_pattern
 from bridge_launch.logs.reader import failing_node
 from bridge_launch.plan import topology
+from bridge_launch.workloads import node_facts
 from bridge_launch.workloads import trainer_protocol as P
 
 _DIRECTIVE_SAFE = re.compile(r"^[^\s'\"\\]+$")
@@ -211,6 +212,65 @@ def torchrun_command(job) -> list:
     if job.chain:  # checkpoint.ckpt_step=M when the newest checkpoint is incomplete (decided at run time)
         cmd.append(Raw('"${resume_args[@]}"'))
     return cmd
+
+
+def health_args(job) -> list[str]:
+    """node_health.py's arguments for this job: the profile's GPUs, IMEX where it has NVLink domains,
+    the paths the job reads and the checkpoint directory it writes."""
+    gpu = job.gpu_type != "cpu"
+    out = [f"--gpus={job.gpus_per_node if gpu else 0}", f"--gpu-model={job.gpu_type.upper() if gpu else ''}"]
+    if gpu and job.nodes > 1 and job.profile.get("nvlink_domain_nodes", 0) > 1:
+        out.append("--imex")
+    cfg = job.config
+    for flag, keys in (
+        ("--read", ("dataset.path", "checkpoint.pretrained_checkpoint")),
+        ("--write", ("checkpoint.save",)),
+    ):
+        for key in keys:
+            v = cfg.get(key)
+            if isinstance(v, str) and v.startswith("/") and "${" not in v:
+                out.append(f"{flag}={key}={v}")
+    return out
+
+
+def _health_lines(job, srun) -> list[str]:
+    """The health step: one task per node of this allocation, in the job's image, at most 2 minutes;
+    a node that fails it stops the job before torchrun (its line names the node and the check)."""
+    run_dir, exit_file = job.run_dir, f'{q(job.run_dir + "/exit")}/"$SLURM_JOB_ID"'
+    step = ["srun" if a == Raw("with_secrets srun") else a for a in srun]  # the step needs no secret
+    step = [a for a in step if not str(a).startswith(("--output=", "--kill-on-bad-exit"))]
+    step = [  # nor the names of the secrets among the variables pyxis passes into the container
+        "--container-env=" + ",".join(n for n in a.split("=", 1)[1].split(",") if n not in job.secrets)
+        if str(a).startswith("--container-env=")
+        else a
+        for a in step
+    ]
+    step += ["--kill-on-bad-exit=0", "--time=2", Raw('--output="$health_out"')]
+    py = "python3" if job.container else job.python
+    cmd = [
+        *step,
+        py,
+        f"{run_dir}/{WORKLOAD_DIR}/node_health.py",
+        Raw(f'--report={q(run_dir + "/health")}/"$SLURM_JOB_ID"'),
+    ]
+    stop = [f"printf '%s\\n' 1 > {exit_file}", "exit 1"]
+    if job.chain:  # the chain stops: its next segment would start on the same nodes
+        chain_dir = q(f"{run_dir}/chain/{job.run_id}")
+        stop = [f"mkdir -p {chain_dir}", f'echo "health step failed: $bad" > {chain_dir}/stopped', *stop]
+    return [
+        "# the health step: each node checks its GPUs, IMEX channels and the paths of the job (node_health.py)",
+        f'health_out={q(run_dir + "/logs")}/health-"$SLURM_JOB_ID".out',
+        " \\\n    ".join(_arg(a) for a in [*cmd, *health_args(job)]),
+        "health_rc=$?",
+        'cat "$health_out" 2>/dev/null',
+        'if [ "$health_rc" -ne 0 ]; then',
+        f'    bad=$(grep -h " FAIL " "$health_out" 2>/dev/null | sed "s/^.*{node_facts.HEALTH_MARK} //" | '
+        'paste -sd "|" -)',
+        '    echo "bridge-launch: the health step failed: ${bad:-srun exit $health_rc}" >&2',
+        *[f"    {x}" for x in stop],
+        "fi",
+        "",
+    ]
 
 
 def _single_block(job, srun) -> list[str]:
@@ -542,6 +602,7 @@ def render(job) -> Artifact:
         f"mkdir -p {' '.join(q(d) for d in mkdirs)}" + (f' {q(T.trace_dir(job))}/"$SLURM_JOB_ID"' if trace else ""),
         *secret_lines,
         "",
+        *(_health_lines(job, srun) if s.get("health_check") else []),
         *(_chain_block(job, srun) if job.chain else _single_block(job, srun)),
     ]
     files = {node_launcher_path(job): node_launcher(job)}
@@ -829,7 +890,15 @@ class Backend:
                     why = (container_failure(texts) if job.container else None) or slurm_secrets.failure(texts)
                     if why:
                         st["reason"] = why
-                    bad = failing_node(self._node_texts(s, run, jid))
+                    health = [m for t in texts if t for m in node_facts.HEALTH_RE.finditer(t) if m.group(2) == "FAIL"]
+                    # a node's own fault (its GPUs, its IMEX channels) when it alone has one: the same
+                    # failure on every node of a larger job is the profile's or the job's
+                    own = [m for m in health if m.group(3).startswith(("gpu:", "imex:"))]
+                    alone = len(own) == 1 and (len(health) < job.nodes or job.nodes == 1)
+                    bad = (own[0].group(1), f"health step: {own[0].group(3)}") if alone else None
+                    if health:
+                        st["reason"] = "health step failed on " + "; ".join(f"{m[1]}: {m[3]}" for m in health)
+                    bad = bad or failing_node(self._node_texts(s, run, jid))
                     if bad:  # the runs layer keeps it out of later submits (runs/bad_nodes.py)
                         st["bad_node"] = {"node": bad[0], "evidence": bad[1], "job_id": jid}
                 if job.chain:

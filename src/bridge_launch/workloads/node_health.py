@@ -1,0 +1,133 @@
+"""The health step: one task per node of the job's own allocation, in the job's image, before
+torchrun starts (backends/slurm/backend.py runs it with `srun --ntasks-per-node=1 --time=2`).
+
+Each node checks what would kill the job later, reports one line on its standard output and writes
+its report to DIR/<node>.json:
+
+- gpu: `nvidia-smi -q` (node_facts.gpu_health: uncorrectable ECC errors since the driver loaded, a
+  pending row remap, a failed remap), the GPU count and model against the profile's; "skipped (no
+  nvidia-smi)" where the node has none (CPU processes);
+- imex: the IMEX channels multi-node NVLink needs, where the profile has NVLink domains;
+- paths: the data and checkpoint paths the job reads exist and are readable here, and the
+  checkpoint directory it writes is writable.
+
+Exit status 1 when a check failed (the batch script then stops before torchrun), else 0. Standard
+library only; never bridge_launch.
+
+    python3 node_health.py --report DIR [--gpus N] [--gpu-model GB200] [--imex]
+        [--read KEY=PATH]... [--write KEY=PATH]...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import node_facts
+
+RESULT_MARK = node_facts.HEALTH_MARK
+NVIDIA_SMI_TIMEOUT = 45  # seconds; the step itself has --time=2 (minutes)
+
+
+def _node() -> str:
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def check_gpu(expect: int, model: str) -> dict:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return {"name": "gpu", "status": "skip", "detail": "skipped (no nvidia-smi)"}
+    try:
+        proc = subprocess.run([smi, "-q"], capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return {"name": "gpu", "status": "fail", "detail": f"nvidia-smi -q did not answer in {NVIDIA_SMI_TIMEOUT} s"}
+    if proc.returncode:
+        why = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+        return {"name": "gpu", "status": "fail", "detail": f"nvidia-smi -q failed: {why[0]}"}
+    gpus = node_facts.gpu_health(proc.stdout)
+    problems = [f"GPU {g['bus']}: {p}" for g in gpus for p in g["problems"]]
+    if expect and len(gpus) != expect:
+        problems.append(f"{len(gpus)} GPUs visible, the profile expects {expect}")
+    if model:
+        other = sorted({g["name"] for g in gpus if model.lower() not in g["name"].lower()})
+        if other:
+            problems.append(f"GPU model {', '.join(other)}, the profile expects {model}")
+    if problems:
+        return {"name": "gpu", "status": "fail", "detail": "; ".join(problems)}
+    names = sorted({g["name"] for g in gpus})
+    return {"name": "gpu", "status": "ok", "detail": f"{len(gpus)} x {', '.join(names)}: no uncorrectable errors"}
+
+
+def check_imex() -> dict:
+    info = node_facts.imex_channels()
+    if not info["visible"]:
+        return {
+            "name": "imex",
+            "status": "fail",
+            "detail": f"{node_facts.IMEX_CHANNELS} not visible ({node_facts.IMEX_HINT})",
+        }
+    if not info["channels"]:
+        return {"name": "imex", "status": "fail", "detail": "no IMEX channel (the host's IMEX daemon made none)"}
+    return {"name": "imex", "status": "ok", "detail": ", ".join(info["channels"])}
+
+
+def check_paths(reads: list[str], writes: list[str]) -> dict:
+    problems = []
+    for item in reads:
+        key, _, path = item.partition("=")
+        if not os.path.exists(path):
+            problems.append(f"{key} {path} does not exist here")
+        elif not os.access(path, os.R_OK):
+            problems.append(f"{key} {path} is not readable here (uid {os.getuid()})")
+    for item in writes:
+        key, _, path = item.partition("=")
+        probe = path
+        while probe and not os.path.exists(probe):  # the job creates what is missing below the first that exists
+            probe = os.path.dirname(probe.rstrip("/"))
+        if not probe or not os.access(probe, os.W_OK):
+            problems.append(f"{key} {path} cannot be written here ({probe or '/'} is not writable)")
+    if problems:
+        return {"name": "paths", "status": "fail", "detail": "; ".join(problems)}
+    n = len(reads) + len(writes)
+    return {"name": "paths", "status": "ok" if n else "skip", "detail": f"{n} path(s) reachable" if n else "no path"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="node_health.py")
+    ap.add_argument("--report", required=True)
+    ap.add_argument("--gpus", type=int, default=0)
+    ap.add_argument("--gpu-model", default="")
+    ap.add_argument("--imex", action="store_true")
+    ap.add_argument("--read", action="append", default=[])
+    ap.add_argument("--write", action="append", default=[])
+    args = ap.parse_args(argv)
+    t0 = time.monotonic()
+    checks = [check_gpu(args.gpus, args.gpu_model)]
+    if args.imex:
+        checks.append(check_imex())
+    checks.append(check_paths(args.read, args.write))
+    failed = [c for c in checks if c["status"] == "fail"]
+    node = _node()
+    report = {"node": node, "status": "fail" if failed else "ok", "seconds": round(time.monotonic() - t0, 2)}
+    report["checks"] = checks
+    os.makedirs(args.report, exist_ok=True)
+    tmp = os.path.join(args.report, f".{node}.json")
+    with open(tmp, "w") as fh:
+        json.dump(report, fh)
+    os.replace(tmp, os.path.join(args.report, f"{node}.json"))
+    shown = failed or checks
+    print(
+        f"{RESULT_MARK} {node} {'FAIL' if failed else 'ok'} " + "; ".join(f"{c['name']}: {c['detail']}" for c in shown),
+        flush=True,
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""`nvidia-smi -q` reports for the health step's tests, in the driver's layout: the fields and
+indentation of a real report (an A100's, driver 510.73.08, quoted in stas00/ml-engineering
+compute/accelerator/nvidia/debug.md: "Attached GPUs", one "GPU <bus id>" block each with "Product
+Name", "ECC Errors" -> "Volatile"/"Aggregate" -> "SRAM|DRAM Correctable|Uncorrectable", "Retired
+Pages" and "Remapped Rows" -> "Correctable Error", "Uncorrectable Error", "Pending", "Remapping
+Failure Occurred"), here for GB200s."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def gpu_block(bus: str, *, dram_uncorrectable: int = 0, aggregate_uncorrectable: int = 0, pending: str = "No") -> str:
+    return f"""GPU {bus}
+    Product Name                          : NVIDIA GB200
+    Product Brand                         : NVIDIA
+    ECC Errors
+        Volatile
+            SRAM Correctable              : 0
+            SRAM Uncorrectable            : 0
+            DRAM Correctable              : 3
+            DRAM Uncorrectable            : {dram_uncorrectable}
+        Aggregate
+            SRAM Correctable              : 0
+            SRAM Uncorrectable            : 0
+            DRAM Correctable              : 41
+            DRAM Uncorrectable            : {aggregate_uncorrectable}
+    Retired Pages
+        Single Bit ECC                    : N/A
+        Double Bit ECC                    : N/A
+        Pending Page Blacklist            : N/A
+    Remapped Rows
+        Correctable Error                 : 0
+        Uncorrectable Error               : 0
+        Pending                           : {pending}
+        Remapping Failure Occurred        : No
+        Bank Remap Availability Histogram
+            Max                           : 639 bank(s)
+            High                          : 1 bank(s)
+            Partial                       : 0 bank(s)
+            Low                           : 0 bank(s)
+            None                          : 0 bank(s)
+"""
+
+
+def report(gpus: int = 4, **bad) -> str:
+    """A node's report: GPU 0 gets `bad` (e.g. dram_uncorrectable=2), the others are healthy."""
+    blocks = [gpu_block(f"00000000:0{i + 1}:00.0", **(bad if i == 0 else {})) for i in range(gpus)]
+    head = (
+        "\n==============NVSMI LOG==============\n\n"
+        "Timestamp                                 : Fri Dec  4 10:00:00 2026\n"
+        "Driver Version                            : 580.65.06\nCUDA Version                              : 13.0\n\n"
+        f"Attached GPUs                             : {gpus}\n"
+    )
+    return head + "".join(blocks)
+
+
+def fake_nvidia_smi(bin_dir: Path, bad_node: str | None = None, gpus: int = 4) -> Path:
+    """An `nvidia-smi` for PATH that prints `report()`: with uncorrectable ECC errors on GPU 0 when the
+    node (Slurm's SLURMD_NODENAME, else the hostname) is `bad_node`."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    (bin_dir / "healthy.txt").write_text(report(gpus))
+    (bin_dir / "bad.txt").write_text(report(gpus, dram_uncorrectable=2))
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/bash\n"
+        '[ "$1" = "-q" ] || { echo "fake nvidia-smi: only -q" >&2; exit 2; }\n'
+        'node="${SLURMD_NODENAME:-$(hostname)}"\n'
+        f'if [ "$node" = {bad_node or "-"!r} ]; then cat {str(bin_dir / "bad.txt")!r}; '
+        f"else cat {str(bin_dir / 'healthy.txt')!r}; fi\n"
+    )
+    os.chmod(smi, 0o755)
+    return smi

@@ -1,0 +1,66 @@
+"""The health step's node checks (workloads/node_health.py, node_facts.py) on `nvidia-smi -q` reports
+in the driver's layout (tests/gpu_reports.py). The step inside a real allocation:
+tests/e2e/test_slurm_e2e.py::test_the_health_step_finds_the_bad_node_and_the_next_job_leaves_it_out."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import WORKLOADS
+from gpu_reports import fake_nvidia_smi, report
+
+sys.path.insert(0, str(WORKLOADS))
+import node_facts
+
+
+def test_a_healthy_report_has_no_problem_and_each_fault_is_named():
+    healthy = node_facts.gpu_health(report(4))
+    assert [g["bus"] for g in healthy] == [f"00000000:0{i}:00.0" for i in range(1, 5)]
+    assert all(g["name"] == "NVIDIA GB200" and g["problems"] == [] for g in healthy)
+    bad = node_facts.gpu_health(report(4, dram_uncorrectable=2))
+    assert bad[0]["problems"] == ["Volatile DRAM Uncorrectable ECC errors: 2"] and bad[1]["problems"] == []
+    assert node_facts.gpu_health(report(2, pending="Yes"))[0]["problems"] == [
+        "a row remap is pending (the GPU needs a reset)"
+    ]
+    # the lifetime (Aggregate) count alone is history, not a fault of now
+    assert node_facts.gpu_health(report(2, aggregate_uncorrectable=7))[0]["problems"] == []
+
+
+def _run(tmp_path, *args, path=None):
+    env = dict(os.environ, PATH=path if path is not None else os.environ["PATH"], SLURMD_NODENAME="node2")
+    proc = subprocess.run(
+        [sys.executable, str(WORKLOADS / "node_health.py"), f"--report={tmp_path / 'rep'}", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    return proc, json.loads((tmp_path / "rep" / "node2.json").read_text())
+
+
+def test_each_node_reports_one_line_and_a_file(tmp_path):
+    fake_nvidia_smi(tmp_path / "bin", bad_node="node2")
+    path = f"{tmp_path / 'bin'}:{os.environ['PATH']}"
+    data = tmp_path / "data"
+    data.mkdir()
+    proc, rep = _run(tmp_path, "--gpus=4", "--gpu-model=GB200", f"--read=dataset.path={data}", path=path)
+    assert proc.returncode == 1 and proc.stdout.startswith("bridge-launch health: node2 FAIL gpu: GPU 00000000:01:00.0")
+    assert "Volatile DRAM Uncorrectable ECC errors: 2" in proc.stdout and len(proc.stdout.splitlines()) == 1
+    assert rep["status"] == "fail" and [c["name"] for c in rep["checks"]] == ["gpu", "paths"]
+    fake_nvidia_smi(tmp_path / "bin", bad_node="node1")  # node2 is healthy now
+    proc, rep = _run(tmp_path, "--gpus=8", "--gpu-model=GB200", path=path)
+    assert proc.returncode == 1 and "4 GPUs visible, the profile expects 8" in proc.stdout
+    proc, rep = _run(tmp_path, "--gpus=4", "--gpu-model=GB200", f"--read=dataset.path={tmp_path}/nope", path=path)
+    assert proc.returncode == 1 and f"dataset.path {tmp_path}/nope does not exist here" in proc.stdout
+    proc, rep = _run(tmp_path, "--gpus=4", "--gpu-model=GB200", f"--write=checkpoint.save={tmp_path}/ck/a", path=path)
+    assert proc.returncode == 0 and proc.stdout.startswith("bridge-launch health: node2 ok gpu: 4 x NVIDIA GB200")
+
+
+def test_a_node_without_nvidia_smi_skips_the_gpu_check(tmp_path):
+    proc, rep = _run(tmp_path, "--gpus=0", path="/usr/bin:/bin")
+    assert proc.returncode == 0, proc.stderr
+    assert rep["checks"][0] == {"name": "gpu", "status": "skip", "detail": "skipped (no nvidia-smi)"}
+    assert "gpu: skipped (no nvidia-smi)" in proc.stdout
