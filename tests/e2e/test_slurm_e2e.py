@@ -415,7 +415,9 @@ def test_a_profile_that_asks_for_pmix_runs_on_two_nodes(home):
 
 @pytest.mark.usefixtures("cluster", "home")
 def test_a_node_whose_gpu_fails_is_left_out_of_the_next_submit():
-    # rank 2 runs on node2 (node rank 1 of 2 x 2 processes); its failure reads as the kernel's ECC report
+    # rank 2 runs on node2 (node rank 1 of 2 x 2 processes); its failure carries the CUDA runtime's own
+    # text for cudaErrorECCUncorrectable ("uncorrectable ECC error encountered", cudaGetErrorString),
+    # which torch raises as "RuntimeError: CUDA error: uncorrectable ECC error encountered"
     bad = _submit(
         "train.train_iters=20",
         "smoke.step_sleep=0.2",

@@ -44,8 +44,8 @@ esac
 """
 
 
-def _subcheck(name, spec_path):
-    env = dict(os.environ, PYTHONPATH=STANDIN_PATH)
+def _subcheck(name, spec_path, pythonpath=STANDIN_PATH):
+    env = dict(os.environ, PYTHONPATH=pythonpath)
     proc = subprocess.run(
         [sys.executable, str(WORKLOADS / "cluster_checks.py"), "--check", name, str(spec_path)],
         capture_output=True,
@@ -502,25 +502,7 @@ def test_trainer_check_skips_an_entry_of_the_users_own_without_running_it(tmp_pa
 
 
 def test_trainer_check_skips_a_bare_process_profile_without_megatron_bridge(tmp_path):
-    spec = _spec(tmp_path, container="")
-    env = dict(os.environ, PYTHONPATH="")  # no stand-in: megatron.bridge does not import
-    proc = subprocess.run(
-        [sys.executable, str(WORKLOADS / "cluster_checks.py"), "--check", "trainer", str(spec)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("@@bridge-launch-canary-result ")]
-    r = json.loads(line[-1].split(" ", 1)[1])
+    r = _subcheck("trainer", _spec(tmp_path, container=""), pythonpath="")  # no stand-in: no megatron.bridge
     assert r["status"] == "skip" and "megatron-bridge is not importable by the job's Python" in r["detail"], r
     in_image = _spec(tmp_path, container="nvcr.io/nvidia/nemo:26.10")
-    proc = subprocess.run(
-        [sys.executable, str(WORKLOADS / "cluster_checks.py"), "--check", "trainer", str(in_image)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("@@bridge-launch-canary-result ")]
-    assert json.loads(line[-1].split(" ", 1)[1])["status"] == "fail"  # an image without it is a finding
+    assert _subcheck("trainer", in_image, pythonpath="")["status"] == "fail"  # an image without it is a finding

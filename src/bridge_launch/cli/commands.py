@@ -109,19 +109,9 @@ def submit(
 
 
 def _bad_nodes(cluster: str) -> tuple:
-    """The cluster's live bad-node list as resolve takes it: ((node, why), ...)."""
-    import datetime
-
     from bridge_launch.runs import bad_nodes
 
-    return tuple(
-        (
-            node,
-            f"{e['evidence']} (run {e['run']}; out until "
-            f"{datetime.datetime.fromtimestamp(e['until']).strftime('%Y-%m-%d %H:%M')})",
-        )
-        for node, e in sorted(bad_nodes.active(cluster).items())
-    )
+    return bad_nodes.exclusions(cluster)
 
 
 def _confirmed(yes: bool, output: str, lines: list[str], question: str) -> bool:

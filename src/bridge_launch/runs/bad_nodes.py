@@ -13,8 +13,6 @@ from pathlib import Path
 
 from bridge_launch.core import paths
 
-DEFAULT_HOURS = 24.0  # a profile's bad_node_hours: how long a node stays out
-
 
 def _file(cluster: str) -> Path:
     d = paths.state_dir() / "bad-nodes"
@@ -44,7 +42,8 @@ def active(cluster: str, now: float | None = None) -> dict:
     return {n: e for n, e in _read(cluster).items() if isinstance(e, dict) and e.get("until", 0) > now}
 
 
-def record(cluster: str, node: str, evidence: str, run_id: str, hours: float = DEFAULT_HOURS) -> dict:
+def record(cluster: str, node: str, evidence: str, run_id: str, hours: float) -> dict:
+    """Put `node` on the list for `hours` (the profile's bad_node_hours)."""
     now = time.time()
     data = active(cluster, now)
     entry = {"evidence": evidence[:300], "run": run_id, "since": now, "until": now + hours * 3600}
@@ -60,3 +59,16 @@ def forget(cluster: str, node: str) -> bool:
     del data[node]
     _write(cluster, data)
     return True
+
+
+def exclusions(cluster: str) -> tuple:
+    """The live list as resolve takes it (Options.bad_nodes): ((node, why), ...)."""
+    import datetime
+
+    return tuple(
+        (
+            node,
+            f"{e['evidence']} (run {e['run']}; out until {datetime.datetime.fromtimestamp(e['until']):%Y-%m-%d %H:%M})",
+        )
+        for node, e in sorted(active(cluster).items())
+    )

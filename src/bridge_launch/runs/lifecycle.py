@@ -15,7 +15,7 @@ from bridge_launch.resolve.resolver import BRIDGE_SRC_DIR, ResolvedJob, amend
 from bridge_launch.runs.records import job_json as job_json
 from bridge_launch.runs.records import load_job as load_job
 from bridge_launch.runs.registry import TERMINAL, Registry, Run
-from bridge_launch.spec import config_keys
+from bridge_launch.spec import clusters, config_keys
 
 
 def _launch(
@@ -296,7 +296,7 @@ def refresh(reg: Registry, runs: list[Run]) -> list[Run]:
             if bad and st.get("state") == "FAILED":  # a node's own fault: later submits leave it out
                 from bridge_launch.runs import bad_nodes
 
-                hours = jobs[run_id].profile.get("bad_node_hours") or bad_nodes.DEFAULT_HOURS
+                hours = jobs[run_id].profile.get("bad_node_hours", clusters.BAD_NODE_HOURS)
                 bad_nodes.record(current[run_id].cluster, bad["node"], bad["evidence"], run_id, hours)
                 st["bad_node"] = bad["node"]
             if current[run_id].info.get("canary"):  # the canary's verdict; FAILED when it failed

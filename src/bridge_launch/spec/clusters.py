@@ -14,6 +14,7 @@ BACKENDS = ("local", "slurm", "lepton", "dgxcloud")
 
 
 # key -> (type or tuple of types, default). None default = optional / unset.
+BAD_NODE_HOURS = 24  # how long a node stays on the bad-node list unless the profile says otherwise
 _TOP: dict = {
     "name": (str, None),
     "description": (str, ""),
@@ -36,7 +37,7 @@ _TOP: dict = {
     # ... and before an experiment of more runs than this (0: never asks)
     "confirm_runs": (int, 20),
     # hours a node whose own fault failed a run stays out of later submits (runs/bad_nodes.py)
-    "bad_node_hours": ((int, float), 24),
+    "bad_node_hours": ((int, float), BAD_NODE_HOURS),
     # what a GPU-hour costs, for that summary (0: not known)
     "gpu_hour_cost": ((int, float), 0),
     # seconds a node waits in torchrun's rendezvous for the others (0: derived, backends/torchrun_opts.py)
