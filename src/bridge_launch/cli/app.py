@@ -177,7 +177,9 @@ def submit(
     until_done: bool = typer.Option(
         False, "--until-done", help="Slurm: continue across time limits and flaky failures until train_iters."
     ),
-    max_restarts: int = typer.Option(3, "--max-restarts", help="With --until-done: flaky failures to retry."),
+    max_restarts: int = typer.Option(
+        3, "--max-restarts", help="Flaky failures a Slurm job retries (without the node at fault; 0: none)."
+    ),
     signal_lead: Optional[int] = typer.Option(
         None,
         "--signal-lead",

@@ -347,8 +347,23 @@ def status(run_ref, *, all_runs, state, recipe, output, watch=False, interval=5.
             print(f"restarts    {r.info.get('restarts', 0)} of {limit}")
             if r.info.get("measured"):
                 print("measured    " + _measured_text(r.info["measured"]))
+        if r.info.get("attempts"):
+            job = launch.load_job(reg, r)
+            for a in r.info["attempts"]:
+                print(f"attempt {a['attempt']:<3} {_attempt_text(a)}")
+            print(f"restarts    {r.info.get('restarts', 0)} of {job.retry['max_restarts'] if job.retry else '?'}")
         monitor.print_metrics(reg, r)
     return 0
+
+
+def _attempt_text(a: dict) -> str:
+    """One attempt of a retried Slurm job: its job, nodes, state and how it ended (backends/slurm/attempts.py)."""
+    text = f"job {a['job_id']}" + (f" on {a['nodes']}" if a.get("nodes") else "") + f": {a.get('state') or '?'}"
+    if a.get("outcome"):  # "failed": its detail says why it was not retried
+        text += ("" if a["outcome"] == "failed" else f", {a['outcome']}") + (f" ({a['detail']})" if a["detail"] else "")
+    if a.get("checkpoint") is not None:
+        text += f"; saved iteration {a['checkpoint']}"
+    return text
 
 
 def _measured_text(m: dict) -> str:

@@ -222,8 +222,16 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
         )
         lines.append(
             f"Health     before torchrun, every node checks its GPUs (nvidia-smi -q: ECC, row remapping, count and "
-            f"model){imex} and the paths of the job, in its image, at most 2 min; a failing node stops the job and "
-            f"is left out of later submits  [cluster:{job.cluster}]"
+            f"model){imex} and the paths of the job, in its image, at most 2 min; a failing node is left out of "
+            f"{'the retry and ' if job.retry else ''}later submits  [cluster:{job.cluster}]"
+        )
+    if job.retry:
+        r = job.retry
+        resume = f", resumed from {r['save']}" if r["save"] else ""
+        lines.append(
+            f"Retries    up to {r['max_restarts']} after flaky failures (--max-restarts), from the batch script: "
+            f"resubmitted without the node the logs or the health step name{resume}; an attempt that saved a newer "
+            "checkpoint uses up none, a deterministic failure never retries"
         )
     lines.append(f"\nConfig ({len(job.config)} keys; each is passed to the job explicitly)")
     lines += _table([(k, fmt(v), prov["config"].get(k, "")) for k, v in job.config.items()])

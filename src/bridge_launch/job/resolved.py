@@ -56,6 +56,8 @@ class ResolvedJob:
     bridge_commit: str | None = None  # the Megatron-Bridge revision whose recipe function the job calls
     # Slurm jobs with a time limit (and chains): the save before it; see resolver._limit_save
     limit_save: dict | None = None
+    # Slurm jobs that are not chains: the batch script's retry of a flaky failure; see resolver._retry
+    retry: dict | None = None
 
     def recipe_argv(self) -> list:
         """run_recipe.py's arguments for this job, in the interface of the revision it pins

@@ -48,7 +48,9 @@ class Options:
     secrets: tuple[str, ...] = ()  # NAME
     bridge_src: str | None = None  # a local Megatron-Bridge git checkout, packed and mounted over the container's copy
     until_done: bool = False  # keep going across time limits and flaky failures until train_iters
-    max_restarts: int = 3  # flaky failures retried per run (time-limit continuations do not count)
+    # flaky failures retried per Slurm run, chain or not (time-limit continuations and attempts that
+    # saved a newer checkpoint do not count)
+    max_restarts: int = 3
     # seconds before the time limit that the trainer is told to save; None: sized (plan/sizing.lead)
     signal_lead: int | None = None
     max_segments: int | None = None  # --until-done: an optional cap on the number of segments
@@ -261,8 +263,6 @@ def _chain(opts: Options, prof: dict, layers: _Layers) -> dict:
         raise UsageError(
             f"--until-done runs a chain of Slurm jobs; cluster '{prof['name']}' uses the {prof['backend']} backend"
         )
-    if opts.max_restarts < 0:
-        raise UsageError(f"--max-restarts must be >= 0, got {opts.max_restarts}")
     if opts.max_segments is not None and opts.max_segments < 1:
         raise UsageError(f"--max-segments must be >= 1, got {opts.max_segments}")
     values = layers.values
@@ -310,6 +310,32 @@ def _chain(opts: Options, prof: dict, layers: _Layers) -> dict:
         "save": save,
         "non_persistent_dir": np_dir,
         "complete_files": list(P.complete_files(values.get("checkpoint.ckpt_format"))),
+    }
+
+
+def _retry(opts: Options, prof: dict, layers: _Layers) -> dict | None:
+    """A Slurm job that is not a chain retries a flaky failure from its batch script: resubmitted
+    without the node its logs or its health step name (--exclude), resumed from checkpoint.save
+    when the attempt saved one; an attempt that saved a newer complete checkpoint does not use up
+    --max-restarts, a deterministic failure never retries (backends/slurm renders it)."""
+    if prof["backend"] != "slurm" or opts.max_restarts == 0:
+        return None
+    values = layers.values
+    save = values.get("checkpoint.save")
+    save = save if isinstance(save, str) and save.startswith("/") and "${" not in save else ""
+    np_dir = None
+    if save and values.get("checkpoint.non_persistent_ckpt_type") == "global":
+        np_dir = (
+            values.get("checkpoint.non_persistent_global_ckpt_dir") or f"{save.rstrip('/')}/{P.NON_PERSISTENT_SUBDIR}"
+        )
+    load = values.get("checkpoint.load")
+    return {
+        "max_restarts": opts.max_restarts,
+        "save": save,
+        "non_persistent_dir": np_dir,
+        "complete_files": list(P.complete_files(values.get("checkpoint.ckpt_format"))),
+        # a retry that finds a checkpoint in save loads it: checkpoint.load=save unless it is that already
+        "load_from_save": bool(save) and str(load or "").rstrip("/") != save.rstrip("/"),
     }
 
 
@@ -545,7 +571,10 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
 
     if not opts.until_done and opts.max_segments is not None:
         raise UsageError("--max-segments caps an --until-done chain; add --until-done or drop --max-segments")
+    if opts.max_restarts < 0:
+        raise UsageError(f"--max-restarts must be >= 0, got {opts.max_restarts}")
     chain = _chain(opts, prof, layers) if opts.until_done else None
+    retry = None if chain else _retry(opts, prof, layers)
     limit_save = _limit_save(opts, prof, layers, scheduler, chained=chain is not None)
     if prof["backend"] == "slurm" and chain is None:
         scheduler["cancel_signal"] = "USR2"  # the batch shell's cancel trap; USR1 is the time-limit signal
@@ -608,6 +637,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         scheduler=scheduler,
         profile=prof,
         chain=chain,
+        retry=retry,
         limit_save=limit_save,
         provenance={"config": dict(layers.source), "env": envsrc, "job": jobsrc},
         missing_inputs=missing,

@@ -293,11 +293,20 @@ def refresh(reg: Registry, runs: list[Run]) -> list[Run]:
         jobs = {r.run_id: load_job(reg, r) for r in group}
         for run_id, st in be.status([(r, jobs[r.run_id]) for r in group]).items():
             bad = st.pop("bad_node", None)
-            if bad and st.get("state") == "FAILED":  # a node's own fault: later submits leave it out
+            found = [bad] if bad and st.get("state") == "FAILED" else []  # a node's own fault
+            found += st.pop("bad_nodes", [])  # the nodes a retried job's attempts left out
+            recorded = list(current[run_id].info.get("bad_nodes_recorded", []))
+            for b in found:  # later submits leave them out; each recorded once per run
+                if b["node"] in recorded:
+                    continue
                 from bridge_launch.runs import bad_nodes
 
                 hours = jobs[run_id].profile.get("bad_node_hours", clusters.BAD_NODE_HOURS)
-                bad_nodes.record(current[run_id].cluster, bad["node"], bad["evidence"], run_id, hours)
+                bad_nodes.record(current[run_id].cluster, b["node"], b["evidence"], run_id, hours)
+                recorded.append(b["node"])
+            if recorded:
+                st["bad_nodes_recorded"] = recorded
+            if bad and bad in found:
                 st["bad_node"] = bad["node"]
             if current[run_id].info.get("canary"):  # the canary's verdict; FAILED when it failed
                 from bridge_launch.runs import canary

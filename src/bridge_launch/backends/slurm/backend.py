@@ -32,6 +32,7 @@ from bridge_launch.backends.base import (
     runtime_env,
     stage_locally,
 )
+from bridge_launch.backends.slurm import attempts, resume_point
 from bridge_launch.backends.slurm import secrets as slurm_secrets
 from bridge_launch.core.errors import LaunchError, UsageError
 from bridge_launch.core.image_ref import pyxis_ref
@@ -209,7 +210,7 @@ def torchrun_command(job) -> list:
     if wrapper:
         cmd += ["--no-python", *wrapper]
     cmd += entry_command(job)
-    if job.chain:  # checkpoint.ckpt_step=M when the newest checkpoint is incomplete (decided at run time)
+    if job.chain or job.retry:  # checkpoint.ckpt_step=M when the newest checkpoint is incomplete (at run time)
         cmd.append(Raw('"${resume_args[@]}"'))
     return cmd
 
@@ -257,6 +258,8 @@ def _health_lines(job, srun) -> list[str]:
     if job.chain:  # the chain stops: its next segment would start on the same nodes
         chain_dir = q(f"{run_dir}/chain/{job.run_id}")
         stop = [f"mkdir -p {chain_dir}", f'echo "health step failed: $bad" > {chain_dir}/stopped', *stop]
+    elif job.retry:  # the next attempt, without the nodes at fault
+        stop = [stop[0], *attempts.health_failed(job), stop[1]]
     return [
         "# the health step: each node checks its GPUs, IMEX channels and the paths of the job (node_health.py)",
         f'health_out={q(run_dir + "/logs")}/health-"$SLURM_JOB_ID".out',
@@ -294,50 +297,7 @@ def _single_block(job, srun) -> list[str]:
         "step=$!",
         'while :; do wait "$step"; rc=$?; kill -0 "$step" 2>/dev/null || break; done',
         f'printf \'%s\\n\' "$rc" > {q(job.run_dir + "/exit")}/"$SLURM_JOB_ID"',
-        'exit "$rc"',
-    ]
-
-
-def _checkpoint_functions(c: dict) -> list[str]:
-    """Bash functions that apply the publication rule (trainer_protocol): the iteration the
-    trainer will load is the one its trackers name (the non-persistent one when at least as new),
-    if that iteration holds every file a complete checkpoint always has; else the newest complete
-    persistent iteration, loaded with checkpoint.ckpt_step. Sets resume_it (0: none),
-    resume_args and resume_note; returns 1 when a tracker exists but nothing complete does."""
-    files = " ".join(q(f) for f in c["complete_files"])
-    tracker = q(P.TRACKER)
-    return [
-        f"save_dir={q(c['save'])}",
-        f"np_dir={q(c.get('non_persistent_dir') or '')}",
-        f'missing() {{ local f out=""; for f in {files}; do [ -e "$1/$f" ] || out="$out $f"; done; '
-        'echo "${out# }"; }',
-        'complete() { [ -d "$1" ] && [ -z "$(missing "$1")" ]; }',
-        f'tracked() {{ local t; t=$(cat "$1/"{tracker} 2>/dev/null) || return 1; t=${{t//[[:space:]]/}}; '
-        'case $t in ""|*[!0-9]*) return 1;; esac; echo $((10#$t)); }',
-        'iter_of() { printf "%s/iter_%07d" "$1" "$2"; }',
-        'newest_complete() { local d it best=""; for d in "$1"/iter_*; do it=${d##*/iter_}; '
-        'case $it in ""|*[!0-9]*) continue;; esac; it=$((10#$it)); [ "$it" -le "$2" ] || continue; '
-        'complete "$d" || continue; if [ -z "$best" ] || [ "$it" -gt "$best" ]; then best=$it; fi; done; echo '
-        '"$best"; }',
-        "resume_point() {",
-        '    resume_it=0; resume_args=(); resume_note=""',
-        "    local p np choice dir m",
-        '    p=$(tracked "$save_dir") || p=""; np=""',
-        '    if [ -n "$np_dir" ]; then np=$(tracked "$np_dir") || np=""; fi',
-        '    [ -n "$p$np" ] || return 0',
-        '    if [ -n "$np" ] && { [ -z "$p" ] || [ "$np" -ge "$p" ]; }; then choice=$np; dir=$(iter_of "$np_dir" '
-        '"$np");'
-        ' else choice=$p; dir=$(iter_of "$save_dir" "$p"); fi',
-        '    if complete "$dir"; then resume_it=$choice; return 0; fi',
-        '    m=$(newest_complete "$save_dir" "${p:-0}")',
-        '    if [ -z "$m" ]; then',
-        '        resume_note="the checkpoint tracker names iteration $choice, but $dir is incomplete (missing: '
-        '$(missing "$dir"));'
-        ' no earlier complete checkpoint"; return 1',
-        "    fi",
-        f'    resume_it=$m; resume_args=("{P.CKPT_STEP_KEY}=$m")',
-        '    resume_note="iteration $choice is incomplete ($dir is missing: $(missing "$dir")); loading iteration $m"',
-        "}",
+        *(attempts.after_step() if job.retry else ['exit "$rc"']),
     ]
 
 
@@ -411,7 +371,7 @@ def _chain_block(job, srun) -> list[str]:
         f'    if [ "$n" -ge {c["max_no_progress"]} ]; then stop "no progress in $n segments in a row: $3"; return 1; '
         "fi",
         "}",
-        *_checkpoint_functions(c),
+        *resume_point.bash_functions(c),
         'if [ -e "$chain/done" ] || [ -e "$chain/stopped" ]; then end 0; fi',
         'if ! resume_point; then stop "$resume_note"; outcome "$SLURM_JOB_ID" stopped 0 0 "$resume_note"; end 1; fi',
         "before=$resume_it",
@@ -602,6 +562,7 @@ def render(job) -> Artifact:
         f"mkdir -p {' '.join(q(d) for d in mkdirs)}" + (f' {q(T.trace_dir(job))}/"$SLURM_JOB_ID"' if trace else ""),
         *secret_lines,
         "",
+        *(attempts.prelude(job, resume_point.bash_functions(job.retry)) if job.retry else []),
         *(_health_lines(job, srun) if s.get("health_check") else []),
         *(_chain_block(job, srun) if job.chain else _single_block(job, srun)),
     ]
@@ -870,7 +831,9 @@ class Backend:
         for group in by_profile.values():
             job = jobs[group[0].run_id]
             s = job.scheduler
-            ids = [r.job_ids[-1] for r in group]
+            # a retried job's latest attempt is the one its batch script submitted last (attempts.JOBS)
+            latest = {r.run_id: self._attempt_ids(s, r, jobs[r.run_id])[-1] for r in group}
+            ids = [latest[r.run_id] for r in group]
             seen = self.squeue(s, ids)
             missing = [
                 i for i in ids if i not in seen or seen[i]["state"] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
@@ -879,7 +842,7 @@ class Backend:
                 for jid, info in self.sacct(s, missing).items():
                     seen[jid] = info
             for run in group:
-                jid = run.job_ids[-1]
+                job, jid = jobs[run.run_id], latest[run.run_id]
                 info = seen.get(jid)
                 if info is None:
                     info = self.exit_marker(s, run, jid)
@@ -901,11 +864,55 @@ class Backend:
                     bad = bad or failing_node(self._node_texts(s, run, jid))
                     if bad:  # the runs layer keeps it out of later submits (runs/bad_nodes.py)
                         st["bad_node"] = {"node": bad[0], "evidence": bad[1], "job_id": jid}
+                if job.limit_save and not job.chain and st.get("state") == "COMPLETED":
+                    st = self._limit_stop(s, run, job, jid, st)
                 if job.chain:
                     st = self._chain_status(s, run, job, st)
-                elif job.limit_save and st.get("state") == "COMPLETED":
-                    st = self._limit_stop(s, run, job, jid, st)
+                elif job.retry:
+                    st = self._attempt_status(s, run, job, st)
                 out[run.run_id] = st
+        return out
+
+    def _attempt_ids(self, s, run, job) -> list[str]:
+        """The run's job ids, its retried attempts' included (the batch scripts' attempts.JOBS)."""
+        if not job.retry:
+            return list(run.job_ids)
+        later = (self.read_file(s, f"{attempts.attempts_dir(job)}/{attempts.JOBS}") or "").split()
+        return list(dict.fromkeys([*run.job_ids, *[x for x in later if x.isdigit()]]))
+
+    def _attempt_status(self, s, run, job, st: dict) -> dict:
+        """A retried job: each attempt's state, nodes and why it ended (the batch scripts' records),
+        the nodes left out and the restarts used; the run's state is its latest attempt's."""
+        ids = self._attempt_ids(s, run, job)
+        records = attempts.parse(self.read_file(s, f"{attempts.attempts_dir(job)}/{attempts.OUTCOMES}") or "")
+        if len(ids) == 1 and not records:
+            return st
+        states = self.sacct(s, ids[:-1]) if len(ids) > 1 else {}
+        states[ids[-1]] = {k: st.get(k) for k in ("state", "nodes")}
+        rows = []
+        for n, jid in enumerate(ids, 1):
+            rec = records.get(jid, {})
+            row = {"job_id": jid, "attempt": rec.get("attempt") or n, "state": states.get(jid, {}).get("state")}
+            row["nodes"] = rec.get("nodes") or states.get(jid, {}).get("nodes") or ""
+            if rec:
+                row.update(outcome=rec["outcome"], detail=rec["detail"], left_out=rec["bad"])
+                if rec["to"] is not None and rec["from"] is not None and rec["to"] > rec["from"]:
+                    row["checkpoint"] = rec["to"]
+            rows.append(row)
+        out = dict(st, job_ids=ids, attempts=rows)
+        used = (self.read_file(s, f"{attempts.attempts_dir(job)}/restarts") or "0").strip()
+        out["restarts"] = int(used) if used.isdigit() else 0
+        bad = [
+            {"node": node, "evidence": r["detail"].split("; retry ")[0], "job_id": r["job_id"]}
+            for r in rows
+            for node in r.get("left_out", [])
+        ]
+        if bad:  # the runs layer records each (runs/bad_nodes.py), the run going on or not
+            out["bad_nodes"] = bad
+        last = rows[-1]
+        if last.get("outcome") == "failed" and out.get("state") == "FAILED":
+            why = last["detail"].split("; ", 1)[-1]  # "exit 1; not retried: ...": the exit code is the reason's
+            out["reason"] = f"{out.get('reason') or 'failed'}; attempt {last['attempt']}: {why}"
         return out
 
     def _limit_stop(self, s, run, job, jid: str, st: dict) -> dict:
@@ -1148,22 +1155,21 @@ class Backend:
             return
         s = job.scheduler
         ids = list(run.job_ids)
-        if job.chain:  # mark the chain stopped first, so no segment starts another, then cancel them all
-            chain_dir = f"{run.run_dir}/chain/{run.run_id}"
+        # a chain, or a job that retries: marked stopped first, so no segment or attempt submits
+        # another, then every one of them is cancelled
+        mark = f"{run.run_dir}/chain/{run.run_id}" if job.chain else attempts.attempts_dir(job) if job.retry else None
+        if mark:
             if not s.get("login_host"):
-                os.makedirs(chain_dir, exist_ok=True)
-                with open(f"{chain_dir}/stopped", "w") as fh:
+                os.makedirs(mark, exist_ok=True)
+                with open(f"{mark}/stopped", "w") as fh:
                     fh.write("cancelled by user\n")
             else:
                 subprocess.run(
-                    [
-                        *self._ssh(s),
-                        f"mkdir -p {q(chain_dir)} && echo 'cancelled by user' > {q(chain_dir + '/stopped')}",
-                    ],
+                    [*self._ssh(s), f"mkdir -p {q(mark)} && echo 'cancelled by user' > {q(mark + '/stopped')}"],
                     capture_output=True,
                     timeout=60,
                 )
-            later = (self.read_file(s, f"{chain_dir}/jobs") or "").split()
+            later = (self.read_file(s, f"{mark}/jobs") or "").split()
             ids = list(dict.fromkeys([*ids, *[x for x in later if x.isdigit()]]))
         running = [i for i, st in self.squeue(s, ids).items() if st["state"] == "RUNNING"]
         for jid in running:
