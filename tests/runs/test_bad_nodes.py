@@ -49,4 +49,4 @@ def test_bad_nodes_expire_are_left_out_shown_and_forgotten():
     assert r.code == 2 and "is not on cluster 'local-slurm''s bad-node list (on it: node2)" in r.err
     r = run_cli("clusters", "forget-node", "local-slurm", "node2")
     assert r.code == 0 and "submits may use it again" in r.out
-    assert "--exclude" not in run_cli("submit", "smoke", "-c", "local-slurm", "--dry-run").out
+    assert "#SBATCH --exclude" not in run_cli("submit", "smoke", "-c", "local-slurm", "--dry-run").out

@@ -83,7 +83,8 @@ def test_slurm_canary_is_a_short_job_in_the_same_image_the_real_job_waits_for():
     tokens = shlex.split(train.split("srun \\\n")[1].split(" &\n")[0].replace("\\\n", " "))
     at = tokens.index(spec["entry"])
     assert tokens[at + 1 : at + 5] == ["--recipe", spec["recipe"], "--mode", spec["mode"]]
-    assert spec["args"] == tokens[at + 5 :]  # the job's exact overrides
+    # the job's exact overrides, and the retry's resume point (empty on a first attempt) after them
+    assert [*spec["args"], "${resume_args[@]}"] == tokens[at + 5 :]
     assert spec["recipe"] == "qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config" and spec["mode"] == "sft"
     assert spec["world_size"] == 32 and spec["dataset"] == {"kind": "energon", "path": "/lustre/clevr2"}
     assert spec["pretrained_checkpoint"] == "/lustre/ckpt"

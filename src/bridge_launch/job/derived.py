@@ -65,7 +65,7 @@ def spec(job) -> dict:
 
 def canary_job(job, nodes: int | None = None):
     """The canary as a job of its own, for the same renderer: same image, mounts, environment,
-    partition, account; its own run id suffix, node count and time limit; no chain; its entry is
+    partition, account; its own run id suffix, node count and time limit; no chain, no retry; its entry is
     workload/cluster_checks.py with the spec."""
     c = job.canary
     n = nodes or c["nodes"]
@@ -80,6 +80,7 @@ def canary_job(job, nodes: int | None = None):
         world_size=n * job.gpus_per_node,
         workload="canary",
         chain=None,
+        retry=None,  # a check: its failure is the verdict, never retried
         scheduler=sched,
         args=[f"{job.run_dir}/{spec_rel(job.run_id)}"],
         canary=None,
