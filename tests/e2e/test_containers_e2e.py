@@ -273,7 +273,9 @@ def test_bridge_src_is_mounted_over_the_images_copy_through_the_login_host(home,
 @pytest.mark.usefixtures("cluster", "home")
 def test_an_image_that_cannot_be_pulled_fails_fast_with_enroots_line():
     t0 = time.time()
-    sub = _submit("smoke", "-c", "local-slurm-pyxis", "--container", "nvcr.io/nvidia/nemo:26.10", *FAST)
+    sub = _submit(
+        "smoke", "-c", "local-slurm-pyxis", "--container", "nvcr.io/nvidia/nemo:26.10", "--max-restarts", "0", *FAST
+    )
     st = _wait(sub["run_id"], timeout=120)
     assert st["state"] == "FAILED" and time.time() - t0 < 90, st
     assert "Could not resolve host: nvcr.io" in st["reason"], st

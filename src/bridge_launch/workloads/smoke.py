@@ -30,8 +30,9 @@ source line at the pinned commit):
   the trainer's process group kills unless ``train.exit_signal_handler_for_dataloader`` is set.
 
 Knobs of its own: ``smoke.step_sleep`` (seconds added to every step), ``smoke.save_sleep``
-(seconds every rank spends writing its shard), ``smoke.fail_at_step`` / ``fail_rank`` /
-``fail_message`` (an injected failure), ``smoke.busbw_sizes`` / ``busbw_iters`` (the preflight).
+(seconds every rank spends writing its shard), ``smoke.fail_at_step`` / ``fail_rank`` / ``fail_node``
+(only on that host: a bad node) / ``fail_message`` (an injected failure), ``smoke.busbw_sizes`` /
+``busbw_iters`` (the preflight).
 
 Preflight: host / rank / backend (NCCL on CUDA, else gloo on CPU), whether the IMEX channels
 (/dev/nvidia-caps-imex-channels) are visible in the container, GPU model, NCCL version,
@@ -289,6 +290,7 @@ def build_config(overrides: dict, world_size: int) -> dict:
     cfg["save_sleep"] = _as_float("smoke.save_sleep", get("smoke.save_sleep", default=0.0), minimum=0.0)
     cfg["fail_at_step"] = _as_int("smoke.fail_at_step", get("smoke.fail_at_step"), minimum=0, optional=True)
     cfg["fail_rank"] = _as_int("smoke.fail_rank", get("smoke.fail_rank"), minimum=0, optional=True)
+    cfg["fail_node"] = str(get("smoke.fail_node", default="") or "")
     # Lets failure tests choose what the failure looks like in the log (e.g. an OOM or an NCCL timeout).
     cfg["fail_message"] = str(get("smoke.fail_message", default="") or "")
     cfg["exit_signal_handler"] = _as_bool("train.exit_signal_handler", get("train.exit_signal_handler", default=False))
@@ -822,7 +824,11 @@ class Smoke:
                 f"x grad-accum {accum}, seq {seq}, vocab {vocab}"
             )
         while step < iters:
-            if cfg["fail_at_step"] == step + 1 and cfg["fail_rank"] in (None, self.rank):
+            if (
+                cfg["fail_at_step"] == step + 1
+                and cfg["fail_rank"] in (None, self.rank)
+                and cfg["fail_node"] in ("", socket.gethostname())
+            ):
                 raise InjectedFailure(
                     cfg["fail_message"] or f"smoke.fail_at_step={step + 1}: injected failure on rank {self.rank}"
                 )

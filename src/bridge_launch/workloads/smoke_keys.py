@@ -47,6 +47,7 @@ KNOWN_KEYS = frozenset(
         "smoke.save_sleep",
         "smoke.fail_at_step",
         "smoke.fail_rank",
+        "smoke.fail_node",
         "smoke.fail_message",
     }
 )

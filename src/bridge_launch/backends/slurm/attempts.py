@@ -84,9 +84,10 @@ def prelude(job, checkpoint_functions: list[str]) -> list[str]:
         "    fi",
         '    out=$(echo "$out" | tail -n 1); out=${out%%;*}; echo "$n" > "$attempts/restarts"; echo "$out" >> '
         '"$attempts/jobs"',
-        f'    attempt_end retried "$bad" "$why; retry $n of {most} as job $out${{excl:+ without $excl}}"',
-        f'    echo "bridge-launch: attempt $attempt failed ($why); retry $n of {most} as job $out${{excl:+ without '
-        '$excl}" >&2',
+        f'    local what="retry $n of {most}"',
+        f'    if [ "$4" = 1 ]; then what="retry (it saved iteration $after: no restart used, $n of {most} so far)"; fi',
+        '    attempt_end retried "$bad" "$why; $what as job $out${excl:+ without $excl}"',
+        '    echo "bridge-launch: attempt $attempt failed ($why); $what as job $out${excl:+ without $excl}" >&2',
         '    exit "$rc"',
         "}",
         "",
@@ -124,7 +125,7 @@ def after_step() -> list[str]:
         "fi",
         'if [ "$rc" -eq 0 ]; then attempt_end completed - ""; exit 0; fi',
         f"why=$(grep -hE {det} {out} {node_logs} 2>/dev/null | head -n 1 | cut -c 1-240)",
-        'if [ -n "$why" ]; then attempt_end failed - "exit $rc, deterministic, not retried: $why"; exit "$rc"; fi',
+        'if [ -n "$why" ]; then attempt_end failed - "exit $rc; deterministic, not retried: $why"; exit "$rc"; fi',
         *culprit(),
         'progress=0; [ "$after" -gt "$before" ] && progress=1',
         'retry "$rc" "exit $rc${cause:+: $cause}" "$culprit_node" "$progress"',
