@@ -118,7 +118,14 @@ def test_live_metrics_watch_check_and_parity_on_slurm(tmp_path):
 
 @pytest.mark.usefixtures("cluster", "home")
 def test_the_failing_ranks_first_error_line():
-    sub = _submit("train.train_iters=20", "+smoke.fail_at_step=3", "+smoke.fail_rank=2", "smoke.step_sleep=0.2")
+    sub = _submit(
+        "train.train_iters=20",
+        "+smoke.fail_at_step=3",
+        "+smoke.fail_rank=2",
+        "smoke.step_sleep=0.2",
+        "--max-restarts",
+        "0",
+    )
     (st,) = _wait(sub["run_id"], {"FAILED", "COMPLETED"})
     assert st["state"] == "FAILED"
     err = st["metrics"]["error"]
