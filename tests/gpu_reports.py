@@ -11,7 +11,23 @@ import os
 from pathlib import Path
 
 
-def gpu_block(bus: str, *, dram_uncorrectable: int = 0, aggregate_uncorrectable: int = 0, pending: str = "No") -> str:
+def fabric_block(clique: str) -> str:
+    """A GB200's `Fabric` section (fields as fabric_checks.parse_fabric reads them: State, Status,
+    CliqueId, ClusterUUID; nvidia-smi -q on a registered NVL72 tray)."""
+    return f"""    Fabric
+        State                             : Completed
+        Status                            : Success
+        CliqueId                          : {clique}
+        ClusterUUID                       : 6e1a4b52-0000-4000-8000-00000000c0de
+        Health
+            Bandwidth                     : Full
+"""
+
+
+def gpu_block(
+    bus: str, *, dram_uncorrectable: int = 0, aggregate_uncorrectable: int = 0, pending: str = "No", clique: str = ""
+) -> str:
+    fabric = fabric_block(clique) if clique else ""
     return f"""GPU {bus}
     Product Name                          : NVIDIA GB200
     Product Brand                         : NVIDIA
@@ -41,12 +57,13 @@ def gpu_block(bus: str, *, dram_uncorrectable: int = 0, aggregate_uncorrectable:
             Partial                       : 0 bank(s)
             Low                           : 0 bank(s)
             None                          : 0 bank(s)
-"""
+{fabric}"""
 
 
-def report(gpus: int = 4, **bad) -> str:
-    """A node's report: GPU 0 gets `bad` (e.g. dram_uncorrectable=2), the others are healthy."""
-    blocks = [gpu_block(f"00000000:0{i + 1}:00.0", **(bad if i == 0 else {})) for i in range(gpus)]
+def report(gpus: int = 4, clique: str = "", **bad) -> str:
+    """A node's report: GPU 0 gets `bad` (e.g. dram_uncorrectable=2), the others are healthy; with
+    `clique`, every GPU's Fabric section names that NVLink clique."""
+    blocks = [gpu_block(f"00000000:0{i + 1}:00.0", clique=clique, **(bad if i == 0 else {})) for i in range(gpus)]
     head = (
         "\n==============NVSMI LOG==============\n\n"
         "Timestamp                                 : Fri Dec  4 10:00:00 2026\n"
@@ -56,18 +73,24 @@ def report(gpus: int = 4, **bad) -> str:
     return head + "".join(blocks)
 
 
-def fake_nvidia_smi(bin_dir: Path, bad_node: str | None = None, gpus: int = 4) -> Path:
+def fake_nvidia_smi(bin_dir: Path, bad_node: str | None = None, gpus: int = 4, cliques: dict | None = None) -> Path:
     """An `nvidia-smi` for PATH that prints `report()`: with uncorrectable ECC errors on GPU 0 when the
-    node (Slurm's SLURMD_NODENAME, else the hostname) is `bad_node`."""
+    node (Slurm's SLURMD_NODENAME, else the hostname) is `bad_node`; `cliques` {node: NVLink clique}
+    gives the named nodes healthy reports with a Fabric section in that clique."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     (bin_dir / "healthy.txt").write_text(report(gpus))
     (bin_dir / "bad.txt").write_text(report(gpus, dram_uncorrectable=2))
+    own = ""
+    for node, clique in (cliques or {}).items():
+        (bin_dir / f"{node}.txt").write_text(report(gpus, clique=clique))
+        own += f'if [ "$node" = {node!r} ]; then cat {str(bin_dir / f"{node}.txt")!r}; exit 0; fi\n'
     smi = bin_dir / "nvidia-smi"
     smi.write_text(
         "#!/bin/bash\n"
         '[ "$1" = "-q" ] || { echo "fake nvidia-smi: only -q" >&2; exit 2; }\n'
         'node="${SLURMD_NODENAME:-$(hostname)}"\n'
-        f'if [ "$node" = {bad_node or "-"!r} ]; then cat {str(bin_dir / "bad.txt")!r}; '
+        + own
+        + f'if [ "$node" = {bad_node or "-"!r} ]; then cat {str(bin_dir / "bad.txt")!r}; '
         f"else cat {str(bin_dir / 'healthy.txt')!r}; fi\n"
     )
     os.chmod(smi, 0o755)

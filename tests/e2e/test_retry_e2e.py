@@ -154,6 +154,33 @@ def test_the_health_step_finds_the_bad_node_and_the_retry_leaves_it_out(home, tm
     assert run_cli("clusters", "forget-node", "healthy", "node2").code == 0
 
 
+@pytest.mark.usefixtures("cluster")
+def test_a_two_node_job_measures_its_fabric_in_the_health_step(home, tmp_path):
+    from gpu_reports import fake_nvidia_smi
+
+    # node1 and node2 report GPUs in two NVLink cliques (two racks): after their own checks both join
+    # an all-reduce over the allocation and one across the racks (gloo here: figures, no verdict)
+    fake_nvidia_smi(tmp_path / "bin", gpus=2, cliques={"node1": "11", "node2": "12"})
+    env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    write(
+        home / "clusters" / "healthy.toml", 'name = "healthy"\nextends = "local-slurm"\n[slurm]\nhealth_check = true\n'
+    )
+    dry = run_cli("submit", "smoke", "-c", "healthy", "--dry-run", env=env).out
+    assert "then an all-reduce over the 2 nodes and one across racks (one GPU a node, not judged on gloo)" in dry
+    run = _submit("train.train_iters=2", cluster="healthy", env=env)
+    st = _wait(run["run_id"])
+    assert st["state"] == "COMPLETED", (st, run_cli("logs", run["run_id"]).out[-3000:])
+    job = run["job_ids"][0]
+    out = (Path(run["run_dir"]) / "logs" / f"sbatch-{job}.out").read_text()
+    line = next(ln for ln in out.splitlines() if " fabric: " in ln)
+    head = "bridge-launch health: node[1-2] ok fabric: all-reduce over 2 nodes (across NVLink domains): "
+    assert line.startswith(head), line
+    assert "no verdict on gloo; across racks (node1 and node2): " in line, line
+    report = json.loads((Path(run["run_dir"]) / "health" / job / "fabric.json").read_text())
+    assert report["ranks"] == ["node1", "node2"] and report["cross_rack"]["ranks"] == ["node1", "node2"], report
+    assert report["all"][-1]["busbw_gbps"] > 0 and report["cross_rack"]["rows"][-1]["busbw_gbps"] > 0
+
+
 @pytest.mark.usefixtures("cluster", "home")
 def test_a_deterministic_failure_never_retries():
     run = _submit(

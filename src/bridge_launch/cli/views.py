@@ -220,10 +220,20 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
             if job.gpu_type != "cpu" and job.nodes > 1 and job.profile.get("nvlink_domain_nodes", 0) > 1
             else ""
         )
+        fabric = ""
+        if job.nodes > 1 and job.scheduler.get("health_fabric", True):
+            c = job.profile["canary"]
+            judged = (
+                "not judged on gloo"
+                if job.gpu_type == "cpu"
+                else f"judged against {c['busbw_gbps']:g} GB/s in a rack, {c.get('busbw_cross_rack_gbps', 0):g} "
+                f"across racks (0: reported only), x{c['busbw_min_fraction']:g}"
+            )
+            fabric = f"; then an all-reduce over the {job.nodes} nodes and one across racks (one GPU a node, {judged})"
         lines.append(
             f"Health     before torchrun, every node checks its GPUs (nvidia-smi -q: ECC, row remapping, count and "
-            f"model){imex} and the paths of the job, in its image, at most 2 min; a failing node is left out of "
-            f"{'the retry and ' if job.retry else ''}later submits  [cluster:{job.cluster}]"
+            f"model){imex} and the paths of the job, in its image, at most 2 min{fabric}; a failing node is left "
+            f"out of {'the retry and ' if job.retry else ''}later submits  [cluster:{job.cluster}]"
         )
     if job.retry:
         r = job.retry

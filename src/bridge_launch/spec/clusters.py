@@ -72,6 +72,8 @@ _SLURM = {
     "srun_args": (list, []),
     # the health step (workloads/node_health.py): one task per node before torchrun, in the job's image
     "health_check": (bool, False),
+    # and then, on jobs of several nodes, all-reduces over the allocation (judged by the [canary] figures)
+    "health_fabric": (bool, True),
     "slurm_conf": (str, ""),
     "login_host": (str, ""),
     "ssh_port": (int, 22),
@@ -140,6 +142,8 @@ CANARY_KEYS = {
     "nodes": (int, 2),  # Slurm: nodes of the job's partition (at most the job's)
     "time": (str, "00:30:00"),  # Slurm: the canary job's time limit (an image pull included)
     "busbw_gbps": ((int, float), 0),  # expected all-reduce bus bandwidth at the largest size (0: report only)
+    # the health step's all-reduce between NVLink domains (one GPU per node; 0: report only)
+    "busbw_cross_rack_gbps": ((int, float), 0),
     "busbw_min_fraction": ((int, float), 0.8),  # below this fraction of busbw_gbps the network check fails
     "busbw_sizes": (list, [1 << 20, 16 << 20, 256 << 20]),  # bytes per all-reduce
     "busbw_iters": (int, 20),
@@ -295,6 +299,8 @@ def _check_canary(where: str, c: dict) -> None:
         slurm_time.seconds(c["time"])
     except ValueError:
         raise UsageError(f"{where} [canary]: time {c['time']!r} is not a Slurm time (e.g. 00:30:00)") from None
+    if c["busbw_cross_rack_gbps"] < 0:
+        raise UsageError(f"{where} [canary]: busbw_cross_rack_gbps must be >= 0 (0: report the figure only)")
     if c["busbw_gbps"] < 0:
         raise UsageError(f"{where} [canary]: busbw_gbps must be >= 0 (0: report the figure without judging it)")
     if not 0 < c["busbw_min_fraction"] <= 1:

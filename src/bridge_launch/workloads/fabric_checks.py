@@ -128,9 +128,9 @@ def mnnvl_status(fabric_by_host: dict, nodes: int, imex_by_host: dict | None = N
     return "unknown", f"fabric states {sorted(set(states.values()))}; {env_desc}"
 
 
-def busbw_sweep(sizes, iters: int, device, world: int, barrier) -> list:
+def busbw_sweep(sizes, iters: int, device, world: int, barrier, group=None) -> list:
     """All-reduce timings per message size, nccl-tests' formula: busbw = algbw * 2(n-1)/n.
-    The slowest rank defines each time."""
+    The slowest rank defines each time. `group`: a subgroup of `world` ranks (None: all)."""
     factor = 2.0 * (world - 1) / world
     cuda = device.type == "cuda"
     rows = []
@@ -138,17 +138,17 @@ def busbw_sweep(sizes, iters: int, device, world: int, barrier) -> list:
         numel = max(1, size // 4)
         buf = torch.ones(numel, dtype=torch.float32, device=device)
         for _ in range(2):  # warm-up (also creates the NCCL communicator)
-            dist.all_reduce(buf)
+            dist.all_reduce(buf, group=group)
         if cuda:
             torch.cuda.synchronize()
         barrier()
         t0 = time.perf_counter()
         for _ in range(iters):
-            dist.all_reduce(buf)
+            dist.all_reduce(buf, group=group)
         if cuda:
             torch.cuda.synchronize()
         dt = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64, device=device)
-        dist.all_reduce(dt, op=dist.ReduceOp.MAX)
+        dist.all_reduce(dt, op=dist.ReduceOp.MAX, group=group)
         t = float(dt.item())
         nbytes = numel * 4
         algbw = nbytes / t / 1e9 if t > 0 else 0.0

@@ -9,13 +9,18 @@ its report to DIR/<node>.json:
   nvidia-smi)" where the node has none (CPU processes);
 - imex: the IMEX channels multi-node NVLink needs, where the profile has NVLink domains;
 - paths: the data and checkpoint paths the job reads exist and are readable here, and the
-  checkpoint directory it writes is writable.
+  checkpoint directory it writes is writable;
+- fabric (--fabric HOST:PORT): then every node joins one all-reduce over the allocation, and one
+  across NVLink domains where it spans several (fabric_health.py, torch); rank 0 (SLURM_PROCID)
+  reports one more line for the whole allocation (its node field: SLURM_JOB_NODELIST) and writes
+  DIR/fabric.json.
 
 Exit status 1 when a check failed (the batch script then stops before torchrun), else 0. Standard
 library only; never bridge_launch.
 
     python3 node_health.py --report DIR [--gpus N] [--gpu-model GB200] [--imex]
-        [--read KEY=PATH]... [--write KEY=PATH]...
+        [--read KEY=PATH]... [--write KEY=PATH]... [--fabric HOST:PORT --fabric-sizes B,B
+        --fabric-iters N --expect-gbps G --expect-cross-gbps G --min-fraction F --domain-nodes N]
 """
 
 from __future__ import annotations
@@ -98,6 +103,28 @@ def check_paths(reads: list[str], writes: list[str]) -> dict:
     return {"name": "paths", "status": "ok" if n else "skip", "detail": f"{n} path(s) reachable" if n else "no path"}
 
 
+def check_fabric(args) -> dict | None:
+    """The all-reduces over the allocation (fabric_health.py): a check on rank 0, None elsewhere."""
+    rank = os.environ.get("SLURM_PROCID", "0")
+    try:
+        import fabric_health  # torch: only this part of the step needs it
+
+        ok, detail, report = fabric_health.measure(args)
+    except Exception as exc:  # noqa: BLE001 - a fabric that fails in any way is this check's finding
+        what = str(exc).strip().splitlines()
+        return {"name": "fabric", "status": "fail", "detail": f"{type(exc).__name__}: {what[0] if what else ''}"[:300]}
+    if rank != "0":
+        return None
+    os.makedirs(args.report, exist_ok=True)
+    with open(os.path.join(args.report, "fabric.json"), "w") as fh:
+        json.dump(report, fh)
+    return {"name": "fabric", "status": "ok" if ok else "fail", "detail": detail}
+
+
+def _sizes(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="node_health.py")
     ap.add_argument("--report", required=True)
@@ -106,6 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--imex", action="store_true")
     ap.add_argument("--read", action="append", default=[])
     ap.add_argument("--write", action="append", default=[])
+    ap.add_argument("--fabric", default="", help="HOST:PORT of rank 0's store: measure the fabric too")
+    ap.add_argument("--fabric-sizes", type=_sizes, default=[1 << 20, 16 << 20])
+    ap.add_argument("--fabric-iters", type=int, default=5)
+    ap.add_argument("--expect-gbps", type=float, default=0.0)
+    ap.add_argument("--expect-cross-gbps", type=float, default=0.0)
+    ap.add_argument("--min-fraction", type=float, default=0.8)
+    ap.add_argument("--domain-nodes", type=int, default=0)
     args = ap.parse_args(argv)
     t0 = time.monotonic()
     checks = [check_gpu(args.gpus, args.gpu_model)]
@@ -126,7 +160,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{RESULT_MARK} {node} {'FAIL' if failed else 'ok'} " + "; ".join(f"{c['name']}: {c['detail']}" for c in shown),
         flush=True,
     )
-    return 1 if failed else 0
+    fabric = check_fabric(args) if args.fabric else None
+    if fabric:  # one line for the allocation: no node of its own is named
+        rank0 = os.environ.get("SLURM_PROCID", "0") == "0"
+        where = os.environ.get("SLURM_JOB_NODELIST") or node if rank0 else node  # other ranks: their failure
+        print(f"{RESULT_MARK} {where} {'FAIL' if fabric['status'] == 'fail' else 'ok'} fabric: {fabric['detail']}")
+    return 1 if failed or (fabric and fabric["status"] == "fail") else 0
 
 
 if __name__ == "__main__":

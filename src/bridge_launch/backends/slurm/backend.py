@@ -215,11 +215,12 @@ def torchrun_command(job) -> list:
     return cmd
 
 
-def health_args(job) -> list[str]:
+def health_args(job) -> list:
     """node_health.py's arguments for this job: the profile's GPUs, IMEX where it has NVLink domains,
-    the paths the job reads and the checkpoint directory it writes."""
+    the paths the job reads and the checkpoint directory it writes; on a job of several nodes, the
+    fabric's all-reduces (rank 0's store next to the rendezvous port, the [canary] figures)."""
     gpu = job.gpu_type != "cpu"
-    out = [f"--gpus={job.gpus_per_node if gpu else 0}", f"--gpu-model={job.gpu_type.upper() if gpu else ''}"]
+    out: list = [f"--gpus={job.gpus_per_node if gpu else 0}", f"--gpu-model={job.gpu_type.upper() if gpu else ''}"]
     if gpu and job.nodes > 1 and job.profile.get("nvlink_domain_nodes", 0) > 1:
         out.append("--imex")
     cfg = job.config
@@ -231,6 +232,17 @@ def health_args(job) -> list[str]:
             v = cfg.get(key)
             if isinstance(v, str) and v.startswith("/") and "${" not in v:
                 out.append(f"{flag}={key}={v}")
+    if job.nodes > 1 and job.scheduler.get("health_fabric", True):
+        c = job.profile["canary"]  # the profile's section, its defaults filled (spec/clusters.CANARY_KEYS)
+        out += [
+            Raw('--fabric="$rdzv_host:$((rdzv_port + 1))"'),
+            "--fabric-sizes=" + ",".join(str(x) for x in c["busbw_sizes"]),
+            f"--fabric-iters={c['busbw_iters']}",
+            f"--expect-gbps={c['busbw_gbps']}",
+            f"--expect-cross-gbps={c.get('busbw_cross_rack_gbps', 0)}",  # jobs resolved before it existed
+            f"--min-fraction={c['busbw_min_fraction']}",
+            f"--domain-nodes={job.profile.get('nvlink_domain_nodes', 0)}",
+        ]
     return out
 
 
@@ -261,7 +273,8 @@ def _health_lines(job, srun) -> list[str]:
     elif job.retry:  # the next attempt, without the nodes at fault
         stop = [stop[0], *attempts.health_failed(job), stop[1]]
     return [
-        "# the health step: each node checks its GPUs, IMEX channels and the paths of the job (node_health.py)",
+        "# the health step: each node checks its GPUs, IMEX channels and the paths of the job, then (several nodes)"
+        " the fabric with all-reduces (node_health.py)",
         f'health_out={q(run_dir + "/logs")}/health-"$SLURM_JOB_ID".out',
         " \\\n    ".join(_arg(a) for a in [*cmd, *health_args(job)]),
         "health_rc=$?",
