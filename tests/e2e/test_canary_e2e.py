@@ -242,6 +242,49 @@ def test_a_canary_that_passes_lets_the_job_start(vl, inputs):
     assert logs.index("bridge-launch canary: PASS") < logs.index("probe: rank")
 
 
+# A training script of the user's own: it takes run_recipe.py's arguments (--recipe, --mode, the
+# overrides) but builds nothing through Megatron-Bridge; the last rank prints Megatron's iteration line.
+MINE = """
+import os
+import sys
+
+
+def main():
+    cfg = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a and not a.startswith("-"))
+    iters = int(cfg.get("train.train_iters", "2"))
+    if int(os.environ["RANK"]) == int(os.environ["WORLD_SIZE"]) - 1:
+        for it in range(1, iters + 1):
+            print(f" [2026-12-05 12:00:00] iteration {it:8d}/{iters:8d} | consumed samples: {it * 4:12d} | "
+                  f"elapsed time per iteration (ms): 10.0 | learning rate: 1.000000E-05 | global batch size: 4 | "
+                  f"lm loss: {2.0 / it:.6E} | loss scale: 1.0 | number of skipped iterations: 0 | "
+                  "number of nan iterations: 0 |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.usefixtures("cluster")
+def test_a_job_with_an_entry_of_the_users_own_passes_its_canary_with_the_trainer_check_skipped(vl, inputs, home):
+    write(inputs / "train_mine.py", MINE)
+    text = (home / "recipes" / "canary-vl.toml").read_text()
+    write(
+        home / "recipes" / "canary-mine.toml",
+        text.replace('name = "canary-vl"', f'name = "canary-mine"\nentry = "{inputs}/train_mine.py"'),
+    )
+    sub = _submit("canary-mine", "-c", "pyxis-canary", *vl)
+    st = _wait(sub["run_id"], timeout=600)
+    c = st["info"]["canary"]
+    assert st["state"] == "COMPLETED" and c["verdict"] == "pass", (st, run_cli("logs", sub["run_id"]).out[-4000:])
+    report = json.loads(Path(c["report"]).read_text())
+    trainer = next(x for x in report["checks"] if x["check"] == "trainer")
+    assert trainer["status"] == "skip", trainer
+    assert trainer["detail"].startswith(f"{inputs}/train_mine.py is not Megatron-Bridge's run_recipe.py"), trainer
+    assert {x["check"]: x["status"] for x in report["checks"]}["data"] == "ok"  # the other checks still ran
+    assert "iteration        2/       2 |" in run_cli("logs", sub["run_id"]).out
+
+
 @pytest.mark.usefixtures("cluster", "inputs")
 @pytest.mark.parametrize("case", ["data", "image", "trainer"])
 def test_a_canary_that_fails_leaves_the_job_never_started(vl, case):

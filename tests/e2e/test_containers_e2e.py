@@ -234,6 +234,12 @@ def test_recipe_profile_and_secret_values_reach_the_container_and_a_mount_works(
         assert p["cwd"] == sub["run_dir"]  # --container-workdir
         assert p["bridge_origin"] == "image" and p["bridge_file"].startswith("/opt/Megatron-Bridge/src/")
     assert sorted(f.name for f in data.glob("out.*")) == ["out.0", "out.1", "out.2", "out.3"]
+    # the first node said which Megatron-Bridge the image runs against the recipe's pin (main here):
+    # the image's stand-in tree is no git checkout, so its commit is unknown and said so
+    said = [ln for ln in run_cli("logs", sub["run_id"]).out.splitlines() if "bridge-launch: image revision: " in ln]
+    assert (
+        len(said) == 1 and "Megatron-Bridge 0.7.0 (no git checkout: its commit is unknown); the recipe pins " in said[0]
+    )
     roots = [STATE, os.environ["BRIDGE_LAUNCH_HOME"], sub["run_dir"], "/tmp", str(data)]
     assert files_holding(token, roots, t0, skip=[src]) == []
     jid = sub["job_ids"][0]

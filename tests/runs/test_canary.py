@@ -472,25 +472,6 @@ def test_lepton_run_with_a_canary_stages_it_and_status_names_the_failing_check(h
         assert "canary      first step: FAILED at data: dataset.path /mnt/x does not exist in the container" in shown
 
 
-def test_image_versions_name_a_checkouts_commit_only(canary_mod, tmp_path):
-    """A Megatron-Bridge checkout (src/megatron/bridge under a .git root) gives its commit; the same
-    package lying somewhere inside another repository gives none (the stand-in tree in this repo)."""
-    root = tmp_path / "Megatron-Bridge"
-    pkg = root / "src" / "megatron" / "bridge"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    assert canary_mod._git_commit(str(pkg / "__init__.py")) is None
-    (root / ".git" / "refs" / "heads").mkdir(parents=True)
-    (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
-    (root / ".git" / "refs" / "heads" / "main").write_text("067f987df03b8355b03192d88d70f1709fedf51a\n")
-    assert canary_mod._git_commit(str(pkg / "__init__.py")) == "067f987df03b8355b03192d88d70f1709fedf51a"
-    inside = tmp_path / "outer" / "vendor" / "megatron" / "core"
-    inside.mkdir(parents=True)
-    (tmp_path / "outer" / ".git").mkdir()
-    (tmp_path / "outer" / ".git" / "HEAD").write_text("0123456789abcdef\n")
-    assert canary_mod._git_commit(str(inside / "__init__.py")) is None  # the repository around it is not its own
-
-
 def test_trainer_check_skips_an_entry_of_the_users_own_without_running_it(tmp_path):
     ran = tmp_path / "ran"
     entry = write(tmp_path / "train_mine.py", f"open({str(ran)!r}, 'w').write('trained')\ndef main():\n    pass\n")

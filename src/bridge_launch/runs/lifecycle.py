@@ -34,8 +34,15 @@ def _launch(
             artifact.filename: artifact.text,
             **artifact.files,
         }
-        # a chain's segments measure with step_times.py; the health step is node_health.py
-        if job.workload == "smoke" or job.canary or job.chain or job.scheduler.get("health_check"):
+        # a chain's segments measure with step_times.py; the health step is node_health.py; a
+        # Megatron-Bridge job on Slurm says which revision its image runs (image_revision.py)
+        if (
+            job.workload == "smoke"
+            or job.canary
+            or job.chain
+            or job.scheduler.get("health_check")
+            or (job.workload == "megatron-bridge" and job.backend == "slurm")
+        ):
             files.update(workload_files())
         if job.canary:  # its spec and (Slurm) its own script
             from bridge_launch.runs import canary

@@ -51,6 +51,7 @@ import tempfile
 import time
 import traceback
 
+import image_revision
 import recipe_build
 import trainer_protocol as P
 
@@ -111,38 +112,6 @@ def check_image(spec: dict, hosts: list) -> dict:
 # --------------------------------------------------------------------------------------------
 # trainer: run_recipe.py's own path, up to run_config, in a subprocess
 # --------------------------------------------------------------------------------------------
-def _git_commit(start: str) -> str | None:
-    """The commit of the checkout a megatron package file lies in, read from files: its root is
-    the directory holding the top-level `megatron` package (one more up when that is `src`, as in
-    Megatron-Bridge's layout); only a .git directory right there counts, so a package installed
-    somewhere inside another repository is not given that repository's commit."""
-    d = os.path.dirname(os.path.abspath(start))
-    while os.path.basename(d) != "megatron":
-        if d == os.path.dirname(d):
-            return None
-        d = os.path.dirname(d)
-    root = os.path.dirname(d)
-    if os.path.basename(root) == "src":
-        root = os.path.dirname(root)
-    git = os.path.join(root, ".git")
-    head = os.path.join(git, "HEAD")
-    if not os.path.isfile(head):
-        return None
-    ref = open(head, encoding="utf-8").read().strip()
-    if not ref.startswith("ref: "):
-        return ref
-    name = ref[5:]
-    loose = os.path.join(git, name)
-    if os.path.isfile(loose):
-        return open(loose, encoding="utf-8").read().strip()
-    with contextlib.suppress(OSError):
-        for line in open(os.path.join(git, "packed-refs"), encoding="utf-8"):
-            parts = line.split()
-            if len(parts) == 2 and parts[1] == name:
-                return parts[0]
-    return None
-
-
 def image_versions() -> dict:
     """The image's megatron.bridge and megatron.core: version, file, and commit when a checkout."""
     out = {}
@@ -153,7 +122,7 @@ def image_versions() -> dict:
             out[key] = {"error": _error(exc)}
             continue
         info = {"version": getattr(mod, "__version__", None), "file": getattr(mod, "__file__", None)}
-        commit = _git_commit(info["file"]) if info["file"] else None
+        commit = image_revision.git_commit(info["file"]) if info["file"] else None
         if commit:
             info["commit"] = commit
         out[key] = info
@@ -177,8 +146,10 @@ def versions_line(found: dict, schema: dict) -> tuple[str, bool]:
         f"({str(schema.get('megatron_bridge', '?'))[:9]}), "
         f"megatron-core {schema.get('megatron_core_version', '?')} ({str(schema.get('megatron_core', '?'))[:9]})"
     )
+    # the same version, and the same commit where the image's is known (a checkout: image_revision.py)
     same = all(
         (found.get(k) or {}).get("version", "").split("+")[0] == schema.get(f"{k}_version")
+        and image_revision.compare(found.get(k) or {}, str(schema.get(k) or "")) != "different"
         for k in ("megatron_bridge", "megatron_core")
     )
     return f"image: {image}; schema/ from {ours}", same

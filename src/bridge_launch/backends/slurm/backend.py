@@ -34,6 +34,7 @@ from bridge_launch.backends.base import (
 )
 from bridge_launch.backends.slurm import attempts, resume_point
 from bridge_launch.backends.slurm import secrets as slurm_secrets
+from bridge_launch.core import upstream
 from bridge_launch.core.errors import LaunchError, UsageError
 from bridge_launch.core.image_ref import pyxis_ref
 from bridge_launch.core.ports import EPHEMERAL_PORTS
@@ -185,6 +186,15 @@ def node_launcher(job) -> str:
             f"export PYTHONPATH={BRIDGE_IN_CONTAINER}/src:{BRIDGE_IN_CONTAINER}/3rdparty/Megatron-LM"
             "${PYTHONPATH:+:$PYTHONPATH}"
         )
+    if job.workload == "megatron-bridge" and job.bridge_commit:
+        rev = upstream.revision(job.bridge_commit)
+        py = "python3" if job.container else q(job.python)
+        lines += [
+            "# what this image (or --bridge-src) runs against the recipe's pins, said first (image_revision.py)",
+            f'if [ "$SLURM_NODEID" = 0 ]; then {py} {q(job.run_dir + "/" + WORKLOAD_DIR)}/image_revision.py '
+            f"--bridge={rev.bridge} --core={rev.core} "
+            f'--report={q(job.run_dir + "/image-revision")}/"$SLURM_JOB_ID".json >&2 || true; fi',
+        ]
     return "\n".join(lines) + "\n" + _NODE_LAUNCH.format(launcher=launcher, node_args=_node_args(job))
 
 
