@@ -120,6 +120,43 @@ def test_a_failure_injected_on_one_node_retries_without_it_and_later_submits_lea
     assert run_cli("clusters", "forget-node", "local-slurm", "node2").code == 0
 
 
+@pytest.mark.usefixtures("home")
+def test_a_chain_segment_failing_on_a_bad_node_has_its_successor_leave_it_out(node1_drained):
+    # --until-done: the successor is queued when a segment starts (afterany); the segment that fails on
+    # node2 with node2's own ECC error tells it to leave node2 out (scontrol update ExcNodeList)
+    run = _submit(
+        "--until-done",
+        "--time",
+        "00:05:00",
+        "--nodes",
+        "1",
+        "train.train_iters=4",
+        "+smoke.fail_at_step=2",
+        "+smoke.fail_node=node2",
+        "+smoke.fail_message=uncorrectable ECC error encountered on GPU 0",
+    )
+    outcomes = Path(run["run_dir"]) / "chain" / run["run_id"] / "outcomes"
+    deadline = time.time() + 180
+    while not (outcomes.exists() and outcomes.read_text().strip()):
+        assert time.time() < deadline, "the first segment wrote no outcome"
+        time.sleep(0.5)
+    first = outcomes.read_text().splitlines()[0]
+    assert " failed " in first and "restart 1 of 3: node2: " in first and "uncorrectable ECC" in first, first
+    assert first.endswith(" leaves out node2"), first
+    node1_drained()  # node1 back: the successor, which may not use node2, runs there
+    st = _wait(run["run_id"], timeout=300)
+    assert st["state"] == "COMPLETED", (st, run_cli("logs", run["run_id"]).out[-3000:])
+    ran = [s["job_id"] for s in st["info"]["segments"] if s["state"] == "COMPLETED"]
+    assert ran and run["job_ids"][0] not in ran, st["info"]["segments"]
+    logs = Path(run["run_dir"]) / "logs"
+    assert all((logs / f"{j}-node1.log").exists() and not (logs / f"{j}-node2.log").exists() for j in ran)
+    r = run_cli("clusters", "show", "local-slurm")
+    assert "  node2 " in r.out and "uncorrectable ECC" in r.out and run["run_id"] in r.out, r.out
+    r = run_cli("submit", "smoke", "-c", "local-slurm", "--nodes", "1", "--dry-run")
+    assert "#SBATCH --exclude=node2\n" in r.out
+    assert run_cli("clusters", "forget-node", "local-slurm", "node2").code == 0
+
+
 @pytest.mark.usefixtures("cluster")
 def test_the_health_step_finds_the_bad_node_and_the_retry_leaves_it_out(home, tmp_path, node1_drained):
     from gpu_reports import fake_nvidia_smi

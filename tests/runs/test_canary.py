@@ -117,7 +117,7 @@ def test_with_until_done_only_the_first_segment_waits_for_the_canary():
     assert "#SBATCH --dependency=afterok:@CANARY_JOB_ID@" in text
     # a segment submits its successor with a dependency of its own on the command line, which sbatch
     # takes over the script's #SBATCH line
-    assert 'sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID"' in text
+    assert 'sbatch --parsable ${ex:+--exclude="$ex"} --dependency=afterany:"$SLURM_JOB_ID"' in text
     assert d["canary"]["spec"]["workload"] == "smoke" and "--until-done" not in d["canary"]["artifact"]["text"]
 
 

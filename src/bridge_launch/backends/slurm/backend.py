@@ -339,10 +339,15 @@ def _chain_block(job, srun) -> list[str]:
     # One successor per segment job, however often Slurm runs this script under the same job id (a
     # requeue after a node failure, scontrol requeue): the first run claims the submission with an
     # atomic mkdir and records the successor; a rerun finds the record and submits nothing.
+    # the nodes earlier segments left out (CHAIN/left_out), with the job's own --exclude: a command-line
+    # --exclude replaces the script's #SBATCH one
+    excluded = " ".join(q(n) for n in job.scheduler.get("exclude") or [])
     successor = [
         '    if mkdir "$chain/successor-$SLURM_JOB_ID.claim" 2>/dev/null; then',
-        '        next=$(BRIDGE_LAUNCH_SEGMENT=$((segment + 1)) sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID" '
-        f'{script}) || next=""',
+        f"        ex=$( {{ printf '%s\\n' {excluded}; cut -f 2 \"$chain/left_out\" 2>/dev/null; }} | grep -v '^$' | "
+        "sort -u | paste -sd, -)",
+        '        next=$(BRIDGE_LAUNCH_SEGMENT=$((segment + 1)) sbatch --parsable ${ex:+--exclude="$ex"} '
+        f'--dependency=afterany:"$SLURM_JOB_ID" {script}) || next=""',
         "        next=${next%%;*}",
         '        echo "$next" > "$chain/successor-$SLURM_JOB_ID"',
         '        if [ -n "$next" ]; then echo "$next" >> "$chain/jobs"; fi',
@@ -438,7 +443,9 @@ def _chain_block(job, srun) -> list[str]:
         '    if [ -n "$why" ]; then stop "deterministic failure in segment $segment: $why"; outcome "$SLURM_JOB_ID" '
         'failed "$before" "$after" "$why"; finish "$rc"; fi',
         '    restarts=$(( $(cat "$chain/restarts" 2>/dev/null || echo 0) + 1 )); echo "$restarts" > "$chain/restarts"',
-        f'    outcome "$SLURM_JOB_ID" failed "$before" "$after" "exit $rc, restart $restarts of {restarts_max}"',
+        *[f"    {x}" for x in _chain_leave_out(job)],
+        f'    outcome "$SLURM_JOB_ID" failed "$before" "$after" "exit $rc, restart $restarts of {restarts_max}'
+        '${cause:+: $cause}$left"',
         f'    if [ "$restarts" -gt {restarts_max} ]; then stop "failed $restarts times; --max-restarts {restarts_max} '
         'used up"; finish "$rc"; fi',
         f'    echo "bridge-launch: segment $segment failed (exit $rc); retry $restarts of {restarts_max} in '
@@ -455,6 +462,29 @@ def _chain_block(job, srun) -> list[str]:
         'echo "bridge-launch: segment $segment made no progress: $why; ${next:-nothing} tries again" >&2',
         'if [ -z "$next" ]; then stop "segment $segment made no progress ($why) and has no successor"; fi',
         "end 1",
+    ]
+
+
+def _chain_leave_out(job) -> list[str]:
+    """A segment's flaky failure whose logs name a node (attempts.culprit: a node fault in its own log,
+    srun's lost node, the NCCL peer): its pending successor leaves that node out (`scontrol update
+    ExcNodeList`, the segments' exclusions so far and the job's own), unless the partition would then
+    have too few nodes for it; CHAIN/left_out records it (job, node, cause) for status and the
+    bad-node list. Sets `left` to what the outcome says."""
+    excluded = " ".join(q(n) for n in job.scheduler.get("exclude") or [])
+    return [
+        *attempts.culprit(),
+        'left=""',
+        'if [ -n "$culprit_node" ] && [ -n "$next" ]; then',
+        '    printf \'%s\\t%s\\t%s\\n\' "$SLURM_JOB_ID" "$culprit_node" "$cause" >> "$chain/left_out"',
+        f"    excl=$( {{ printf '%s\\n' {excluded}; cut -f 2 \"$chain/left_out\"; }} | grep -v '^$' | sort -u )",
+        '    have=$(sinfo -h -N -p "$SLURM_JOB_PARTITION" -o %N 2>/dev/null | sort -u | grep -cvxF "$excl")',
+        f'    if [ "${{have:-0}}" -lt {job.nodes} ]; then left="; $next keeps $culprit_node: the partition has '
+        f'${{have:-0}} other nodes, fewer than {job.nodes}"',
+        '    elif scontrol update JobId="$next" ExcNodeList="$(echo "$excl" | paste -sd, -)" 2>/dev/null; then '
+        'left="; $next leaves out $(echo "$excl" | paste -sd, -)"',
+        '    else left="; $next could not be told to leave out $culprit_node"; fi',
+        "fi",
     ]
 
 
@@ -975,6 +1005,12 @@ class Backend:
         ]
         restarts = (self.read_file(s, f"{chain_dir}/restarts") or "0").strip()
         out = dict(st, job_ids=ids, segments=segments, restarts=int(restarts) if restarts.isdigit() else 0)
+        left = [ln.split("\t") for ln in (self.read_file(s, f"{chain_dir}/left_out") or "").splitlines()]
+        bad = [
+            {"node": x[1], "evidence": x[2] or "the failed segment's logs", "job_id": x[0]} for x in left if len(x) == 3
+        ]
+        if bad:  # the nodes segments left out of their successors: the runs layer records each (runs/bad_nodes.py)
+            out["bad_nodes"] = bad
         measured = _measured(self.read_file(s, f"{chain_dir}/{MEASURE_STATE}"), job.limit_save["signal_lead"])
         if measured:
             out["measured"] = measured
