@@ -95,3 +95,19 @@ def fake_nvidia_smi(bin_dir: Path, bad_node: str | None = None, gpus: int = 4, c
     )
     os.chmod(smi, 0o755)
     return smi
+
+
+def fake_dmesg(bin_dir: Path, lines: list[str] | None = None, refuse: bool = False) -> Path:
+    """A `dmesg` for PATH that prints `lines` (with `--time-format iso`, util-linux's form:
+    "2026-12-05T16:02:40,161197+00:00 message"), or refuses as a container without the right does."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    (bin_dir / "dmesg.txt").write_text("".join(line + "\n" for line in lines or []))
+    out = bin_dir / "dmesg"
+    body = (
+        'echo "dmesg: read kernel buffer failed: Operation not permitted" >&2; exit 1\n'
+        if refuse
+        else f"cat {str(bin_dir / 'dmesg.txt')!r}\n"
+    )
+    out.write_text("#!/bin/bash\n" + body)
+    os.chmod(out, 0o755)
+    return out

@@ -4,13 +4,14 @@ tests/e2e/test_slurm_e2e.py::test_the_health_step_finds_the_bad_node_and_the_nex
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import subprocess
 import sys
 
 from conftest import WORKLOADS
-from gpu_reports import fake_nvidia_smi, report
+from gpu_reports import fake_dmesg, fake_nvidia_smi, report
 
 sys.path.insert(0, str(WORKLOADS))
 import node_facts
@@ -43,13 +44,14 @@ def _run(tmp_path, *args, path=None):
 
 def test_each_node_reports_one_line_and_a_file(tmp_path):
     fake_nvidia_smi(tmp_path / "bin", bad_node="node2")
+    fake_dmesg(tmp_path / "bin", [])
     path = f"{tmp_path / 'bin'}:{os.environ['PATH']}"
     data = tmp_path / "data"
     data.mkdir()
     proc, rep = _run(tmp_path, "--gpus=4", "--gpu-model=GB200", f"--read=dataset.path={data}", path=path)
     assert proc.returncode == 1 and proc.stdout.startswith("bridge-launch health: node2 FAIL gpu: GPU 00000000:01:00.0")
     assert "Volatile DRAM Uncorrectable ECC errors: 2" in proc.stdout and len(proc.stdout.splitlines()) == 1
-    assert rep["status"] == "fail" and [c["name"] for c in rep["checks"]] == ["gpu", "paths"]
+    assert rep["status"] == "fail" and [c["name"] for c in rep["checks"]] == ["gpu", "xid", "paths"]
     fake_nvidia_smi(tmp_path / "bin", bad_node="node1")  # node2 is healthy now
     proc, rep = _run(tmp_path, "--gpus=8", "--gpu-model=GB200", path=path)
     assert proc.returncode == 1 and "4 GPUs visible, the profile expects 8" in proc.stdout
@@ -64,3 +66,32 @@ def test_a_node_without_nvidia_smi_skips_the_gpu_check(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert rep["checks"][0] == {"name": "gpu", "status": "skip", "detail": "skipped (no nvidia-smi)"}
     assert "gpu: skipped (no nvidia-smi)" in proc.stdout
+
+
+def test_a_gpu_fault_xid_of_the_last_day_in_the_kernel_log_fails_the_node(tmp_path):
+    fake_nvidia_smi(tmp_path / "bin")
+    path = f"{tmp_path / 'bin'}:/usr/bin:/bin"
+    now = datetime.datetime.now(datetime.timezone.utc)
+    stamp = (now - datetime.timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%S,000000+00:00")
+    old = (now - datetime.timedelta(days=3)).strftime("%Y-%m-%dT%H:%M:%S,000000+00:00")
+    # the kernel's line as NVIDIA's Xid catalog shows it (logs/failures.py quotes the same form)
+    xid79 = "NVRM: Xid (PCI:0000:1b:00): 79, pid=4242, name=python, GPU has fallen off the bus."
+    fake_dmesg(tmp_path / "bin", [f"{old} {xid79}", f"{stamp} {xid79}", f"{stamp} usb 1-1: new device"])
+    proc, rep = _run(tmp_path, "--gpus=4", "--gpu-model=GB200", path=path)
+    assert proc.returncode == 1 and proc.stdout.startswith(f"bridge-launch health: node2 FAIL xid: kernel log: {xid79}")
+    # older than a day: history, said but not failed; an Xid of another kind (13: a program's fault) never
+    xid13 = "NVRM: Xid (PCI:0000:1b:00): 13, pid=4242, Graphics Exception"
+    fake_dmesg(tmp_path / "bin", [f"{old} {xid79}", f"{stamp} {xid13}"])
+    proc, rep = _run(tmp_path, "--gpus=4", "--gpu-model=GB200", path=path)
+    assert proc.returncode == 0, proc.stdout
+    assert rep["checks"][1] == {
+        "name": "xid",
+        "status": "ok",
+        "detail": "no GPU-fault Xid in the kernel log in 24 h; 1 older than 24 h",
+    }
+    fake_dmesg(tmp_path / "bin", refuse=True)  # a container without the right to read it
+    proc, rep = _run(tmp_path, "--gpus=4", "--gpu-model=GB200", path=path)
+    assert proc.returncode == 0 and rep["checks"][1]["status"] == "skip"
+    assert rep["checks"][1]["detail"] == (
+        "skipped (the kernel log is not readable here: dmesg: read kernel buffer failed: Operation not permitted)"
+    )

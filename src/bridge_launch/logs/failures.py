@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from bridge_launch.workloads import node_facts
+
 DETERMINISTIC = {
     "out of memory": r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|oom-kill",
     "invalid configuration": r"OverridesError|ConfigCompositionException|smoke\.py: error:|AssertionError: "
@@ -21,7 +23,7 @@ FLAKY = {
     r"?out|HYBRID-EP .*TIMEOUT",
     "NCCL error": r"NCCL error|ncclInternalError|ncclSystemError|ncclRemoteError",
     # the kernel's "NVRM: Xid (PCI:0000:1b:00): 79, pid=..., GPU has fallen off the bus."
-    "ECC error": r"ECC error|uncorrectable ECC|Xid( \([^)]*\))?[ :]+(48|63|64|74|79|92|94|95)\b",
+    "ECC error": r"ECC error|uncorrectable ECC|" + node_facts.XID_PATTERN,
     "lost node": r"Node failure|NODE_FAIL|srun: error: .*: task .*: Killed|lost connection to node",
     "network error": r"DistNetworkError|RendezvousConnectionError|Connection reset by peer|Socket Timeout|Broken pipe",
 }

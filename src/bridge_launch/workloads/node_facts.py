@@ -10,6 +10,17 @@ import re
 # The line each node of the health step prints (node_health.py), "bridge-launch health: NODE ok|FAIL
 # check: detail; ...", which the Slurm backend reads from the batch output.
 HEALTH_MARK = "bridge-launch health:"
+
+# The health step's checks whose failure is the node's own fault (it is left out of a retry and goes
+# on the bad-node list); paths and fabric failures name no node of their own.
+NODE_OWN_CHECKS = ("gpu", "xid", "imex")
+
+# Xid codes of a GPU or GPU-memory fault (NVIDIA's Xid catalog: 48 double-bit ECC, 63/64 row-remapping
+# event/failure, 74 NVLink error, 79 fallen off the bus, 92 high single-bit ECC rate, 94/95 contained/
+# uncontained ECC error), as the kernel logs them: "NVRM: Xid (PCI:0000:1b:00): 79, pid=..., GPU has
+# fallen off the bus." One list for the health step (kernel log) and the log reader (logs/failures.py).
+FATAL_XIDS = (48, 63, 64, 74, 79, 92, 94, 95)
+XID_PATTERN = r"Xid( \([^)]*\))?[ :]+(" + "|".join(str(x) for x in FATAL_XIDS) + r")\b"
 HEALTH_RE = re.compile(r"bridge-launch health: (\S+) (ok|FAIL) (.*)$", re.M)
 
 # Multi-node NVLink (MNNVL) memory is shared through IMEX channels: a process needs a channel

@@ -7,6 +7,8 @@ its report to DIR/<node>.json:
 - gpu: `nvidia-smi -q` (node_facts.gpu_health: uncorrectable ECC errors since the driver loaded, a
   pending row remap, a failed remap), the GPU count and model against the profile's; "skipped (no
   nvidia-smi)" where the node has none (CPU processes);
+- xid (GPU profiles): GPU-fault Xid lines in the node's kernel log over the last day, where the
+  log is readable (`dmesg`), "skipped" with the reason where not;
 - imex: the IMEX channels multi-node NVLink needs, where the profile has NVLink domains;
 - paths: the data and checkpoint paths the job reads exist and are readable here, and the
   checkpoint directory it writes is writable;
@@ -26,8 +28,10 @@ library only; never bridge_launch.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -67,6 +71,45 @@ def check_gpu(expect: int, model: str) -> dict:
         return {"name": "gpu", "status": "fail", "detail": "; ".join(problems)}
     names = sorted({g["name"] for g in gpus})
     return {"name": "gpu", "status": "ok", "detail": f"{len(gpus)} x {', '.join(names)}: no uncorrectable errors"}
+
+
+XID_HOURS = 24  # a GPU-fault Xid older than this is history (a GPU reset does not clear the kernel log)
+
+
+def check_xid(now: datetime.datetime | None = None) -> dict:
+    """GPU-fault Xids (node_facts.FATAL_XIDS) in the node's kernel log over the last XID_HOURS, as
+    `dmesg --time-format iso` shows it; skipped where the log is not readable (a container without
+    the right to read it, kernel.dmesg_restrict)."""
+    dmesg = shutil.which("dmesg")
+    if dmesg is None:
+        return {"name": "xid", "status": "skip", "detail": "skipped (no dmesg)"}
+    try:
+        proc = subprocess.run([dmesg, "--time-format", "iso"], capture_output=True, text=True, timeout=15)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"name": "xid", "status": "skip", "detail": f"skipped (dmesg: {exc})"}
+    if proc.returncode:
+        why = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+        return {"name": "xid", "status": "skip", "detail": f"skipped (the kernel log is not readable here: {why[0]})"}
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    pattern = re.compile(node_facts.XID_PATTERN)
+    recent, old = [], 0
+    for line in proc.stdout.splitlines():
+        if "NVRM" not in line or not pattern.search(line):
+            continue
+        stamp, _, text = line.partition(" ")
+        try:
+            when = datetime.datetime.fromisoformat(stamp.replace(",", "."))
+        except ValueError:
+            when = now  # no time: count it as recent
+        if now - when <= datetime.timedelta(hours=XID_HOURS):
+            recent.append(text.strip())
+        else:
+            old += 1
+    if recent:
+        more = f" (+{len(recent) - 1} more)" if len(recent) > 1 else ""
+        return {"name": "xid", "status": "fail", "detail": f"kernel log: {recent[-1][:200]}{more}"}
+    note = f"; {old} older than {XID_HOURS} h" if old else ""
+    return {"name": "xid", "status": "ok", "detail": f"no GPU-fault Xid in the kernel log in {XID_HOURS} h{note}"}
 
 
 def check_imex() -> dict:
@@ -143,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     t0 = time.monotonic()
     checks = [check_gpu(args.gpus, args.gpu_model)]
+    if args.gpus:  # GPU nodes: their kernel's Xid lines too
+        checks.append(check_xid())
     if args.imex:
         checks.append(check_imex())
     checks.append(check_paths(args.read, args.write))

@@ -95,12 +95,12 @@ def prelude(job, checkpoint_functions: list[str]) -> list[str]:
 
 
 def health_failed(job) -> list[str]:
-    """The health step failed: the nodes with a fault of their own (gpu, imex) are left out of a retry
+    """The health step failed: the nodes with a fault of their own (node_facts.NODE_OWN_CHECKS) are left out of a retry
     when they are not every node of a larger job (the same failure everywhere is the job's or the
     profile's, and a retry would meet it again)."""
     return [
         f'hbad=$(grep -h " FAIL " "$health_out" 2>/dev/null | sed "s/^.*{node_facts.HEALTH_MARK} //" | '
-        "awk '$3 ~ /^(gpu|imex):/ {print $1}' | sort -u | paste -sd, -)",
+        f"awk '$3 ~ /^({'|'.join(node_facts.NODE_OWN_CHECKS)}):/ {{print $1}}' | sort -u | paste -sd, -)",
         'nfail=$(grep -c " FAIL " "$health_out" 2>/dev/null); nfail=${nfail:-0}',
         f'if [ -n "$hbad" ] && {{ [ "$nfail" -lt {job.nodes} ] || [ {job.nodes} = 1 ]; }}; then',
         '    retry 1 "health step: ${bad:-srun exit $health_rc}" "$hbad" 0',

@@ -909,7 +909,7 @@ class Backend:
                     health = [m for t in texts if t for m in node_facts.HEALTH_RE.finditer(t) if m.group(2) == "FAIL"]
                     # a node's own fault (its GPUs, its IMEX channels) when it alone has one: the same
                     # failure on every node of a larger job is the profile's or the job's
-                    own = [m for m in health if m.group(3).startswith(("gpu:", "imex:"))]
+                    own = [m for m in health if m.group(3).split(":")[0] in node_facts.NODE_OWN_CHECKS]
                     alone = len(own) == 1 and (len(health) < job.nodes or job.nodes == 1)
                     bad = (own[0].group(1), f"health step: {own[0].group(3)}") if alone else None
                     if health:
