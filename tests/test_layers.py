@@ -105,7 +105,7 @@ def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
     for v in sorted(graph):
         if v not in index:
             visit(v)
-    return out
+    return sorted(out)
 
 
 def disallowed(graph: dict[str, dict[str, int]]) -> list[str]:
@@ -152,3 +152,35 @@ def test_the_checks_see_a_cycle_and_an_upward_import():
     finally:
         MODULES.clear()
         MODULES.update(saved)
+
+
+def _prints(tree: ast.AST) -> list[int]:
+    """Lines that print: print(...) or any use of sys.stdout / sys.stderr."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+            out.append(node.lineno)
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr in ("stdout", "stderr")
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "sys"
+        ):
+            out.append(node.lineno)
+    return sorted(out)
+
+
+def test_only_the_cli_prints():
+    # DESIGN.md: backends render and submit and print nothing; what a user should know comes back as
+    # data or notes (Backend.notes) and cli says it. workloads/ runs inside the job: its output is the job's.
+    found = {
+        f"{name}:{line}"
+        for name, path in MODULES.items()
+        if name.split(".")[1:2] not in (["cli"], ["workloads"])
+        for line in _prints(ast.parse(path.read_text()))
+    }
+    assert found == set()
+
+
+def test_the_print_finder_finds_prints():
+    assert _prints(ast.parse("import sys\nprint(1)\nsys.stderr.write('x')\nx = sys.stdout\n")) == [2, 3, 4]

@@ -124,6 +124,7 @@ class Backend(Protocol):
     run's job itself), and nothing here prints: what a user should know comes back as notes."""
 
     name: str
+    notes: list[str]  # what a user should know of the last submits ("warning: ...", "note: ..."): the CLI says it
 
     def stage(self, job, files: dict, *, new_dir: bool) -> None: ...
     def unstage(self, job) -> None: ...

@@ -250,6 +250,7 @@ class Backend:
 
     def __init__(self):
         self._clients = {}
+        self.notes: list[str] = []
 
     def _client(self, s) -> Client:
         key = (s.get("base_url"), s.get("client_id_env"))

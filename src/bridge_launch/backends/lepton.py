@@ -185,6 +185,9 @@ def _transient(exc):
 class Backend:
     name = "lepton"
 
+    def __init__(self):
+        self.notes: list[str] = []
+
     def _call(self, s, what, fn):
         return cloud.retrying(
             f"Lepton {what}",

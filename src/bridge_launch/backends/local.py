@@ -106,6 +106,9 @@ def run_processes(run_id: str) -> list[int]:
 class Backend:
     name = "local"
 
+    def __init__(self):
+        self.notes: list[str] = []
+
     def stage(self, job, files: dict, *, new_dir: bool) -> None:
         stage_locally(job.run_dir, files, new_dir=new_dir)
 

@@ -156,6 +156,8 @@ def _run_json(run, **extra) -> dict:
 def _submitted(run, job, follow, output) -> int:
     for w in job.warnings:
         sys.stderr.write(f"bridge-launch: warning: {w}\n")
+    for note in run.info.get("submit_notes", []):  # the backend's, from the submit (runs/lifecycle.py)
+        sys.stderr.write(f"bridge-launch: {note}\n")
     what = f"resumed {run.resumed_from} as" if run.resumed_from else "submitted"
     line = f"{what} {run.run_id} ({job.backend} job {', '.join(run.job_ids)}); run dir {run.run_dir}"
     if output == "json":
@@ -250,8 +252,8 @@ def status(run_ref, *, all_runs, state, recipe, output, watch=False, interval=5.
 
     if state and state.upper() not in STATES:
         raise UsageError(f"--state {state!r} is not a state; valid: {', '.join(STATES)}")
-    if watch:  # each refresh is this function's output (monitor.watch_status)
-        return monitor.watch_status(
+    if watch:  # each refresh is this function's output (views.watch_status)
+        return views.watch_status(
             lambda out, seen: status(run_ref, all_runs=all_runs, state=state, recipe=recipe, output=out, shown=seen),
             output=output,
             interval=interval,
@@ -320,7 +322,7 @@ def status(run_ref, *, all_runs, state, recipe, output, watch=False, interval=5.
         rows,
     )
     if group:
-        monitor.print_group(reg, group, runs)
+        views.print_group(reg, group, runs)
     elif run_ref and runs:
         r = runs[0]
         lineage = reg.chain(r.chain)
@@ -352,7 +354,7 @@ def status(run_ref, *, all_runs, state, recipe, output, watch=False, interval=5.
             for a in r.info["attempts"]:
                 print(f"attempt {a['attempt']:<3} {_attempt_text(a)}")
             print(f"restarts    {r.info.get('restarts', 0)} of {job.retry['max_restarts'] if job.retry else '?'}")
-        monitor.print_metrics(reg, r)
+        views.print_metrics(reg, r)
     return 0
 
 

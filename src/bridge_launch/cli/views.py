@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 from bridge_launch.backends.base import Artifact
 from bridge_launch.core import upstream
+from bridge_launch.core.errors import UsageError
 
 
 def is_tty() -> bool:
@@ -299,3 +301,80 @@ def table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     out = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=False)).rstrip()]
     out += ["  ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=False)).rstrip() for r in rows]
     sys.stdout.write("\n".join(out) + "\n")
+
+
+# ------------------------------------------------------------------------------------------------
+# status RUN: live metrics (runs/monitor.py reads them)
+# ------------------------------------------------------------------------------------------------
+def print_group(reg, group, runs) -> None:
+    from bridge_launch.runs import monitor  # the runs layer: only `status` needs it (speed)
+
+    print(
+        f"\nexperiment  {group['name']}: {len(runs)} runs, submitted "
+        f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(group['created']))}"
+    )
+    labels = {r.run_id: label for r, label in group["runs"]}
+    for r in runs:
+        lines = monitor.metric_lines(monitor.run_metrics(reg, r), r)
+        if lines:
+            print(f"\n{r.run_id} ({labels.get(r.run_id) or r.recipe})")
+            for line in lines:
+                print("  " + line)
+
+
+def print_metrics(reg, run) -> None:
+    """The live-metrics block of `status RUN`."""
+    from bridge_launch.runs import monitor  # the runs layer: only `status` needs it (speed)
+
+    if run.info.get("experiment"):
+        print(f"experiment  {run.info['experiment']} ({run.info.get('member', '')})")
+    for line in monitor.metric_lines(monitor.run_metrics(reg, run), run):
+        print(line)
+
+
+# ------------------------------------------------------------------------------------------------
+# status --watch
+# ------------------------------------------------------------------------------------------------
+def watch_status(show, *, output: str, interval: float) -> int:
+    """`status --watch`: show(output, shown) prints one view of status, refreshing the runs it
+    shows and adding them to `shown`; repeated until every one of them has ended. With JSON,
+    each view is one object on one line: {"time", "runs"}."""
+    import contextlib
+    import io
+
+    if interval <= 0:
+        raise UsageError(f"--interval {interval}: give more than 0 seconds")
+
+    def frame():
+        buf, seen = io.StringIO(), []
+        with contextlib.redirect_stdout(buf):
+            show(output, seen)
+        done = all(r.finished for r in seen)
+        if output == "json":
+            return {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "runs": json.loads(buf.getvalue())}, done
+        head = f"{time.strftime('%H:%M:%S')}  every {interval:g}s" + ("" if done else "; Ctrl-C stops") + "\n"
+        return head + buf.getvalue(), done
+
+    return watch(frame, interval=interval, json_mode=output == "json")
+
+
+def watch(frame, *, interval: float, json_mode: bool) -> int:
+    """Call frame() -> (text or JSON object, done) every `interval` seconds until done. On a
+    terminal the text is redrawn in place; piped, each refresh follows the last; with JSON, each
+    refresh is one object on one line."""
+    tty = sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+    try:
+        while True:
+            shown, done = frame()
+            if json_mode:
+                sys.stdout.write(json.dumps(shown, default=str, separators=(",", ":")) + "\n")
+            elif tty:
+                sys.stdout.write("\x1b[H\x1b[2J" + shown)
+            else:
+                sys.stdout.write(shown + ("" if shown.endswith("\n") else "\n") + "\n")
+            sys.stdout.flush()
+            if done:
+                return 0
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return 0

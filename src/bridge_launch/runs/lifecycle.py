@@ -76,6 +76,8 @@ def _launch(
         raise
     state = "RUNNING" if job.backend == "local" else "PENDING"
     info = dict(run.info, **(info or {}), container=job.container, **(code or {}), **extra)
+    if be.notes:  # the backend's warnings and notes of this submit, for the CLI to say
+        info["submit_notes"] = list(be.notes)
     if job.image:
         info.update(image=job.image["ref"], image_digest=job.image["digest"])
     run = reg.update(run.run_id, state=state, job_ids=job_ids, info=info)

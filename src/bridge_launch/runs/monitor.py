@@ -3,11 +3,7 @@ for `status RUN`, `status --watch`, and the filters of `logs --rank/--grep/--tai
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import sys
-import time
 
 from bridge_launch.core.errors import UsageError
 from bridge_launch.runs import lifecycle as launch
@@ -174,28 +170,6 @@ def group_column(runs: list, group):
     return runs, lambda r: ["experiment"] if r is None else [r.info.get("experiment") or ""]
 
 
-def print_group(reg, group, runs) -> None:
-    print(
-        f"\nexperiment  {group['name']}: {len(runs)} runs, submitted "
-        f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(group['created']))}"
-    )
-    labels = {r.run_id: label for r, label in group["runs"]}
-    for r in runs:
-        lines = metric_lines(run_metrics(reg, r), r)
-        if lines:
-            print(f"\n{r.run_id} ({labels.get(r.run_id) or r.recipe})")
-            for line in lines:
-                print("  " + line)
-
-
-def print_metrics(reg, run) -> None:
-    """The live-metrics block of `status RUN`."""
-    if run.info.get("experiment"):
-        print(f"experiment  {run.info['experiment']} ({run.info.get('member', '')})")
-    for line in metric_lines(run_metrics(reg, run), run):
-        print(line)
-
-
 # ------------------------------------------------------------------------------------------------
 # logs --rank --grep --tail
 # ------------------------------------------------------------------------------------------------
@@ -217,51 +191,3 @@ def line_filter(rank: int | None, grep: str | None):
         return rx is None or rx.search(line) is not None
 
     return keep
-
-
-# ------------------------------------------------------------------------------------------------
-# status --watch
-# ------------------------------------------------------------------------------------------------
-def watch_status(show, *, output: str, interval: float) -> int:
-    """`status --watch`: show(output, shown) prints one view of status, refreshing the runs it
-    shows and adding them to `shown`; repeated until every one of them has ended. With JSON,
-    each view is one object on one line: {"time", "runs"}."""
-    import contextlib
-    import io
-
-    if interval <= 0:
-        raise UsageError(f"--interval {interval}: give more than 0 seconds")
-
-    def frame():
-        buf, seen = io.StringIO(), []
-        with contextlib.redirect_stdout(buf):
-            show(output, seen)
-        done = all(r.finished for r in seen)
-        if output == "json":
-            return {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "runs": json.loads(buf.getvalue())}, done
-        head = f"{time.strftime('%H:%M:%S')}  every {interval:g}s" + ("" if done else "; Ctrl-C stops") + "\n"
-        return head + buf.getvalue(), done
-
-    return watch(frame, interval=interval, json_mode=output == "json")
-
-
-def watch(frame, *, interval: float, json_mode: bool) -> int:
-    """Call frame() -> (text or JSON object, done) every `interval` seconds until done. On a
-    terminal the text is redrawn in place; piped, each refresh follows the last; with JSON, each
-    refresh is one object on one line."""
-    tty = sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
-    try:
-        while True:
-            shown, done = frame()
-            if json_mode:
-                sys.stdout.write(json.dumps(shown, default=str, separators=(",", ":")) + "\n")
-            elif tty:
-                sys.stdout.write("\x1b[H\x1b[2J" + shown)
-            else:
-                sys.stdout.write(shown + ("" if shown.endswith("\n") else "\n") + "\n")
-            sys.stdout.flush()
-            if done:
-                return 0
-            time.sleep(interval)
-    except KeyboardInterrupt:
-        return 0

@@ -670,6 +670,7 @@ class Backend:
 
     def __init__(self):
         self._ssh_ready: set = set()
+        self.notes: list[str] = []  # what a user should know of a submit: "warning: ...", "note: ..."
 
     # -- transport: local commands or one OpenSSH control master per login host ------------
     def _ssh(self, s: dict) -> list[str]:
@@ -800,7 +801,9 @@ class Backend:
                 )
         from bridge_launch.backends.slurm import topology_plugin as slurm_topology
 
-        slurm_topology.emit(slurm_topology.check(self, job, int(segment.group(1)) if segment else None))
+        warning = slurm_topology.check(self, job, int(segment.group(1)) if segment else None)
+        if warning:
+            self.notes.append(f"warning: {warning}")
         values = self._secret_values(job, secrets)  # what goes through sbatch's environment: no sourced secret
         hidden = [n for n in job.secrets if n not in values]
         test = self.command(s, ["sbatch", "--test-only", script], drop=job.secrets)
@@ -835,9 +838,9 @@ class Backend:
             raise LaunchError(f"sbatch printed no job id: {proc.stdout.strip()!r}")
         conf = slurm_secrets.cluster_config(s, self.command)
         if values:
-            _say("warning", slurm_secrets.env_warning(list(values), conf, job_id, bool(job.chain)))
+            self.notes.append("warning: " + slurm_secrets.env_warning(list(values), conf, job_id, bool(job.chain)))
         elif slurm_secrets.stores_job_env(conf):
-            _say("note", slurm_secrets.job_env_note(list(job.secret_sources or {})))
+            self.notes.append("note: " + slurm_secrets.job_env_note(list(job.secret_sources or {})))
         return [job_id]
 
     def _secret_values(self, job, secrets: dict) -> dict:
@@ -863,9 +866,9 @@ class Backend:
             if code == slurm_secrets.MISSING and spec["optional"]:
                 if name in secrets and s.get("env_secrets") != "refuse":
                     values[name] = secrets[name]
-                    _say("note", f"{why}{where}; {name} comes from your environment instead")
+                    self.notes.append(f"note: {why}{where}; {name} comes from your environment instead")
                 else:
-                    _say("note", f"{why}{where}; the job runs without {name}")
+                    self.notes.append(f"note: {why}{where}; the job runs without {name}")
                 continue
             hint = "; create it there, readable by you alone (chmod 600)" if code == slurm_secrets.MISSING else ""
             raise UsageError(f"{why}{where}{hint}")
@@ -1239,13 +1242,6 @@ class Backend:
         proc = self.command(s, ["scancel", *ids])
         if proc.returncode and "Invalid job id" not in (proc.stderr or ""):
             raise LaunchError(f"scancel failed: {self.first_error(proc)}")
-
-
-def _say(kind: str, text: str) -> None:
-    """A warning or note at submit, on stderr (stdout may be JSON)."""
-    import sys
-
-    sys.stderr.write(f"bridge-launch: {kind}: {text}\n")
 
 
 CANCEL_GRACE = 60  # seconds the training processes get to exit after a cancel's SIGTERM before scancel

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import time
 
 SEGMENT_PLUGINS = ("topology/block", "topology/ring", "topology/torus3d")
@@ -160,8 +159,3 @@ def check(backend, job, segment: int | None) -> str | None:
         return None
     plugin, source = topology_plugin(backend, job)
     return warning(job, segment=segment, plugin=plugin, source=source, spans=lambda: nvlink_spans(job))
-
-
-def emit(text: str | None) -> None:
-    if text:
-        sys.stderr.write(f"bridge-launch: warning: {text}\n")
