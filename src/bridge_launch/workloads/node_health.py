@@ -149,10 +149,12 @@ def check_paths(reads: list[str], writes: list[str]) -> dict:
 def check_fabric(args) -> dict | None:
     """The all-reduces over the allocation (fabric_health.py): a check on rank 0, None elsewhere."""
     rank = os.environ.get("SLURM_PROCID", "0")
+    t0 = time.monotonic()
     try:
         import fabric_health  # torch: only this part of the step needs it
 
         ok, detail, report = fabric_health.measure(args)
+        report["seconds"] = round(time.monotonic() - t0, 2)  # torch's import and the group's start included
     except Exception as exc:  # noqa: BLE001 - a fabric that fails in any way is this check's finding
         what = str(exc).strip().splitlines()
         return {"name": "fabric", "status": "fail", "detail": f"{type(exc).__name__}: {what[0] if what else ''}"[:300]}
