@@ -14,7 +14,7 @@ import pytest
 
 from bridge_launch import backends
 from bridge_launch.backends import torchrun as torchrun_opts
-from bridge_launch.backends.slurm import backend as slurm
+from bridge_launch.backends.slurm import render as slurm
 from bridge_launch.core.ports import EPHEMERAL_PORTS
 from launch_jobs import _job, _profile
 

@@ -164,7 +164,7 @@ def test_dry_run_shows_the_mechanism_and_the_estimate():
     assert "at most 900 segments" in r.out and '[ "$segment" -lt 900 ]' in r.out
     assert 'kill -s "$sig" $pids' in r.out and '"${resume_args[@]}"' in r.out
     r = run_cli("submit", "smoke", "-c", "local-slurm", "--until-done", "--dry-run")
-    assert "-lt " not in r.out.split("#!/bin/bash", 1)[1]  # no fixed segment cap
+    assert '[ "$segment" -lt' not in r.out.split("#!/bin/bash", 1)[1]  # no fixed segment cap
     assert "estimate: step time unknown (plan has no throughput figure for smoke on cpu; --step-time)" in r.out
     r = run_cli("submit", "smoke", "-c", "local-slurm", "--dry-run")  # a plain job says how it stops
     assert "Time limit USR1 120 s (default) before it" in r.out

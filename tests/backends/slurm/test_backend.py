@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bridge_launch import backends
-from bridge_launch.backends.slurm import backend as slurm
+from bridge_launch.backends.slurm import render as slurm_render
 from bridge_launch.backends.slurm.backend import _frames
 from bridge_launch.resolve import resolver as resolve
 from bridge_launch.spec.overrides import OverrideError, parse_override
@@ -159,7 +159,7 @@ def test_local_slurm_pyxis_uses_the_gb200_code_path():
     ):
         assert flag in text, flag
     assert f"{job.job_root}:{job.job_root}" in job.mounts  # the job root is mounted at the same path
-    launcher = backends.render(job).files[slurm.node_launcher_path(job)]
+    launcher = backends.render(job).files[slurm_render.node_launcher_path(job)]
     assert '\ntorchrun --node-rank="$SLURM_NODEID"' in launcher  # the image's torchrun, not this machine's interpreter
     env_names = text.split("--container-env=")[1].split(" ")[0].split(",")
     assert "TOKENIZERS_PARALLELISM" in env_names and "OMP_NUM_THREADS" in env_names
