@@ -43,7 +43,7 @@ def checked(tmp_path_factory):
     requests: dict = collections.defaultdict(list)
     for rec in _shipped():
         rev = upstream.revision(rec["bridge_commit"])
-        requests[rev.bridge].append({"id": f"function:{rec['name']}", "function": rec["upstream"]})
+        requests[rev.bridge].append(realbridge.function_request(f"function:{rec['name']}", rec))
         combos = [((), p) for p in _profiles()] + [((o,), p) for o, p in OVERLAYS.get(rec["name"], [])]
         for overlays, profile in combos:
             job = resolve.resolve(rec["name"], resolve.Options(cluster=profile, overlays=overlays))

@@ -214,6 +214,9 @@ def _trainer_in_process(spec: dict) -> dict:
             **data,
         )
     try:
+        if spec.get("recipe_module"):  # bridge-launch's own recipe function, as the job's entry adds it
+            data["recipe_module"] = spec["recipe_module"]
+            recipe_build.register_module(spec["recipe_module"])
         mod = recipe_build.load_entry(entry)
         data["interface"] = recipe_build.interface(mod)
         config, built_mode = recipe_build.build(mod, argv, world)

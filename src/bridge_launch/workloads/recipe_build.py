@@ -60,6 +60,18 @@ def load_entry(entry: str):
     return mod
 
 
+def register_module(path: str) -> list[str]:
+    """What the entry of a job whose recipe function bridge-launch ships does first
+    (bridge_recipe_entry.register, its sibling): the module's functions set on megatron.bridge.recipes,
+    where run_recipe.py's recipe lookup finds them. Returns their names."""
+    import bridge_recipe_entry
+
+    try:
+        return bridge_recipe_entry.register(path)
+    except BaseException as exc:
+        raise BuildError("recipe module " + os.path.basename(path), error_text(exc)) from exc
+
+
 def static_interface(entry: str) -> str | None:
     """The run_recipe.py interface `entry`'s source text has ("run_config" | "train_functions"), or
     None: read with ast, nothing of it runs."""
