@@ -442,7 +442,9 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
 
     env, envsrc = {}, {}
     for layer_env, src in (
-        [(recipe["upstream_env"], upstream_label), (recipe["env"], "recipe")]
+        # [upstream_env] is Megatron-Bridge's environment block at the pinned revision, also for a recipe
+        # whose function bridge-launch ships (its function sets no such variable)
+        [(recipe["upstream_env"], f"upstream@{upstream.short(recipe['bridge_commit'])}"), (recipe["env"], "recipe")]
         + [(o["env"], f"overlay:{o['name']}") for o in overlays]
         + [(prof["env"], f"cluster:{prof['name']}")]
     ):
