@@ -49,9 +49,10 @@ def _function(name: str):
 
 def one(job: dict, entry: str) -> dict:
     out: dict = {"id": job["id"], "ok": False}
+    registered: list = []
     try:
         if job.get("module"):  # a function bridge-launch ships: registered as the job's entry does it
-            recipe_build.register_module(job["module"])
+            registered = recipe_build.register_module(job["module"])
         if "function" in job:
             config = _function(job["function"])
             out.update(values=recipe_build.flatten(config), classes=recipe_build.classes(config))
@@ -68,6 +69,12 @@ def one(job: dict, entry: str) -> dict:
         out.update(stage=exc.stage, why=exc.why)
     except BaseException as exc:  # noqa: BLE001 - one job's failure is that job's result
         out.update(stage="check", why=recipe_build.error_text(exc), traceback=traceback.format_exc()[-3000:])
+    finally:  # each job sees only the functions it registers itself
+        if registered:
+            import megatron.bridge.recipes as recipes
+
+            for name in registered:
+                delattr(recipes, name)
     return out
 
 
