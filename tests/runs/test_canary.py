@@ -401,7 +401,7 @@ def test_trainer_check_registers_the_shipped_recipe_module_as_the_jobs_entry_doe
     args = ["train.train_iters=2", "dataset.path=/d"]
     spec = _spec(tmp_path, recipe="qwen35_vl_mine_sft_config", args=args, recipe_module=str(module))
     r = _subcheck("trainer", spec)
-    assert r["status"] == "ok" and r["detail"].startswith("recipe qwen35_vl_mine_sft_config built with 2 overrides")
+    assert r["status"] == "ok" and r["detail"].startswith("recipe qwen35_vl_mine_sft_config built with 2 overrides"), r
     assert r["data"]["recipe_module"] == str(module)
     # without the module the image's Megatron-Bridge has no such recipe
     r = _subcheck("trainer", _spec(tmp_path, recipe="qwen35_vl_mine_sft_config", args=args))

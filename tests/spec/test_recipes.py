@@ -136,11 +136,12 @@ def test_the_vl_recipes_name_the_function_bridge_launch_ships_and_its_entry(cli)
         re.M,
     )
     # the entry torchrun starts: the shim, the staged module, then run_recipe.py and its arguments
+    flat = r.out.replace(" \\\n    ", " ")
     assert re.search(
         r"/workload/bridge_recipe_entry\.py \S+/workload/bridge_recipes/qwen35_vl_gb200\.py "
         r"/opt/Megatron-Bridge/scripts/training/run_recipe\.py --recipe "
         r"qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config --mode sft ",
-        r.out,
+        flat,
     )
     j = cli("submit", "qwen35-vl-sft", "-c", "gb200-32", "--dry-run", "-o", "json", *VL_INPUTS).json()
     assert j["bridge_recipe_module"] == "qwen35_vl_gb200.py" and j["upstream_status"] is None

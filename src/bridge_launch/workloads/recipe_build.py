@@ -63,11 +63,16 @@ def load_entry(entry: str):
 def register_module(path: str) -> list[str]:
     """What the entry of a job whose recipe function bridge-launch ships does first
     (bridge_recipe_entry.register, its sibling): the module's functions set on megatron.bridge.recipes,
-    where run_recipe.py's recipe lookup finds them. Returns their names."""
-    import bridge_recipe_entry
-
+    where run_recipe.py's recipe lookup finds them. Returns their names. The sibling is loaded from its
+    file: the canary's check takes this directory off sys.path (its modules must not shadow the image's)."""
     try:
-        return bridge_recipe_entry.register(path)
+        sibling = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bridge_recipe_entry.py")
+        spec = importlib.util.spec_from_file_location("bridge_recipe_entry", sibling)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"{sibling} is not a Python file")
+        entry = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(entry)
+        return entry.register(path)
     except BaseException as exc:
         raise BuildError("recipe module " + os.path.basename(path), error_text(exc)) from exc
 

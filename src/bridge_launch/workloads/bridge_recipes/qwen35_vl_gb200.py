@@ -38,7 +38,9 @@ src/megatron/bridge/ unless they start with scripts/):
   tower gets selective recompute too (of TransformerConfig's default recompute_modules). Stated
   here and in the recipe files, not worked around.
 - training/mixed_precision.py:185-197 `bf16_mixed`, :254-266 `bf16_with_mxfp8_mixed` (it turns
-  fp8_param_gather on; the seed keeps BF16 parameter communication, so it is turned off).
+  fp8_param_gather and reuse_grad_buf_for_mxfp8_param_ag on; the seed keeps BF16 parameter
+  communication, so both are turned off: megatron-core 2a75ac12c refuses the reuse without the FP8
+  gather, megatron/core/distributed/distributed_data_parallel_config.py:259-260).
 
 Not from 067f987: the MTP head is off (mtp_num_layers 0) because config.py:1334 refuses MTP with
 native packing; the seed's runs used MCore from NVIDIA/Megatron-LM#7611 for masked MTP, which
@@ -124,6 +126,9 @@ def qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_fp8mx_config() -> ConfigConta
     cfg = _qwen35_vl_35b_a3b_long_context_gb200_common()
     cfg.mixed_precision = bf16_with_mxfp8_mixed()
     cfg.mixed_precision.fp8_param_gather = False
+    # the grad buffer is reused only for an MXFP8 parameter all-gather, which megatron-core refuses
+    # without one (2a75ac12c megatron/core/distributed/distributed_data_parallel_config.py:259-260)
+    cfg.mixed_precision.reuse_grad_buf_for_mxfp8_param_ag = False
     return cfg
 
 
