@@ -450,7 +450,12 @@ def test_a_recipe_whose_function_bridge_launch_ships_stages_its_entry_and_module
     staged = env.staged[run.run_dir]
     module = "workload/bridge_recipes/qwen35_vl_gb200.py"
     assert staged["workload/bridge_recipe_entry.py"] == workload_files()["workload/bridge_recipe_entry.py"]
-    assert staged[module] == (REPO / "src" / "bridge_launch" / "workloads" / "bridge_recipes" / "qwen35_vl_gb200.py").read_text()
+    shipped = REPO / "src" / "bridge_launch" / "workloads" / "bridge_recipes" / "qwen35_vl_gb200.py"
+    assert staged[module] == shipped.read_text()
     # the command the platform runs starts the entry with the module staged beside it, then run_recipe.py
     text = json.dumps(_rendered(job, run.run_id))
-    assert f"{run.run_dir}/workload/bridge_recipe_entry.py {run.run_dir}/{module} /opt/Megatron-Bridge/scripts/training/run_recipe.py --recipe qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config" in text
+    assert (
+        f"{run.run_dir}/workload/bridge_recipe_entry.py {run.run_dir}/{module} "
+        "/opt/Megatron-Bridge/scripts/training/run_recipe.py --recipe "
+        "qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config"
+    ) in text

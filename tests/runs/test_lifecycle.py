@@ -141,7 +141,7 @@ def test_a_slurm_job_whose_function_bridge_launch_ships_stages_its_entry_and_mod
     # tests/e2e): submit hands the backend the shim and the module beside the script that starts them
     (home / "clusters" / "gb-here.toml").write_text(f'extends = "gb200-32"\njob_root = "{tmp_path}/runs"\n')
     be = slurm.Backend()
-    monkeypatch.setattr(be, "submit", lambda job, run, artifact, secrets: ["4242"])
+    monkeypatch.setattr(be, "submit", lambda *_a: ["4242"])
     monkeypatch.setattr(launch.backends, "backend", lambda _name: be)
     job = resolve.resolve(
         "qwen35-vl-sft", resolve.Options(cluster="gb-here", overrides=VL, canary=False), for_submit=True

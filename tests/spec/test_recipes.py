@@ -175,7 +175,9 @@ def test_a_recipe_naming_a_module_that_lacks_its_function_is_refused_in_one_line
     )
     r = cli("submit", "bad-mod", "-c", "gb200-32", "--dry-run", *VL_INPUTS)
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1
-    assert "bridge_recipe_module 'nope.py' is not a recipe module bridge-launch ships; valid: qwen35_vl_gb200.py" in r.err
+    assert (
+        "bridge_recipe_module 'nope.py' is not a recipe module bridge-launch ships; valid: qwen35_vl_gb200.py"
+    ) in r.err
 
 
 def test_child_recipe_overrides_an_upstream_value_and_provenance_names_it(cli, home):

@@ -93,8 +93,10 @@ def test_shipped_recipe_modules_import_megatron_bridge_and_the_standard_library_
                 assert node.level == 0, f"{path.name}: relative import (the entry loads it from its path)"
                 names = [node.module]
             for name in names:
-                assert name.startswith("megatron.bridge") or name.split(".")[0] in sys.stdlib_module_names or (
-                    name == "__future__"
+                assert (
+                    name.startswith("megatron.bridge")
+                    or name.split(".")[0] in sys.stdlib_module_names
+                    or (name == "__future__")
                 ), f"{path.name}: {name}"
 
 

@@ -196,9 +196,10 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
         ),
         *(
             [
-                f"Function   {job.upstream} is bridge-launch's own (workload/bridge_recipes/{job.bridge_recipe_module}, "
-                f"staged in the run dir): workload/bridge_recipe_entry.py adds it to megatron.bridge.recipes, "
-                f"then runs {job.entry} with the arguments below"
+                f"Function   {job.upstream} is bridge-launch's own "
+                f"(workload/bridge_recipes/{job.bridge_recipe_module}, staged in the run dir): "
+                f"workload/bridge_recipe_entry.py adds it to megatron.bridge.recipes, then runs {job.entry} "
+                "with the arguments below"
             ]
             if job.bridge_recipe_module
             else []
