@@ -88,16 +88,19 @@ def qwen35(name: str) -> dict:
 BUILDERS = {"qwen35-9b": qwen35, "qwen35-35b-a3b": qwen35, "qwen35-vl-35b-a3b": qwen35}
 
 
-def write(hf_home: Path) -> list[str]:
-    """Writes every config; returns the repo ids written."""
+def write(hf_home: Path, revisions=()) -> list[str]:
+    """Writes every config (also under each of `revisions`, the commits recipes pin: a pinned
+    revision is looked up by its snapshot directory, file_download.py's commit-hash path); returns
+    the repo ids written."""
     written = []
     for name, build in BUILDERS.items():
         config = build(name)
         for repo in models.entry_values(name)["hf_ids"]:
             root = hf_home / "hub" / ("models--" + repo.replace("/", "--"))
-            snap = root / "snapshots" / SNAPSHOT
-            snap.mkdir(parents=True, exist_ok=True)
-            (snap / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+            for commit in (SNAPSHOT, *revisions):
+                snap = root / "snapshots" / commit
+                snap.mkdir(parents=True, exist_ok=True)
+                (snap / "config.json").write_text(json.dumps(config, indent=2) + "\n")
             (root / "refs").mkdir(exist_ok=True)
             (root / "refs" / "main").write_text(SNAPSHOT)
             written.append(repo)

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import hf_configs  # its sibling: this directory is on the path of whoever imports this module
 
-from bridge_launch.backends.base import entry_command
+from bridge_launch.backends.base import RECIPE_ENTRY_FILE, entry_command
 from bridge_launch.core import upstream
+from bridge_launch.spec import recipes
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -29,14 +30,41 @@ def sources(env: dict, rev: upstream.Revision) -> tuple[str, str]:
     return env[f"SRC_MEGATRON_BRIDGE_{rev.bridge[:9].upper()}"], env[f"SRC_MEGATRON_LM_{rev.core[:9].upper()}"]
 
 
+def pinned_revisions() -> list[str]:
+    """The model and processor revisions the shipped recipes pin (their config.json must be in the
+    offline cache under that revision too: huggingface_hub looks a commit up by its snapshot)."""
+    found = set()
+    for rec in recipes.list_recipes():
+        for section in ("config", "upstream_config"):
+            for key in ("model.hf_model_revision", "dataset.task_encoder.hf_processor_revision"):
+                if rec[section].get(key):
+                    found.add(rec[section][key])
+    return sorted(found)
+
+
 def hf_home(root: Path) -> str:
-    hf_configs.write(root)
+    hf_configs.write(root, revisions=pinned_revisions())
     return str(root)
 
 
+def function_request(job_id: str, rec: dict) -> dict:
+    """The recipe function alone (what it sets): Megatron-Bridge's, or the module bridge-launch ships."""
+    req = {"id": job_id, "function": rec["upstream"]}
+    if rec.get("bridge_recipe_module"):
+        req["module"] = rec["bridge_recipe_module"]
+    return req
+
+
 def job_request(job_id: str, job) -> dict:
-    """The job's exact run_recipe.py arguments, as every backend renders them."""
-    return {"id": job_id, "argv": entry_command(job)[1:], "world_size": job.world_size}
+    """The job's exact run_recipe.py arguments, as every backend renders them. For a recipe whose
+    function bridge-launch ships, the entry is workload/bridge_recipe_entry.py MODULE RUN_RECIPE ARGS:
+    the module is checked from this checkout, and the arguments after run_recipe.py are its argv."""
+    cmd = entry_command(job)
+    if not job.bridge_recipe_module:
+        return {"id": job_id, "argv": cmd[1:], "world_size": job.world_size}
+    assert cmd[0].endswith("/" + RECIPE_ENTRY_FILE) and cmd[2] == job.entry, cmd[:3]
+    module = recipes.BRIDGE_RECIPES_DIR / cmd[1].rsplit("/", 1)[1]
+    return {"id": job_id, "argv": cmd[3:], "world_size": job.world_size, "module": str(module)}
 
 
 def run(env: dict, rev: upstream.Revision, hf: str, jobs: list, tmp: Path) -> dict:

@@ -7,6 +7,9 @@ pins), "hf_home": an offline HF cache holding config.json files, "gpu": "NAME:MA
 "jobs": [...]}. A job is either {"id", "function": NAME} (the recipe function itself: what it sets)
 or {"id", "argv": [...], "world_size": N} (the job's exact run_recipe.py arguments, through that
 revision's own scripts/training/run_recipe.py main(), then runtime_config_update() and validate()).
+Either may name a "module": a recipe module bridge-launch ships (workloads/bridge_recipes/), whose
+functions are first set on megatron.bridge.recipes by workloads/bridge_recipe_entry.py's register(),
+the code the job's entry runs.
 Writes one JSON line per job to RESULTS (Megatron's loggers own stdout): {"id", "ok", "stage",
 "why", "values", "classes", "runtime"}; `classes` names the class of each section (model,
 dataset, ...) the function builds; `values` is the flattened config as main() hands it to training (or
@@ -46,7 +49,10 @@ def _function(name: str):
 
 def one(job: dict, entry: str) -> dict:
     out: dict = {"id": job["id"], "ok": False}
+    registered: list = []
     try:
+        if job.get("module"):  # a function bridge-launch ships: registered as the job's entry does it
+            registered = recipe_build.register_module(job["module"])
         if "function" in job:
             config = _function(job["function"])
             out.update(values=recipe_build.flatten(config), classes=recipe_build.classes(config))
@@ -63,6 +69,12 @@ def one(job: dict, entry: str) -> dict:
         out.update(stage=exc.stage, why=exc.why)
     except BaseException as exc:  # noqa: BLE001 - one job's failure is that job's result
         out.update(stage="check", why=recipe_build.error_text(exc), traceback=traceback.format_exc()[-3000:])
+    finally:  # each job sees only the functions it registers itself
+        if registered:
+            import megatron.bridge.recipes as recipes
+
+            for name in registered:
+                delattr(recipes, name)
     return out
 
 

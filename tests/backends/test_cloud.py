@@ -429,3 +429,33 @@ def test_a_secret_named_on_the_command_line_must_be_set_on_the_local_backend():
     r = run_cli("submit", "smoke", "--secret", "MY_TOKEN", "--dry-run", env=env)
     assert r.code == 0 and "  MY_TOKEN  from your environment at submit: not set\n" in r.out
     assert "secret MY_TOKEN (--secret) is not set in your environment: submit would refuse" in r.out + r.err
+
+
+@pytest.mark.parametrize("cluster", ["lep", "dgx"])
+def test_a_recipe_whose_function_bridge_launch_ships_stages_its_entry_and_module(env, cluster):
+    from bridge_launch.backends.base import workload_files
+    from bridge_launch.runs import lifecycle as launch
+
+    job = resolve.resolve(
+        "qwen35-vl-sft",
+        resolve.Options(
+            cluster=cluster,
+            overrides=("dataset.path=/mnt/shared/clevr2", "checkpoint.pretrained_checkpoint=/mnt/shared/ckpt"),
+            canary=False,
+        ),
+        for_submit=True,
+    )
+    assert job.errors == [], job.errors
+    run = launch.submit(job)
+    staged = env.staged[run.run_dir]
+    module = "workload/bridge_recipes/qwen35_vl_gb200.py"
+    assert staged["workload/bridge_recipe_entry.py"] == workload_files()["workload/bridge_recipe_entry.py"]
+    shipped = REPO / "src" / "bridge_launch" / "workloads" / "bridge_recipes" / "qwen35_vl_gb200.py"
+    assert staged[module] == shipped.read_text()
+    # the command the platform runs starts the entry with the module staged beside it, then run_recipe.py
+    text = json.dumps(_rendered(job, run.run_id))
+    assert (
+        f"{run.run_dir}/workload/bridge_recipe_entry.py {run.run_dir}/{module} "
+        "/opt/Megatron-Bridge/scripts/training/run_recipe.py --recipe "
+        "qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config"
+    ) in text

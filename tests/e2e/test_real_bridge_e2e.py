@@ -8,12 +8,14 @@ revision (scripts/bridge/realcheck.py); the venv and sources come from scripts/b
 from __future__ import annotations
 
 import collections
+import os
 import subprocess
 import sys
 
 import pytest
 import realbridge  # scripts/bridge: on the path tests/conftest.py sets
 
+from bridge_launch.backends.base import entry_command
 from bridge_launch.core import upstream
 from bridge_launch.resolve import resolver as resolve
 from bridge_launch.spec import clusters, recipes
@@ -33,6 +35,17 @@ def _profiles() -> list[str]:
     return [p["name"] for p in clusters.list_profiles() if p["gpu_type"] == "gb200" and not p["abstract"]]
 
 
+def _inputs(rec: dict, root) -> tuple:
+    """The caller's inputs a recipe requires, as paths that exist (validate() opens the pretrained
+    checkpoint's directory): dataset.path and checkpoint.pretrained_checkpoint for the VL recipes."""
+    out = []
+    for key in rec["required"]:
+        path = root / key.replace(".", "-")
+        path.mkdir(parents=True, exist_ok=True)
+        out.append(f"{key}={path}")
+    return tuple(out)
+
+
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory):
     """(jobs {id: (recipe, ResolvedJob)}, results {id: realcheck result}) for every recipe x profile."""
@@ -43,15 +56,20 @@ def checked(tmp_path_factory):
     requests: dict = collections.defaultdict(list)
     for rec in _shipped():
         rev = upstream.revision(rec["bridge_commit"])
-        requests[rev.bridge].append({"id": f"function:{rec['name']}", "function": rec["upstream"]})
+        requests[rev.bridge].append(realbridge.function_request(f"function:{rec['name']}", rec))
         combos = [((), p) for p in _profiles()] + [((o,), p) for o, p in OVERLAYS.get(rec["name"], [])]
         for overlays, profile in combos:
-            job = resolve.resolve(rec["name"], resolve.Options(cluster=profile, overlays=overlays))
+            opts = resolve.Options(cluster=profile, overlays=overlays, overrides=_inputs(rec, tmp / "inputs"))
+            job = resolve.resolve(rec["name"], opts)
             if job.errors:  # bridge-launch refuses it before submit (a fixed-size cluster of another size)
                 continue
             job_id = f"{rec['name']}{''.join('+' + o for o in overlays)}@{profile}"
             jobs[job_id] = (rec, job)
-            requests[rev.bridge].append(realbridge.job_request(job_id, job))
+            request = realbridge.job_request(job_id, job)
+            requests[rev.bridge].append(request)
+            if "module" in request:  # the same arguments without the entry's registration: what it is for
+                bare = {k: v for k, v in request.items() if k != "module"}
+                requests[rev.bridge].append(dict(bare, id="without-module:" + job_id))
     results: dict = {}
     for bridge, reqs in requests.items():
         results.update(realbridge.run(env, upstream.revision(bridge), hf, reqs, tmp))
@@ -69,14 +87,26 @@ def test_every_recipe_whose_function_exists_is_accepted_at_its_revision(checked)
     # every shipped recipe and the overlay reached the check on some profile
     assert {rec["name"] for rec, _job in jobs.values()} == {r["name"] for r in _shipped()}
     assert any("+nemo-ci-convergence@" in j for j in jobs)
+    # the VL recipes, whose functions bridge-launch ships, on the 32-GPU profile they are written for
+    assert {"qwen35-vl-sft@gb200-32", "qwen35-vl-sft-mxfp8@gb200-32"} <= set(jobs)
 
 
-def test_a_recipe_said_to_be_missing_upstream_is_refused_at_recipe_lookup(checked):
-    # what --dry-run warns of (upstream_status) is what the real run_recipe.py does
+def test_the_vl_recipes_functions_are_found_only_through_the_jobs_entry(checked):
+    # the entry's registration (workloads/bridge_recipe_entry.py) is what makes the real run_recipe.py find
+    # them: the same arguments without it stop at its recipe lookup
     jobs, results = checked
-    missing = {j: results[j] for j, (rec, _job) in jobs.items() if rec.get("upstream_status")}
-    assert missing
-    assert {(r["ok"], r["stage"]) for r in missing.values()} == {(False, "recipe lookup")}
+    shipped = {j: job for j, (rec, job) in jobs.items() if rec.get("bridge_recipe_module")}
+    assert {j.split("@")[0] for j in shipped} == {"qwen35-vl-sft", "qwen35-vl-sft-mxfp8"}
+    for job_id, job in shipped.items():
+        assert results[job_id]["ok"] and results[job_id]["mode"] == "finetune", results[job_id]
+        bare = results["without-module:" + job_id]
+        assert (bare["ok"], bare["stage"]) == (False, "recipe lookup"), bare
+        assert f"Recipe '{job.upstream}' not found in megatron.bridge.recipes" in bare["why"]
+        # the values the seed states and the native-packing ones, as main() hands them to training
+        values = results[job_id]["values"]
+        assert values["dataset.packing_buffer_size"] == 8 and values["model.mtp_num_layers"] == 0
+        assert values["model.context_parallel_size"] == 8 and values["model.expert_model_parallel_size"] == 16
+        assert values["dataset.task_encoder.max_visual_tokens"] == 2048
 
 
 def test_every_value_the_dry_run_states_is_the_value_main_hands_to_training(checked):
@@ -106,7 +136,7 @@ def test_a_value_the_trainer_changes_at_start_is_named_in_the_dry_run(checked):
     assert unnamed == {}
 
 
-def test_every_value_labelled_upstream_is_what_the_recipe_function_sets(checked):
+def test_every_value_labelled_upstream_or_bridge_launch_fn_is_what_the_recipe_function_sets(checked):
     _jobs, results = checked
     wrong = {}
     for rec in _shipped():
@@ -125,8 +155,10 @@ def test_every_value_labelled_upstream_is_what_the_recipe_function_sets(checked)
 def test_the_dry_run_labels_upstream_values_with_the_pinned_commit(checked):
     jobs, _results = checked
     for _job_id, (rec, job) in jobs.items():
-        labels = {s for s in job.provenance["config"].values() if s.startswith("upstream")}
-        assert labels <= {f"upstream@{upstream.short(rec['bridge_commit'])}"}, labels
+        labels = {s for s in job.provenance["config"].values() if s.startswith(("upstream", "bridge-launch-fn"))}
+        # a function bridge-launch ships is not labelled upstream's
+        who = "bridge-launch-fn" if rec.get("bridge_recipe_module") else "upstream"
+        assert labels <= {f"{who}@{upstream.short(rec['bridge_commit'])}"}, labels
 
 
 def test_the_classes_a_recipe_declares_are_the_ones_its_function_builds(checked):
@@ -146,9 +178,59 @@ def test_derive_upstream_finds_nothing_to_change():
     proc = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "derive-upstream")], capture_output=True, text=True, timeout=1200
     )
-    # the VL recipes' functions are in no Megatron-Bridge revision: reported, one line each
-    lines = proc.stdout.splitlines()
-    assert all("recipe lookup" in ln for ln in lines), proc.stdout + proc.stderr[-2000:]
-    assert sorted(ln.split(":", 1)[0] for ln in lines) == sorted(
-        r["name"] for r in _shipped() if r.get("upstream_status")
+    # every recipe's function builds, the VL recipes' through the module bridge-launch ships
+    assert proc.returncode == 0 and proc.stdout == "", proc.stdout + proc.stderr[-2000:]
+
+
+def test_the_jobs_entry_itself_runs_the_real_run_recipe_py(tmp_path):
+    # workload/bridge_recipe_entry.py as torchrun starts it (the job's own arguments after the module and
+    # run_recipe.py), under the bridge venv with Megatron-Bridge 067f987's run_recipe.py; its --dry-run
+    # writes the config main() built instead of training
+    env = realbridge.environment()
+    bridge, core = realbridge.sources(env, upstream.revision(upstream.BRIDGE_MAIN))
+    hf = realbridge.hf_home(tmp_path / "hf")
+    rec = recipes.load("qwen35-vl-sft-mxfp8")
+    job = resolve.resolve(rec["name"], resolve.Options(cluster="gb200-32", overrides=_inputs(rec, tmp_path)))
+    cmd = entry_command(job)
+    assert cmd[0].endswith("/workload/bridge_recipe_entry.py") and cmd[2] == upstream.RUN_RECIPE
+    workloads = REPO / "src" / "bridge_launch" / "workloads"
+    out = tmp_path / "config.yaml"
+    proc = subprocess.run(
+        [
+            env["BRIDGE_PY"],
+            str(workloads / "bridge_recipe_entry.py"),
+            str(workloads / "bridge_recipes" / cmd[1].rsplit("/", 1)[1]),
+            f"{bridge}/scripts/training/run_recipe.py",
+            *cmd[3:],
+            "--dry-run",
+            f"logger.save_config_filepath={out}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+        env=dict(
+            os.environ,
+            PYTHONPATH=f"{REPO / 'scripts' / 'bridge' / 'site'}:{bridge}/src:{core}",
+            HF_HOME=hf,
+            HF_HUB_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",
+            WORLD_SIZE="32",
+            RANK="0",
+            LOCAL_RANK="0",
+            BRIDGE_LAUNCH_FAKE_GPU="NVIDIA GB200:10:0",
+        ),
     )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = out.read_text()
+    for line in (
+        "packing_buffer_size: 8",
+        "max_visual_tokens: 2048",
+        "context_parallel_size: 8",
+        "mtp_num_layers: 0",
+        "fp8_recipe: mxfp8",
+        "fp8_param_gather: false",
+        f"hf_processor_revision: {job.config['dataset.task_encoder.hf_processor_revision']}",
+    ):
+        assert f" {line}\n" in text, line
+    assert f"Loading library recipe '{job.upstream}' from megatron.bridge.recipes" in proc.stdout + proc.stderr

@@ -122,7 +122,8 @@ def test_vl_sft_memory_breakdown():
         (12 / 16 * p["dense_per_gpu"] + 12 / 2 * p["expert_per_gpu"]) / gib, abs=0.01
     )
     assert mem["tokens_per_microbatch"] == 131072 / 8 and mem["microbatches_in_flight"] == 1
-    assert mem["recompute"] == "selective: core_attn, gdn_norm_out, moe_act"
+    # the shipped function leaves recompute_modules unset: megatron-core's default list, core_attn alone
+    assert mem["recompute"] == "selective: core_attn"
     assert mem["capacity_gib"] == 186 and 0.3 < mem["fraction"] < 0.9
     parts = mem["params_gib"] + mem["grads_gib"] + mem["optimizer_gib"] + mem["activations_gib"]
     assert mem["total_gib"] == pytest.approx(parts, abs=0.05)

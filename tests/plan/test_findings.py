@@ -89,14 +89,14 @@ def test_memory_above_the_gpu_is_an_error_in_dry_run_and_submit(cli):
         line = r.err.strip().splitlines()
         assert line == [ln for ln in line if ln.startswith("bridge-launch: error: ")]
         assert any(
-            "memory: about 280 of 186 GiB per GPU (150%)" in ln
+            "memory: about 262 of 186 GiB per GPU (141%)" in ln
             and "would fit: " in ln
             and "--no-memory-check submits anyway" in ln
             for ln in line
         ), r.err
     r = cli(*args, "--dry-run", "--no-memory-check")
     assert r.code == 0, r.err
-    assert "memory: about 280 of 186 GiB per GPU (150%)" in r.out and "(--no-memory-check: submitting anyway)" in r.out
+    assert "memory: about 262 of 186 GiB per GPU (141%)" in r.out and "(--no-memory-check: submitting anyway)" in r.out
     d = cli(*args, "--dry-run", "--no-memory-check", "-o", "json").json()
     assert d["errors"] == [] and d["provenance"]["job"]["memory_check"] == "off (--no-memory-check)"
 

@@ -500,9 +500,9 @@ RULE_CASES = [
     (
         "mtp-packing",
         VL,
-        [*VL_IN],
-        "MTP (model.mtp_num_layers=1, upstream@067f987) with Energon native packing",
-        ["model.mtp_num_layers=0", *VL_IN],
+        ["model.mtp_num_layers=1", *VL_IN],
+        "MTP (model.mtp_num_layers=1, cli) with Energon native packing",
+        [*VL_IN],  # the shipped function's own mtp_num_layers=0
     ),
     (
         "mtp-a2a-overlap",
@@ -777,10 +777,10 @@ def test_issue_12_examples():
     # a 524288-token VL job does not fit; --no-memory-check makes it a warning
     over = ("model.seq_length=524288", "dataset.seq_length=524288", *VL_IN)
     j = resolve.resolve("qwen35-vl-sft", resolve.Options(cluster="gb200-32", overrides=over))
-    mem = [e for e in j.errors if e.startswith("memory: about 280 of 186 GiB per GPU")]
+    mem = [e for e in j.errors if e.startswith("memory: about 262 of 186 GiB per GPU")]
     assert len(mem) == 1 and "would fit: model.recompute_granularity=full" in mem[0], j.errors
     j = resolve.resolve("qwen35-vl-sft", resolve.Options(cluster="gb200-32", overrides=over, memory_check=False))
-    assert j.errors == [] and any(w.startswith("memory: about 280") and "--no-memory-check" in w for w in j.warnings)
+    assert j.errors == [] and any(w.startswith("memory: about 262") and "--no-memory-check" in w for w in j.warnings)
     # parallel sizes of 0 are one line each, not a ZeroDivisionError
     for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
         j = _resolve(Q9, [f"model.{key}=0"])

@@ -111,11 +111,9 @@ def test_vl_sft_on_gb200_32_stays_inside_nodes_and_one_domain():
     assert result["segment"] == 4  # an EP group's 4 nodes: not forced into one rack
     assert result["domains"]["hybrid_ep"] and result["domains"]["segment_requested"]
     assert result["groups"]["ep"] == [list(range(16)), list(range(16, 32))]
-    # no placement warning; the two are Megatron-Bridge's MTP-with-packing rule (the recipe keeps MTP, as its
-    # seed does) and the recipe function not being upstream yet
-    assert len(result["warnings"]) == 2
-    assert sum(w.startswith("MTP (model.mtp_num_layers=1, upstream@067f987)") for w in result["warnings"]) == 1
-    assert sum("is not in upstream Megatron-Bridge" in w for w in result["warnings"]) == 1
+    # no placement warning, and none of Megatron-Bridge's MTP-with-packing rule: the shipped function
+    # turns MTP off (mtp_num_layers 0), the one it would warn of
+    assert result["warnings"] == []
     assert result["errors"] == []
     json.dumps(result)  # JSON-able as --output json prints it
     text = report.render_text(result)

@@ -82,6 +82,10 @@ def test_slurm_canary_is_a_short_job_in_the_same_image_the_real_job_waits_for():
     spec = c["spec"]
     tokens = shlex.split(train.split("srun \\\n")[1].split(" &\n")[0].replace("\\\n", " "))
     at = tokens.index(spec["entry"])
+    # bridge-launch's own recipe function: the entry shim and the module it registers come first
+    run_dir = "/lustre/fsw/bridge-launch/runs/@RUN_ID@"
+    assert tokens[at - 2 : at] == [f"{run_dir}/workload/bridge_recipe_entry.py", spec["recipe_module"]]
+    assert spec["recipe_module"] == f"{run_dir}/workload/bridge_recipes/qwen35_vl_gb200.py"
     assert tokens[at + 1 : at + 5] == ["--recipe", spec["recipe"], "--mode", spec["mode"]]
     # the job's exact overrides, and the retry's resume point (empty on a first attempt) after them
     assert [*spec["args"], "${resume_args[@]}"] == tokens[at + 5 :]
@@ -139,11 +143,15 @@ def test_no_canary_means_no_change_to_the_job():
 
 
 @pytest.mark.usefixtures("home")
-def test_the_canary_is_on_by_default_for_a_recipe_function_its_revision_lacks():
+def test_the_canary_is_on_by_default_for_a_recipe_function_bridge_launch_ships():
+    # checked against Megatron-Bridge 067f987's source on CPU, never yet against the image's Megatron-Bridge,
+    # which the canary's trainer check builds it with
     d = _dry("qwen35-vl-sft", "-c", "gb200-32", *VL_ARGS)
     assert "canary" in d and "#SBATCH --dependency=afterok:@CANARY_JOB_ID@" in d["artifact"]["text"]
-    assert d["provenance"]["job"]["canary"].startswith(
-        "on: qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config is not in Megatron-Bridge 067f987"
+    assert d["provenance"]["job"]["canary"] == (
+        "on: qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config is bridge-launch's own function "
+        "(workload/bridge_recipes/qwen35_vl_gb200.py), checked against Megatron-Bridge 067f987 but not against "
+        "the image's; --no-canary turns it off"
     )
     r = run_cli("submit", "qwen35-vl-sft", "-c", "gb200-32", *VL_ARGS, "--dry-run")
     assert "adds before the first step: its own queue wait, then the image pull and the checks" in r.out, r.out
@@ -380,6 +388,30 @@ def test_trainer_check_runs_run_recipes_path_in_the_image(tmp_path, recipe, args
     r = _subcheck("trainer", _spec(tmp_path, recipe=recipe, args=args))
     assert r["status"] == status and r["detail"].startswith(expected), r["detail"]
     assert r["data"]["versions"]["megatron_bridge"]["file"] == str(STANDIN / "src/megatron/bridge/__init__.py")
+
+
+def test_trainer_check_registers_the_shipped_recipe_module_as_the_jobs_entry_does(tmp_path):
+    # a module of bridge-launch's own (as workloads/bridge_recipes/ holds), its function named only there
+    module = tmp_path / "mine.py"
+    module.write_text(
+        "from megatron.bridge.recipes.standin import tiny_vl_sft_config as _base\n\n\n"
+        "def qwen35_vl_mine_sft_config():\n    return _base()\n\n\n"
+        '__all__ = ["qwen35_vl_mine_sft_config"]\n'
+    )
+    args = ["train.train_iters=2", "dataset.path=/d"]
+    spec = _spec(tmp_path, recipe="qwen35_vl_mine_sft_config", args=args, recipe_module=str(module))
+    r = _subcheck("trainer", spec)
+    assert r["status"] == "ok" and r["detail"].startswith("recipe qwen35_vl_mine_sft_config built with 2 overrides"), r
+    assert r["data"]["recipe_module"] == str(module)
+    # without the module the image's Megatron-Bridge has no such recipe
+    r = _subcheck("trainer", _spec(tmp_path, recipe="qwen35_vl_mine_sft_config", args=args))
+    assert r["status"] == "fail" and r["detail"].startswith("recipe lookup failed: AttributeError"), r["detail"]
+    # a module that does not import is the stage that failed
+    module.write_text("import no_such_module_here\n")
+    r = _subcheck("trainer", _spec(tmp_path, recipe="qwen35_vl_mine_sft_config", args=args, recipe_module=str(module)))
+    assert r["status"] == "fail" and r["detail"].startswith(
+        "recipe module mine.py failed: ModuleNotFoundError: No module named 'no_such_module_here'"
+    ), r["detail"]
 
 
 def test_trainer_check_reports_a_version_skew(tmp_path):

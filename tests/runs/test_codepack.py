@@ -138,23 +138,25 @@ def test_staging_unpacks_the_tree_in_the_run_dir(tmp_path):
     assert json.loads((run_dir / "launch" / "x.json").read_text()) == {}
 
 
-def test_bridge_src_must_carry_the_recipe_upstream_lacks(cli, tmp_path):
-    name = "qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config"
+def test_bridge_src_must_carry_the_recipe_upstream_lacks(cli, home, tmp_path):
+    # a recipe of the user's own naming a function no Megatron-Bridge revision has (upstream_status)
+    name = "qwen35_9b_pretrain_seed_only_config"
+    write(
+        home / "recipes" / "seed-only.toml",
+        f"""
+        name = "seed-only"
+        extends = "qwen35-9b-pretrain"
+        upstream = "{name}"
+        upstream_status = "not in upstream Megatron-Bridge: only the seed's branch has it"
+    """,
+    )
     has = _git_checkout(
-        tmp_path / "mb-seed", {"src/megatron/bridge/recipes/qwen_vl/gb200/qwen35_vl.py": f"def {name}():\n    pass\n"}
+        tmp_path / "mb-seed", {"src/megatron/bridge/recipes/qwen/gb200/qwen35.py": f"def {name}():\n    pass\n"}
     )
     lacks = _git_checkout(
-        tmp_path / "mb-main", {"src/megatron/bridge/recipes/qwen_vl/h100/qwen35_vl.py": "def other():\n    pass\n"}
+        tmp_path / "mb-main", {"src/megatron/bridge/recipes/qwen/h100/qwen35.py": "def other():\n    pass\n"}
     )
-    args = [
-        "submit",
-        "qwen35-vl-sft",
-        "-c",
-        "gb200-32",
-        "--dry-run",
-        "dataset.path=/d",
-        "checkpoint.pretrained_checkpoint=/c",
-    ]
+    args = ["submit", "seed-only", "-c", "gb200-8", "--dry-run"]
     r = cli(*args, "--bridge-src", str(lacks))
     assert (
         r.code == 2 and f"no file under src/ names the recipe function {name}" in r.err and len(r.err.splitlines()) == 1
@@ -162,3 +164,17 @@ def test_bridge_src_must_carry_the_recipe_upstream_lacks(cli, tmp_path):
     r = cli(*args, "--bridge-src", str(has))
     assert r.code == 0, r.err
     assert f"Runs from --bridge-src {has} (checked to have it)" in r.out and "is not in upstream" not in r.out
+    # the VL recipes' functions travel with the job (bridge_recipe_module): any checkout will do
+    vl = cli(
+        "submit",
+        "qwen35-vl-sft",
+        "-c",
+        "gb200-32",
+        "--dry-run",
+        "dataset.path=/d",
+        "checkpoint.pretrained_checkpoint=/c",
+        "--bridge-src",
+        str(lacks),
+    )
+    assert vl.code == 0, vl.err
+    assert "/workload/bridge_recipe_entry.py" in vl.out

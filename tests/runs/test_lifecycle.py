@@ -134,3 +134,32 @@ def test_resume_refuses_a_new_model_shape(override):
     r = run_cli("resume", run_id, override)
     assert r.code == 2 and "changes the model's shape" in r.err, r.err
     assert len(r.err.strip().splitlines()) == 1
+
+
+def test_a_slurm_job_whose_function_bridge_launch_ships_stages_its_entry_and_module(home, tmp_path, monkeypatch):
+    # the real Slurm backend stages into the run dir; only sbatch is left out (the local cluster runs it in
+    # tests/e2e): submit hands the backend the shim and the module beside the script that starts them
+    (home / "clusters" / "gb-here.toml").write_text(f'extends = "gb200-32"\njob_root = "{tmp_path}/runs"\n')
+    be = slurm.Backend()
+    monkeypatch.setattr(be, "submit", lambda *_a: ["4242"])
+    monkeypatch.setattr(launch.backends, "backend", lambda _name: be)
+    job = resolve.resolve(
+        "qwen35-vl-sft", resolve.Options(cluster="gb-here", overrides=VL, canary=False), for_submit=True
+    )
+    assert job.errors == [], job.errors
+    run = launch.submit(job)
+    root = Path(run.run_dir)
+    src = Path(launch.__file__).resolve().parents[1] / "workloads"
+    assert (root / "workload" / "bridge_recipe_entry.py").read_text() == (src / "bridge_recipe_entry.py").read_text()
+    module = root / "workload" / "bridge_recipes" / "qwen35_vl_gb200.py"
+    assert module.read_text() == (src / "bridge_recipes" / "qwen35_vl_gb200.py").read_text()
+    script = (root / "launch" / f"{run.run_id}.sbatch").read_text()
+    assert f"    {root}/workload/bridge_recipe_entry.py \\\n    {module} \\\n" in script
+    # a recipe whose function is Megatron-Bridge's own stages workload/ only for the health step
+    from bridge_launch.backends.base import needs_workload
+
+    plain = resolve.resolve("qwen35-9b-pretrain", resolve.Options(cluster="gb200-8"))
+    assert needs_workload(job) and needs_workload(plain) == bool(plain.scheduler.get("health_check"))
+    import dataclasses
+
+    assert not needs_workload(dataclasses.replace(plain, scheduler={**plain.scheduler, "health_check": False}))

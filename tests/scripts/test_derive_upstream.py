@@ -56,3 +56,27 @@ def test_a_key_not_in_the_upstream_table_is_a_key_error():
 def test_null_has_no_toml_text():
     assert derive.toml_value(None) is None
     assert derive.toml_value("fused") == '"fused"' and derive.toml_value(1e-8) == "1e-08"
+
+
+@pytest.mark.usefixtures("home")
+def test_a_recipe_whose_function_bridge_launch_ships_is_built_through_its_module(monkeypatch, capsys):
+    # what derive-upstream asks realcheck.py for (the real run is in tests/e2e/test_real_bridge_e2e.py):
+    # the function with the module that defines it, and every [upstream_config] value compared
+    from bridge_launch.spec import recipes
+
+    rec = recipes.load("qwen35-vl-sft")
+    asked = []
+
+    def run(_env, _rev, _hf, jobs, _tmp):
+        asked.extend(jobs)
+        values = dict(rec["upstream_config"], **{"optimizer.lr": 1.0})
+        return {j["id"]: {"ok": True, "values": values} for j in jobs}
+
+    monkeypatch.setattr(derive.realbridge, "environment", lambda: {})
+    monkeypatch.setattr(derive.realbridge, "hf_home", lambda root: str(root))
+    monkeypatch.setattr(derive.realbridge, "run", run)
+    assert derive.main(["qwen35-vl-sft"]) == 1
+    assert asked == [{"id": "qwen35-vl-sft", "function": rec["upstream"], "module": rec["bridge_recipe_module"]}]
+    assert asked[0]["module"].endswith("workloads/bridge_recipes/qwen35_vl_gb200.py")
+    # the value is named in the file of the chain that sets it (qwen35-vl-sft extends qwen35-vl-sft-common)
+    assert capsys.readouterr().out == "qwen35-vl-sft-common.toml: optimizer.lr = 0.0003, the function sets 1.0\n"

@@ -118,36 +118,66 @@ def _dry(name, *extra, cluster=None):
     return r.json()
 
 
-def test_recipes_show_and_dry_run_state_the_upstream_gap(cli):
-    shown = cli("recipes", "show", "qwen35-vl-sft-mxfp8")
-    assert shown.code == 0 and re.search(
-        r"^upstream_status +not in upstream Megatron-Bridge: .*067f987", shown.out, re.M
+def test_the_vl_recipes_name_the_function_bridge_launch_ships_and_its_entry(cli):
+    shown = cli("recipes", "show", "qwen35-vl-sft-mxfp8", "-o", "json").json()
+    module = shown["bridge_recipe_module"]
+    assert module.endswith("src/bridge_launch/workloads/bridge_recipes/qwen35_vl_gb200.py")
+    assert "def qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_fp8mx_config()" in open(module).read()
+    assert "upstream_status" not in shown or shown["upstream_status"] is None
+    text = cli("recipes", "show", "qwen35-vl-sft").out
+    assert re.search(r"^bridge_recipe_module +\S+/bridge_recipes/qwen35_vl_gb200.py$", text, re.M)
+    assert "config (bridge-launch-fn@067f987: what bridge-launch's recipe function sets" in text
+    r = cli("submit", "qwen35-vl-sft", "-c", "gb200-32", "--dry-run", *VL_INPUTS)
+    assert r.code == 0 and "not in upstream" not in r.out
+    assert re.search(
+        r"^Function   qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config is bridge-launch's own "
+        r"\(workload/bridge_recipes/qwen35_vl_gb200.py",
+        r.out,
+        re.M,
     )
-    r = cli(
-        "submit",
-        "qwen35-vl-sft",
-        "-c",
-        "gb200-32",
-        "--dry-run",
-        "dataset.path=/d",
-        "checkpoint.pretrained_checkpoint=/c",
+    # the entry torchrun starts: the shim, the staged module, then run_recipe.py and its arguments
+    flat = r.out.replace(" \\\n    ", " ")
+    assert re.search(
+        r"/workload/bridge_recipe_entry\.py \S+/workload/bridge_recipes/qwen35_vl_gb200\.py "
+        r"/opt/Megatron-Bridge/scripts/training/run_recipe\.py --recipe "
+        r"qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config --mode sft ",
+        flat,
     )
-    assert r.code == 0 and re.search(r"^Upstream   not in upstream Megatron-Bridge", r.out, re.M)
-    assert "recipe function qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config is not in upstream" in r.out
-    j = cli(
-        "submit",
-        "qwen35-vl-sft",
-        "-c",
-        "gb200-32",
-        "--dry-run",
-        "-o",
-        "json",
-        "dataset.path=/d",
-        "checkpoint.pretrained_checkpoint=/c",
-    ).json()
-    assert j["upstream_status"].startswith("not in upstream") and any("--bridge-src" in w for w in j["warnings"])
+    j = cli("submit", "qwen35-vl-sft", "-c", "gb200-32", "--dry-run", "-o", "json", *VL_INPUTS).json()
+    assert j["bridge_recipe_module"] == "qwen35_vl_gb200.py" and j["upstream_status"] is None
+    labels = {j["provenance"]["config"][k] for k in ("optimizer.lr", "model.mtp_num_layers", "rng.seed")}
+    assert labels == {"bridge-launch-fn@067f987"}
+    assert not any(s.startswith("upstream@") for s in j["provenance"]["config"].values())
     plain = cli("submit", "qwen35-9b-pretrain", "-c", "gb200-8", "--dry-run", "-o", "json").json()
-    assert plain["upstream_status"] is None
+    assert plain["upstream_status"] is None and plain["bridge_recipe_module"] is None
+    assert "/workload/" not in plain["artifact"]["text"].split("run_recipe.py")[0].rsplit("\n", 1)[-1]
+
+
+def test_a_recipe_naming_a_module_that_lacks_its_function_is_refused_in_one_line(cli, home):
+    write(
+        home / "recipes" / "bad-fn.toml",
+        """
+        name = "bad-fn"
+        extends = "qwen35-vl-sft"
+        upstream = "qwen35_vl_no_such_config"
+    """,
+    )
+    r = cli("submit", "bad-fn", "-c", "gb200-32", "--dry-run", *VL_INPUTS)
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1
+    assert "qwen35_vl_no_such_config is not a function qwen35_vl_gb200.py exports" in r.err
+    write(
+        home / "recipes" / "bad-mod.toml",
+        """
+        name = "bad-mod"
+        extends = "qwen35-vl-sft"
+        bridge_recipe_module = "nope.py"
+    """,
+    )
+    r = cli("submit", "bad-mod", "-c", "gb200-32", "--dry-run", *VL_INPUTS)
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1
+    assert (
+        "bridge_recipe_module 'nope.py' is not a recipe module bridge-launch ships; valid: qwen35_vl_gb200.py"
+    ) in r.err
 
 
 def test_child_recipe_overrides_an_upstream_value_and_provenance_names_it(cli, home):
@@ -218,7 +248,8 @@ def test_values_the_seeds_do_not_state_are_marked_upstream():
     assert prov["optimizer.lr"] == "upstream@9872449" and d["config"]["optimizer.lr"] == 1.6e-3
     assert prov["train.global_batch_size"] == "recipe"
     vl = _dry("qwen35-vl-sft")
-    assert vl["provenance"]["config"]["train.global_batch_size"] == "upstream@067f987"
+    # the VL recipes' function is bridge-launch's: its values are not labelled upstream's
+    assert vl["provenance"]["config"]["train.global_batch_size"] == "bridge-launch-fn@067f987"
     assert vl["provenance"]["env"]["USE_MNNVL"] == "upstream@067f987"
     assert vl["provenance"]["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] == "recipe"
     # the seed's 3072 overrides upstream's default 512, explicitly

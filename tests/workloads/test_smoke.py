@@ -69,7 +69,7 @@ def test_only_stdlib_and_torch_imports():
             for name in names:
                 if (
                     name.split(".")[0] == "megatron"
-                    and path.name in ("cluster_checks.py", "recipe_build.py")
+                    and path.name in ("cluster_checks.py", "recipe_build.py", "bridge_recipe_entry.py")
                     and id(node) not in top
                 ):
                     lazy.add(name)
@@ -78,7 +78,26 @@ def test_only_stdlib_and_torch_imports():
     bad = {r for r in roots if r not in sys.stdlib_module_names and r != "torch" and r not in siblings}
     assert not bad, bad
     assert "trainer_protocol" in roots and "bridge_launch" not in roots
-    assert lazy <= {"megatron.energon", "megatron.bridge.training.config"}, lazy
+    assert lazy <= {"megatron.energon", "megatron.bridge.training.config", "megatron.bridge.recipes"}, lazy
+
+
+def test_shipped_recipe_modules_import_megatron_bridge_and_the_standard_library_only():
+    """The recipe functions bridge-launch ships (workloads/bridge_recipes/) run in the image: Megatron-Bridge's
+    public API and the standard library, never bridge_launch or a sibling."""
+    modules = [p for p in (WORKLOADS / "bridge_recipes").glob("*.py") if p.name != "__init__.py"]
+    assert modules
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                assert node.level == 0, f"{path.name}: relative import (the entry loads it from its path)"
+                names = [node.module]
+            for name in names:
+                assert (
+                    name.startswith("megatron.bridge")
+                    or name.split(".")[0] in sys.stdlib_module_names
+                    or (name == "__future__")
+                ), f"{path.name}: {name}"
 
 
 @pytest.mark.parametrize(

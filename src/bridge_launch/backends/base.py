@@ -18,6 +18,10 @@ SMOKE_FILE = f"{WORKLOAD_DIR}/smoke.py"
 # by trainer_protocol.RANK_PREFIX_RE): what `logs --rank` and the failing rank's first error go by.
 RANK_PREFIX_TEMPLATE = "[rank${rank}]: "
 CANARY_FILE = f"{WORKLOAD_DIR}/cluster_checks.py"  # the canary job's entry
+# The entry of a job whose recipe function bridge-launch ships: it registers the function from
+# workload/bridge_recipes/<module> in megatron.bridge.recipes, then runs the image's run_recipe.py.
+RECIPE_ENTRY_FILE = f"{WORKLOAD_DIR}/bridge_recipe_entry.py"
+BRIDGE_RECIPES_DIR = f"{WORKLOAD_DIR}/bridge_recipes"
 
 
 def last_step(text: str):
@@ -79,7 +83,34 @@ def entry_command(job) -> list[str]:
         return [f"{job.run_dir}/{SMOKE_FILE}", *job.args]
     if job.workload == "canary":
         return [f"{job.run_dir}/{CANARY_FILE}", *job.args]
+    if getattr(job, "bridge_recipe_module", None):
+        return [
+            f"{job.run_dir}/{RECIPE_ENTRY_FILE}",
+            recipe_module_path(job),
+            job.entry,
+            *job.recipe_argv(),
+        ]
     return [job.entry, *job.recipe_argv()]
+
+
+def recipe_module_path(job) -> str | None:
+    """Where the job's shipped recipe module is staged (None: its function is Megatron-Bridge's own)."""
+    module = getattr(job, "bridge_recipe_module", None)
+    return f"{job.run_dir}/{BRIDGE_RECIPES_DIR}/{module}" if module else None
+
+
+def needs_workload(job) -> bool:
+    """Whether submit stages workload/ into the run dir: the smoke and canary workloads, a chain's
+    step_times.py, the health step's node_health.py, the shipped recipe entry and its module, and
+    image_revision.py, which every Megatron-Bridge job on Slurm runs first."""
+    return bool(
+        job.workload == "smoke"
+        or job.canary
+        or job.chain
+        or job.scheduler.get("health_check")
+        or getattr(job, "bridge_recipe_module", None)
+        or (job.workload == "megatron-bridge" and job.backend == "slurm")
+    )
 
 
 def runtime_env(job) -> dict:
@@ -153,10 +184,15 @@ _WORKLOADS = Path(__file__).resolve().parent.parent / "workloads"  # the package
 
 
 def workload_files() -> dict:
-    """The in-job workload (smoke.py and its sibling modules), as staged into the run dir."""
-    return {
+    """The in-job workload (smoke.py and its sibling modules, the shipped recipe modules under
+    bridge_recipes/), as staged into the run dir."""
+    files = {
         f"{WORKLOAD_DIR}/{p.name}": p.read_text() for p in sorted(_WORKLOADS.glob("*.py")) if p.name != "__init__.py"
     }
+    for p in sorted((_WORKLOADS / "bridge_recipes").glob("*.py")):
+        if p.name != "__init__.py":
+            files[f"{BRIDGE_RECIPES_DIR}/{p.name}"] = p.read_text()
+    return files
 
 
 def stage_locally(run_dir: str, files: dict, *, new_dir: bool) -> None:

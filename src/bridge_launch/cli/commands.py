@@ -505,6 +505,7 @@ def recipes_show(name, output) -> int:
         "upstream",
         "upstream_ref",
         "upstream_status",
+        "bridge_recipe_module",
         "bridge_commit",
         "core_commit",
         "mode",
@@ -523,7 +524,8 @@ def recipes_show(name, output) -> int:
     for k, v in r["config"].items():
         print(f"  {k} = {views.fmt(v)}")
     if r["upstream_config"]:
-        print(f"\nconfig (upstream@{r['bridge_commit'][:7]}: what the recipe function sets, the seeds do not state)")
+        who = "bridge-launch's recipe function" if r.get("bridge_recipe_module") else "the recipe function"
+        print(f"\nconfig ({recipes.upstream_label(r)}: what {who} sets, the seeds do not state)")
         for k, v in r["upstream_config"].items():
             print(f"  {k} = {views.fmt(v)}")
     if r["env"]:

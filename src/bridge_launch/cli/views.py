@@ -64,6 +64,7 @@ def job_view(job, artifact: Artifact) -> dict:
         "warnings": job.warnings,
         "errors": job.errors,
         "upstream_status": job.upstream_status,
+        "bridge_recipe_module": job.bridge_recipe_module,
     }
 
 
@@ -193,6 +194,16 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
                 + (f" Runs from --bridge-src {job.bridge_src} (checked to have it)." if job.bridge_src else "")
             ]
             if job.upstream_status
+            else []
+        ),
+        *(
+            [
+                f"Function   {job.upstream} is bridge-launch's own "
+                f"(workload/bridge_recipes/{job.bridge_recipe_module}, staged in the run dir): "
+                f"workload/bridge_recipe_entry.py adds it to megatron.bridge.recipes, then runs {job.entry} "
+                "with the arguments below"
+            ]
+            if job.bridge_recipe_module
             else []
         ),
         f"Cluster    {job.cluster} ({job.backend})",

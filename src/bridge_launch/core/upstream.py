@@ -24,6 +24,10 @@ class Revision:
     # TRAIN_FUNCTIONS[mode] directly
     run_recipe: str
     what: str  # which branch or pull request the commit is
+    # where model.expert_tensor_parallel_size is unset: True where Megatron-Bridge sets it to 1 when EP > 1
+    # (067f987 src/megatron/bridge/models/transformer_config.py:80-88, called from finalize at :177, :254, :311);
+    # False where megatron-core's default applies, expert TP = TP (model_parallel_config.py:506-507)
+    etp_one_with_ep: bool = False
 
     @property
     def takes_mode(self) -> bool:
@@ -37,7 +41,7 @@ CORE_OF_R050 = "458c8d0ecafdf6d9e36771600d62ade27f2a67b7"  # megatron-core: the 
 REVISIONS: dict[str, Revision] = {
     r.bridge: r
     for r in (
-        Revision(BRIDGE_MAIN, CORE_OF_MAIN, "0.7.0", "0.20.0", "run_config", "main"),
+        Revision(BRIDGE_MAIN, CORE_OF_MAIN, "0.7.0", "0.20.0", "run_config", "main", etp_one_with_ep=True),
         Revision(
             "98724493411ca166e09ea8bed8959c1129252703",
             CORE_OF_R050,

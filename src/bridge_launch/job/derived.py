@@ -38,6 +38,10 @@ def spec(job) -> dict:
         "mode": job.mode,
         "args": list(job.args),
         "argv": job.recipe_argv() if job.workload == "megatron-bridge" else [],
+        # the shipped recipe module the job's entry registers first (backends/base.py recipe_module_path)
+        "recipe_module": (
+            f"{job.run_dir}/workload/bridge_recipes/{job.bridge_recipe_module}" if job.bridge_recipe_module else None
+        ),
         "world_size": job.world_size,
         "nodes": job.nodes,
         "gpu_type": job.gpu_type,

@@ -52,6 +52,9 @@ class ResolvedJob:
     # Slurm: {NAME: {"source": "file:PATH" | "netrc:MACHINE[:PATH]", "optional", "from"}}, read on the cluster
     secret_sources: dict = field(default_factory=dict)
     upstream_status: str | None = None  # the recipe's note when its upstream function is not in Megatron-Bridge
+    # the file (workloads/bridge_recipes/) of the recipe function bridge-launch ships, for a recipe whose
+    # function no Megatron-Bridge revision has; the job's entry is then workload/bridge_recipe_entry.py
+    bridge_recipe_module: str | None = None
     canary: dict | None = None  # canary.settings: the checks before the job (None: none)
     bridge_commit: str | None = None  # the Megatron-Bridge revision whose recipe function the job calls
     # Slurm jobs with a time limit (and chains): the save before it; see resolver._limit_save

@@ -129,7 +129,7 @@ def context(job) -> Ctx:
     from bridge_launch.spec import models
 
     cfg = job.config
-    tp, pp, cp, ep, etp = _sizes(cfg)
+    tp, pp, cp, ep, etp = _sizes(cfg, job.bridge_commit)
     facts = models.facts_for(job) if job.workload == "megatron-bridge" else None
     return Ctx(
         job=job,

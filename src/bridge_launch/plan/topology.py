@@ -64,7 +64,7 @@ class Parallel:
 
 def parallel_of(job) -> Parallel:
     """The job's parallel sizes, checked the way initialize_model_parallel checks them."""
-    tp, pp, cp, ep, etp = validate._sizes(job.config)
+    tp, pp, cp, ep, etp = validate._sizes(job.config, job.bridge_commit)
     for name, v in (("TP", tp), ("PP", pp), ("CP", cp), ("EP", ep), ("ETP", etp)):
         if v is None or v < 1:
             raise UsageError(

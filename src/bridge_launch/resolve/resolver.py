@@ -415,7 +415,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
     jobsrc: dict = {}
 
     known = schema.at(recipe["bridge_commit"])  # the keys of the revision the recipe pins
-    upstream_label = f"upstream@{upstream.short(recipe['bridge_commit'])}"
+    upstream_label = recipes.upstream_label(recipe)
     layers = _Layers()
     # The seed-stated values first, then the upstream ones the recipe records (disjoint sets).
     own = smoke_keys.OWN_KEYS if recipe["workload"] == "smoke" else frozenset()  # the workload's knobs
@@ -442,7 +442,9 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
 
     env, envsrc = {}, {}
     for layer_env, src in (
-        [(recipe["upstream_env"], upstream_label), (recipe["env"], "recipe")]
+        # [upstream_env] is Megatron-Bridge's environment block at the pinned revision, also for a recipe
+        # whose function bridge-launch ships (its function sets no such variable)
+        [(recipe["upstream_env"], f"upstream@{upstream.short(recipe['bridge_commit'])}"), (recipe["env"], "recipe")]
         + [(o["env"], f"overlay:{o['name']}") for o in overlays]
         + [(prof["env"], f"cluster:{prof['name']}")]
     ):
@@ -585,12 +587,21 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
             f"recipe function {recipe.get('upstream')} is not in upstream Megatron-Bridge: the job runs only "
             f"if its image ({container or 'none'}) carries it{alt}"
         )
-    unproven = (
-        f"on: {recipe.get('upstream')} is not in Megatron-Bridge {upstream.short(recipe['bridge_commit'])}; "
-        "--no-canary turns it off"
-        if recipe.get("upstream_status") and not bridge_src and recipe["workload"] == "megatron-bridge"
-        else None
-    )
+    unproven = None
+    if recipe["workload"] == "megatron-bridge" and recipe.get("bridge_recipe_module"):
+        # bridge-launch's own function: checked on CPU against the pinned revision's source, never yet
+        # against the Megatron-Bridge of the job's image, which the canary's trainer check builds it with
+        unproven = (
+            f"on: {recipe.get('upstream')} is bridge-launch's own function "
+            f"(workload/bridge_recipes/{os.path.basename(recipe['bridge_recipe_module'])}), checked against "
+            f"Megatron-Bridge {upstream.short(recipe['bridge_commit'])} but not against the image's; "
+            "--no-canary turns it off"
+        )
+    elif recipe.get("upstream_status") and not bridge_src and recipe["workload"] == "megatron-bridge":
+        unproven = (
+            f"on: {recipe.get('upstream')} is not in Megatron-Bridge {upstream.short(recipe['bridge_commit'])}; "
+            "--no-canary turns it off"
+        )
     canary = clusters.canary_settings(prof, opts.canary, nodes, jobsrc, unproven)
     missing = [k for k in recipe["required"] if layers.values.get(k) in (None, "")]
     for key in missing:
@@ -647,6 +658,9 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         bridge_src=bridge_src,
         secret_sources=secret_sources,
         upstream_status=recipe.get("upstream_status"),
+        bridge_recipe_module=(
+            os.path.basename(recipe["bridge_recipe_module"]) if recipe.get("bridge_recipe_module") else None
+        ),
         canary=canary,
     )
     errs, warns = findings.check(job, gpu_count_ok=gpu_count_ok, memory_check=opts.memory_check)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from bridge_launch import backends
-from bridge_launch.backends.base import Tree, workload_files
+from bridge_launch.backends.base import Tree, needs_workload, workload_files
 from bridge_launch.core import paths
 from bridge_launch.core.errors import UsageError
 from bridge_launch.resolve.resolver import BRIDGE_SRC_DIR, ResolvedJob, amend
@@ -34,15 +34,10 @@ def _launch(
             artifact.filename: artifact.text,
             **artifact.files,
         }
-        # a chain's segments measure with step_times.py; the health step is node_health.py; a
-        # Megatron-Bridge job on Slurm says which revision its image runs (image_revision.py)
-        if (
-            job.workload == "smoke"
-            or job.canary
-            or job.chain
-            or job.scheduler.get("health_check")
-            or (job.workload == "megatron-bridge" and job.backend == "slurm")
-        ):
+        # a chain's segments measure with step_times.py; the health step is node_health.py; a recipe
+        # whose function bridge-launch ships starts at bridge_recipe_entry.py; a Megatron-Bridge job on
+        # Slurm says which revision its image runs (image_revision.py)
+        if needs_workload(job):
             files.update(workload_files())
         if job.canary:  # its spec and (Slurm) its own script
             from bridge_launch.runs import canary

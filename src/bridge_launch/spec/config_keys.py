@@ -3,6 +3,8 @@ their values (an unset key, a null and an interpolation each read as what Megatr
 
 from __future__ import annotations
 
+from bridge_launch.core import upstream
+
 TP = "model.tensor_model_parallel_size"
 PP = "model.pipeline_model_parallel_size"
 CP = "model.context_parallel_size"
@@ -39,11 +41,16 @@ def bool_value(cfg: dict, key: str):
     return v if isinstance(v, bool) else None
 
 
-def sizes(cfg: dict) -> tuple:
-    """(TP, PP, CP, EP, expert TP) as Megatron reads them; None where a value is not an integer."""
+def sizes(cfg: dict, bridge_commit: str | None = None) -> tuple:
+    """(TP, PP, CP, EP, expert TP) as Megatron reads them; None where a value is not an integer.
+    An unset expert TP is what the job's Megatron-Bridge revision makes of it (`bridge_commit`; None: a
+    job that is not Megatron-Bridge's, megatron-core's own default)."""
     tp, pp, cp = int_value(cfg, TP, 1), int_value(cfg, PP, 1), int_value(cfg, CP, 1)
     ep = int_value(cfg, EP, 1)
     etp = int_value(cfg, ETP, None)
     if cfg.get(ETP) is None:
-        etp = tp  # megatron-core model_parallel_config.py:506-507: expert TP defaults to TP
+        one = bridge_commit is not None and upstream.revision(bridge_commit).etp_one_with_ep
+        # Megatron-Bridge 067f987 models/transformer_config.py:80-88: 1 with EP > 1; else megatron-core
+        # model_parallel_config.py:506-507: expert TP defaults to TP
+        etp = 1 if one and isinstance(ep, int) and ep > 1 else tp
     return tp, pp, cp, ep, etp

@@ -3,7 +3,9 @@ recipes/overlays/*.toml, plus the user's config dir."""
 
 from __future__ import annotations
 
+import ast
 from functools import lru_cache
+from pathlib import Path
 
 from bridge_launch.core import paths, upstream
 from bridge_launch.core.errors import UsageError, suggest
@@ -13,6 +15,10 @@ from bridge_launch.spec.catalog import Catalog, where
 WORKLOADS = ("megatron-bridge", "smoke")
 MODES = ("pretrain", "sft", "lora", "dora")
 DEFAULT_ENTRY = RUN_RECIPE
+# Recipe functions bridge-launch ships for recipes whose function no Megatron-Bridge revision has
+# (`bridge_recipe_module` names a file here; workloads/bridge_recipe_entry.py registers it in the job).
+# Read as text here (spec imports no workload code).
+BRIDGE_RECIPES_DIR = Path(__file__).resolve().parent.parent / "workloads" / "bridge_recipes"
 
 _RECIPE_KEYS = {
     "name": str,
@@ -23,6 +29,7 @@ _RECIPE_KEYS = {
     "upstream": str,
     "upstream_ref": str,
     "upstream_status": str,
+    "bridge_recipe_module": str,
     "bridge_commit": str,
     "classes": dict,
     "mode": str,
@@ -162,6 +169,46 @@ def _check_values(at, section: str, values: dict, commit: str | None) -> None:
             raise UsageError(f"{at(f'{section}.{key}')}: {key} expects {want}, got {value!r}")
 
 
+@lru_cache(maxsize=8)
+def recipe_functions(module: str) -> tuple[str, ...]:
+    """The functions a shipped recipe module exports (its __all__, read with ast; nothing runs)."""
+    tree = ast.parse((BRIDGE_RECIPES_DIR / module).read_text(encoding="utf-8"))
+    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            names = ast.literal_eval(node.value)
+            return tuple(n for n in names if n in defined)
+    return ()
+
+
+def _bridge_recipe_module(at, data: dict) -> str | None:
+    """The path of the recipe module bridge-launch ships for this recipe, checked to export its
+    `upstream` function; None when the recipe's function is Megatron-Bridge's own."""
+    module = data.get("bridge_recipe_module")
+    if module is None:
+        return None
+    shipped = sorted(p.name for p in BRIDGE_RECIPES_DIR.glob("*.py") if p.name != "__init__.py")
+    if module not in shipped:
+        raise UsageError(
+            f"{at('bridge_recipe_module')}: bridge_recipe_module {module!r} is not a recipe module bridge-launch "
+            f"ships; valid: {', '.join(shipped)}"
+        )
+    if data.get("upstream") and data["upstream"] not in recipe_functions(module):
+        raise UsageError(
+            f"{at('upstream')}: {data['upstream']} is not a function {module} exports; it has: "
+            f"{', '.join(recipe_functions(module))}"
+        )
+    return str(BRIDGE_RECIPES_DIR / module)
+
+
+def upstream_label(recipe: dict) -> str:
+    """The source --dry-run gives the values of [upstream_config]: what the recipe function sets at
+    the pinned revision; `upstream@<commit>` for Megatron-Bridge's own function, `bridge-launch-fn@<commit>`
+    for one bridge-launch ships (bridge_recipe_module), which upstream never set."""
+    who = "bridge-launch-fn" if recipe.get("bridge_recipe_module") else "upstream"
+    return f"{who}@{upstream.short(recipe['bridge_commit'])}"
+
+
 def load(name: str, allow_abstract: bool = False) -> dict:
     cat = catalog()
     entry = cat.get(name)
@@ -189,6 +236,7 @@ def load(name: str, allow_abstract: bool = False) -> dict:
     except KeyError as exc:
         raise UsageError(f"{at('bridge_commit')}: {exc.args[0]}") from None
     data["bridge_commit"], data["core_commit"] = rev.bridge, rev.core
+    data["bridge_recipe_module"] = _bridge_recipe_module(at, data)
     data["classes"] = _classes(at, data.get("classes", {}), rev.bridge)
     keep = _keep_dict(rev.bridge)
     owner, label = _sections(cat, entry.name, (("config", "upstream_config"), ("env", "upstream_env")), rev.bridge)

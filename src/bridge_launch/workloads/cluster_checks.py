@@ -19,7 +19,9 @@ bandwidth. Checks, in report order:
   ends in ConfigContainer.validate() (Megatron-Bridge 067f987 scripts/training/run_recipe.py:455-530,
   recipe_runner.py:498-545, src/megatron/bridge/training/config.py:1992-2032), for the job's world
   size, in a subprocess, no GPU work; it reports the image's megatron.bridge and megatron.core
-  versions next to the ones bridge-launch's schema/ was generated from;
+  versions next to the ones bridge-launch's schema/ was generated from. For a recipe whose function
+  bridge-launch ships (the spec's recipe_module), the module is first registered in
+  megatron.bridge.recipes as the job's entry does it (bridge_recipe_entry.py);
 - data: dataset.path exists in the container; an Energon dataset is opened with the image's own
   megatron-energon and its dataset.yaml's sample type, and one sample is read (a subprocess);
 - checkpoint: checkpoint.pretrained_checkpoint as Bridge opens it (trainer_protocol.py): its tracker,
@@ -185,6 +187,9 @@ def _trainer_in_process(spec: dict) -> dict:
             **data,
         )
     try:
+        if spec.get("recipe_module"):  # bridge-launch's own recipe function, as the job's entry adds it
+            data["recipe_module"] = spec["recipe_module"]
+            recipe_build.register_module(spec["recipe_module"])
         mod = recipe_build.load_entry(entry)
         data["interface"] = recipe_build.interface(mod)
         config, built_mode = recipe_build.build(mod, argv, world)

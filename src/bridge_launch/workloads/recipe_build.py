@@ -60,6 +60,23 @@ def load_entry(entry: str):
     return mod
 
 
+def register_module(path: str) -> list[str]:
+    """What the entry of a job whose recipe function bridge-launch ships does first
+    (bridge_recipe_entry.register, its sibling): the module's functions set on megatron.bridge.recipes,
+    where run_recipe.py's recipe lookup finds them. Returns their names. The sibling is loaded from its
+    file: the canary's check takes this directory off sys.path (its modules must not shadow the image's)."""
+    try:
+        sibling = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bridge_recipe_entry.py")
+        spec = importlib.util.spec_from_file_location("bridge_recipe_entry", sibling)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"{sibling} is not a Python file")
+        entry = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(entry)
+        return entry.register(path)
+    except BaseException as exc:
+        raise BuildError("recipe module " + os.path.basename(path), error_text(exc)) from exc
+
+
 def static_interface(entry: str) -> str | None:
     """The run_recipe.py interface `entry`'s source text has ("run_config" | "train_functions"), or
     None: read with ast, nothing of it runs."""
