@@ -148,6 +148,7 @@ def test_bridge_src_must_carry_the_recipe_upstream_lacks(cli, home, tmp_path):
         extends = "qwen35-9b-pretrain"
         upstream = "{name}"
         upstream_status = "not in upstream Megatron-Bridge: only the seed's branch has it"
+        needs_bridge_src = ""   # any checkout that has the function, not one at the parent's pin
     """,
     )
     has = _git_checkout(
@@ -178,3 +179,25 @@ def test_bridge_src_must_carry_the_recipe_upstream_lacks(cli, home, tmp_path):
     )
     assert vl.code == 0, vl.err
     assert "/workload/bridge_recipe_entry.py" in vl.out
+
+
+def test_a_recipe_whose_image_lacks_its_revision_needs_bridge_src_at_that_commit(cli, tmp_path):
+    # the seed's pretraining recipes pin PR #4871's heads, which no NeMo image carries
+    args = ["submit", "qwen35-9b-pretrain", "-c", "gb200-8"]
+    r = cli(*args, "--dry-run")
+    assert (
+        r.code == 0
+        and "runs Megatron-Bridge dd81e66, which its image nvcr.io/nvidia/nemo:26.06 does not carry" in r.out
+    )
+    r = cli(*args)
+    assert r.code == 2 and len(r.err.splitlines()) == 1, r.err
+    assert r.err.endswith("give --bridge-src CHECKOUT at dd81e66\n"), r.err
+    other = _git_checkout(tmp_path / "mb", {"src/megatron/bridge/__init__.py": ""})
+    r = cli(*args, "--dry-run", "--bridge-src", str(other))
+    assert r.code == 2 and len(r.err.splitlines()) == 1, r.err
+    assert "HEAD is " in r.err and "but the recipe runs Megatron-Bridge dd81e664e; check out dd81e664e there" in r.err
+    head = subprocess.run(["git", "-C", str(other), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert codepack.checkout(str(other), commit=head) == str(other)  # at the pinned commit: taken
+    # an image of the user's choosing may carry it: said, not refused
+    r = cli(*args, "--dry-run", "--container", "registry.example.com/mine:backport")
+    assert r.code == 0 and "must carry that revision, or give --bridge-src at it" in r.out

@@ -159,7 +159,10 @@ def test_a_slurm_job_whose_function_bridge_launch_ships_stages_its_entry_and_mod
     from bridge_launch.backends.base import needs_workload
 
     plain = resolve.resolve("qwen35-9b-pretrain", resolve.Options(cluster="gb200-8"))
-    assert needs_workload(job) and needs_workload(plain) == bool(plain.scheduler.get("health_check"))
     import dataclasses
 
-    assert not needs_workload(dataclasses.replace(plain, scheduler={**plain.scheduler, "health_check": False}))
+    # every Megatron-Bridge job on Slurm runs image_revision.py first; elsewhere, nothing of workload/
+    # is needed without a module, a health step, a chain or a canary
+    unchecked = dataclasses.replace(plain, scheduler={**plain.scheduler, "health_check": False})
+    assert needs_workload(job) and needs_workload(plain) and needs_workload(unchecked)
+    assert not needs_workload(dataclasses.replace(unchecked, backend="lepton"))

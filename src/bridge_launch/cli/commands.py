@@ -73,7 +73,11 @@ def submit(
         from bridge_launch.runs import codepack
 
         # one clear line now, not after the run is reserved; a recipe upstream lacks must be in the checkout
-        codepack.checkout(job.bridge_src, needs=job.upstream if job.upstream_status else None)
+        codepack.checkout(
+            job.bridge_src,
+            needs=job.upstream if job.upstream_status else None,
+            commit=job.bridge_commit if job.needs_bridge_src else None,
+        )
     if dry_run:
         artifact = backends.render(job)
         if output == "json":

@@ -52,6 +52,8 @@ class ResolvedJob:
     # Slurm: {NAME: {"source": "file:PATH" | "netrc:MACHINE[:PATH]", "optional", "from"}}, read on the cluster
     secret_sources: dict = field(default_factory=dict)
     upstream_status: str | None = None  # the recipe's note when its upstream function is not in Megatron-Bridge
+    # the recipe's note when its container lacks its bridge_commit: --bridge-src must be at that commit
+    needs_bridge_src: str | None = None
     # the file (workloads/bridge_recipes/) of the recipe function bridge-launch ships, for a recipe whose
     # function no Megatron-Bridge revision has; the job's entry is then workload/bridge_recipe_entry.py
     bridge_recipe_module: str | None = None

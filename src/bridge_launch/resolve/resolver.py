@@ -587,6 +587,24 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
             f"recipe function {recipe.get('upstream')} is not in upstream Megatron-Bridge: the job runs only "
             f"if its image ({container or 'none'}) carries it{alt}"
         )
+    needs = recipe.get("needs_bridge_src") if recipe["workload"] == "megatron-bridge" else None
+    refusal = None  # a submit refuses it once nothing else is wrong (one line at a time)
+    if needs and not bridge_src:
+        pin = upstream.short(recipe["bridge_commit"])
+        if jobsrc["container"] == "recipe" and prof["backend"] == "slurm" and container:
+            # the recipe's own image cannot run the recipe's own revision: say so before the queue
+            refusal = (
+                f"recipe '{recipe['name']}' runs Megatron-Bridge {pin}, which its image {recipe['container']} does not "
+                f"carry ({needs}): give --bridge-src CHECKOUT at {pin}"
+            )
+            if not for_submit:
+                warnings.append(refusal)
+        else:
+            alt = ", or give --bridge-src at it" if prof["backend"] == "slurm" else ""
+            warnings.append(
+                f"recipe '{recipe['name']}' runs Megatron-Bridge {pin} ({needs}): the job's image "
+                f"({container or 'none'}) must carry that revision{alt}"
+            )
     unproven = None
     if recipe["workload"] == "megatron-bridge" and recipe.get("bridge_recipe_module"):
         # bridge-launch's own function: checked on CPU against the pinned revision's source, never yet
@@ -658,6 +676,7 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         bridge_src=bridge_src,
         secret_sources=secret_sources,
         upstream_status=recipe.get("upstream_status"),
+        needs_bridge_src=needs,
         bridge_recipe_module=(
             os.path.basename(recipe["bridge_recipe_module"]) if recipe.get("bridge_recipe_module") else None
         ),
@@ -677,6 +696,8 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         more_warnings, more_errors = sizing.check(job, force=opts.force)
         job.warnings.extend(more_warnings)
         job.errors.extend(more_errors)
+    if refusal and for_submit and not job.errors:
+        job.errors.append(refusal)
     return job
 
 

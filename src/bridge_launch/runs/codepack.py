@@ -38,11 +38,13 @@ def _git(path: str, *args: str) -> subprocess.CompletedProcess:
         raise UsageError(f"--bridge-src {path}: git {args[0]} took over 120 s") from None
 
 
-def checkout(path: str, needs: str | None = None) -> str:
+def checkout(path: str, needs: str | None = None, commit: str | None = None) -> str:
     """The top of the git checkout at `path` (which must be that top), or one clear error. With
     `needs`, a recipe function name upstream Megatron-Bridge lacks (recipes' upstream_status): the
     checkout's tracked files under src/, as they are in the working tree (what pack() ships), must
-    name it, or run_recipe.py --recipe would find nothing in the job."""
+    name it, or run_recipe.py --recipe would find nothing in the job. With `commit`, the revision a
+    recipe pins that its image lacks (recipes' needs_bridge_src): HEAD must be that commit, so that the
+    job runs the pinned code (uncommitted edits on top are shipped, and status says so)."""
     if not os.path.isdir(path):
         raise UsageError(f"--bridge-src {path}: no such directory on this machine")
     top = _git(path, "rev-parse", "--show-toplevel")
@@ -51,8 +53,15 @@ def checkout(path: str, needs: str | None = None) -> str:
     top_dir = top.stdout.decode().strip()
     if os.path.realpath(top_dir) != os.path.realpath(path):
         raise UsageError(f"--bridge-src {path}: inside the checkout {top_dir}; give its top directory")
-    if _git(path, "rev-parse", "--verify", "-q", "HEAD").returncode:
+    head = _git(path, "rev-parse", "--verify", "-q", "HEAD")
+    if head.returncode:
         raise UsageError(f"--bridge-src {path}: the checkout has no commit yet")
+    at = head.stdout.decode().strip()
+    if commit and not at.startswith(commit[:40]) and not commit.startswith(at):
+        raise UsageError(
+            f"--bridge-src {path}: HEAD is {at[:9]}, but the recipe runs Megatron-Bridge {commit[:9]}; "
+            f"check out {commit[:9]} there (git -C {path} checkout {commit[:9]})"
+        )
     if needs:
         found = _git(top_dir, "grep", "-q", "-w", "-F", "-e", needs, "--", "src")
         if found.returncode == 1:

@@ -29,6 +29,8 @@ _RECIPE_KEYS = {
     "upstream": str,
     "upstream_ref": str,
     "upstream_status": str,
+    # why the recipe's container does not carry its bridge_commit: a Slurm job then needs --bridge-src at it
+    "needs_bridge_src": str,
     "bridge_recipe_module": str,
     "bridge_commit": str,
     "classes": dict,
