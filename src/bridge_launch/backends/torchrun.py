@@ -42,6 +42,11 @@ from __future__ import annotations
 # The per-job rendezvous port: 20000 + job id mod 12000, i.e. 20000-31999, below the range.
 RDZV_PORT_BASE = 20000
 RDZV_PORT_SPAN = 12000
+# The health step's fabric store (node_health.py --fabric): 32000 + job id mod 700, i.e. 32000-32699,
+# between the rendezvous ports and the ephemeral ones, so that the health step of one job never takes
+# the rendezvous port of the next (job ids are consecutive; a "+ 1" would).
+HEALTH_PORT_BASE = 32000
+HEALTH_PORT_SPAN = 700
 
 JOIN_TIMEOUT_S = 600  # torch's own default, written out: nodes start within seconds of each other
 # A job whose nodes each pull and convert the image: the README measures 126-170 s on two nodes

@@ -232,8 +232,10 @@ def health_args(job) -> list:
                 out.append(f"{flag}={key}={v}")
     if job.nodes > 1 and job.scheduler.get("health_fabric", True):
         c = job.profile["canary"]  # the profile's section, its defaults filled (spec/clusters.CANARY_KEYS)
+        fixed = job.scheduler.get("rdzv_port")  # a site's own port: the one after it
+        port = f"{fixed + 1}" if fixed else f"$(({T.HEALTH_PORT_BASE} + SLURM_JOB_ID % {T.HEALTH_PORT_SPAN}))"
         out += [
-            Raw('--fabric="$rdzv_host:$((rdzv_port + 1))"'),
+            Raw(f'--fabric="$rdzv_host:{port}"'),
             "--fabric-sizes=" + ",".join(str(x) for x in c["busbw_sizes"]),
             f"--fabric-iters={c['busbw_iters']}",
             f"--expect-gbps={c['busbw_gbps']}",
