@@ -25,6 +25,14 @@ STOPPED = "stopped"
 FIELDS = ("job_id", "attempt", "outcome", "from", "to", "nodes", "bad", "detail")
 
 
+def exclusions(job, recorded: str) -> str:
+    """A shell pipeline printing, one a line, the nodes the next job must leave out: the job's own
+    --exclude (a command-line --exclude replaces the script's #SBATCH one, so it is repeated) and the
+    nodes the command `recorded` lists (the retries' or the chain's record)."""
+    own = " ".join(q(n) for n in job.scheduler.get("exclude") or [])
+    return f"{{ printf '%s\\n' {own}; {recorded} 2>/dev/null; }} | grep -v '^$' | sort -u"
+
+
 def attempts_dir(job) -> str:
     return f"{job.run_dir}/attempts/{job.run_id}"
 
@@ -35,7 +43,6 @@ def prelude(job, checkpoint_functions: list[str]) -> list[str]:
     r = job.retry
     most = r["max_restarts"]
     script = q(f"{job.run_dir}/launch/{job.run_id}.sbatch")
-    excluded = " ".join(q(n) for n in job.scheduler.get("exclude") or [])
     load = (
         [
             'if [ "$attempt" -gt 1 ] && [ "$resume_it" -gt 0 ]; then resume_args=("checkpoint.load=$save_dir" '
@@ -44,6 +51,7 @@ def prelude(job, checkpoint_functions: list[str]) -> list[str]:
         if r["load_from_save"]
         else []
     )
+    left_out = exclusions(job, 'cat "$attempts/excluded"')
     return [
         f"attempts={q(attempts_dir(job))}",
         f"logs={q(job.run_dir + '/logs')}",
@@ -73,8 +81,7 @@ def prelude(job, checkpoint_functions: list[str]) -> list[str]:
         f'    if [ "$n" -gt {most} ]; then attempt_end failed "$bad" "$why; not retried: --max-restarts {most} used '
         'up"; exit "$rc"; fi',
         '    if [ -n "$bad" ]; then echo "$bad" | tr , "\\n" >> "$attempts/excluded"; fi',
-        f"    excl=$( {{ printf '%s\\n' {excluded}; cat \"$attempts/excluded\" 2>/dev/null; }} | grep -v '^$' | "
-        "sort -u | paste -sd, -)",
+        f"    excl=$({left_out} | paste -sd, -)",
         f'    out=$(BRIDGE_LAUNCH_ATTEMPT=$((attempt + 1)) sbatch --parsable ${{excl:+--exclude="$excl"}} {script} '
         "2>&1)",
         "    if [ $? -ne 0 ]; then",

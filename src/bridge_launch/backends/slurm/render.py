@@ -329,13 +329,11 @@ def _chain_block(job, srun) -> list[str]:
     # One successor per segment job, however often Slurm runs this script under the same job id (a
     # requeue after a node failure, scontrol requeue): the first run claims the submission with an
     # atomic mkdir and records the successor; a rerun finds the record and submits nothing.
-    # the nodes earlier segments left out (CHAIN/left_out), with the job's own --exclude: a command-line
-    # --exclude replaces the script's #SBATCH one
-    excluded = " ".join(q(n) for n in job.scheduler.get("exclude") or [])
+    # the nodes earlier segments left out (CHAIN/left_out) stay out of the successor
+    left_out = attempts.exclusions(job, 'cut -f 2 "$chain/left_out"')
     successor = [
         '    if mkdir "$chain/successor-$SLURM_JOB_ID.claim" 2>/dev/null; then',
-        f"        ex=$( {{ printf '%s\\n' {excluded}; cut -f 2 \"$chain/left_out\" 2>/dev/null; }} | grep -v '^$' | "
-        "sort -u | paste -sd, -)",
+        f"        ex=$({left_out} | paste -sd, -)",
         '        next=$(BRIDGE_LAUNCH_SEGMENT=$((segment + 1)) sbatch --parsable ${ex:+--exclude="$ex"} '
         f'--dependency=afterany:"$SLURM_JOB_ID" {script}) || next=""',
         "        next=${next%%;*}",
@@ -461,13 +459,13 @@ def _chain_leave_out(job) -> list[str]:
     ExcNodeList`, the segments' exclusions so far and the job's own), unless the partition would then
     have too few nodes for it; CHAIN/left_out records it (job, node, cause) for status and the
     bad-node list. Sets `left` to what the outcome says."""
-    excluded = " ".join(q(n) for n in job.scheduler.get("exclude") or [])
+    left_out = attempts.exclusions(job, 'cut -f 2 "$chain/left_out"')
     return [
         *attempts.culprit(),
         'left=""',
         'if [ -n "$culprit_node" ] && [ -n "$next" ]; then',
         '    printf \'%s\\t%s\\t%s\\n\' "$SLURM_JOB_ID" "$culprit_node" "$cause" >> "$chain/left_out"',
-        f"    excl=$( {{ printf '%s\\n' {excluded}; cut -f 2 \"$chain/left_out\"; }} | grep -v '^$' | sort -u )",
+        f"    excl=$({left_out})",
         '    have=$(sinfo -h -N -p "$SLURM_JOB_PARTITION" -o %N 2>/dev/null | sort -u | grep -cvxF "$excl")',
         f'    if [ "${{have:-0}}" -lt {job.nodes} ]; then left="; $next keeps $culprit_node: the partition has '
         f'${{have:-0}} other nodes, fewer than {job.nodes}"',
