@@ -239,14 +239,15 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
             judged = (
                 "not judged on gloo"
                 if job.gpu_type == "cpu"
-                else f"judged against {c['busbw_gbps']:g} GB/s in a rack, {c.get('busbw_cross_rack_gbps', 0):g} "
-                f"across racks (0: reported only), x{c['busbw_min_fraction']:g}"
+                else f"failing below {c['busbw_min_fraction']:.0%} of {c['busbw_gbps']:g} GB/s in a rack and of "
+                f"{c.get('busbw_cross_rack_gbps', 0):g} GB/s across racks; 0: reported only"
             )
             fabric = f"; then an all-reduce over the {job.nodes} nodes and one across racks (one GPU a node, {judged})"
+        retry = "the retry and " if job.retry else ""
         lines.append(
             f"Health     before torchrun, every node checks its GPUs (nvidia-smi -q: ECC, row remapping, count and "
-            f"model){imex} and the paths of the job, in its image, at most 2 min{fabric}; a failing node is left "
-            f"out of {'the retry and ' if job.retry else ''}later submits  [cluster:{job.cluster}]"
+            f"model; GPU-fault Xids in its kernel log){imex} and the paths of the job, in its image, at most "
+            f"2 min{fabric}; a failing node is left out of {retry}later submits  [cluster:{job.cluster}]"
         )
     if job.retry:
         r = job.retry
