@@ -24,13 +24,21 @@ def training_log(
     checks=(),
     rank_prefix="[rank3]: ",
     start=1,
+    elapsed_ms=lambda _s: 500.0,
+    tflops=lambda _s: 123.4,
+    memory=None,
+    straggler=None,
 ) -> str:
     """A Bridge run's output: Step Time + iteration lines every step, saves, post-training
-    validation/test, as the smoke workload prints them."""
+    validation/test, as the smoke workload prints them. `tflops` None: no Step Time / GPU
+    utilization line (a model config without kv_channels, MB train_utils.py:1036); `memory`:
+    {name: GB} for the memory lines after iterations 1 and 2 (memory_line); `straggler`:
+    step -> {rank: ms} for a StragglerDetector line after that iteration (straggler_line)."""
     out = [P.starting_line(start - 1)]
     last = stop or n
     for s in range(start, last + 1):
-        out.append("[rank0]: " + P.step_time_line(0.5, 123.4))
+        if tflops(s) is not None:
+            out.append("[rank0]: " + P.step_time_line(elapsed_ms(s) / 1000.0, tflops(s)))
         losses = {"lm loss": loss(s)}
         out.append(
             rank_prefix
@@ -38,7 +46,7 @@ def training_log(
                 iteration=s,
                 train_iters=n,
                 consumed=s * 16,
-                elapsed_ms=500.0,
+                elapsed_ms=elapsed_ms(s),
                 lr=3e-4,
                 global_batch=16,
                 losses=losses,
@@ -49,6 +57,10 @@ def training_log(
                 stamp=STAMP,
             )
         )
+        if memory and s <= start + 1:
+            out += [f"[rank{r}]: " + memory_line(r, s, memory) for r in (0, 4)]
+        if straggler and straggler(s):
+            out.append("[rank0]: " + straggler_line(straggler(s)))
         if s in checks:
             out.append(
                 f"[rank1]: RuntimeError: Rank 1, node n1, device 1, iteration {s}: Unexpected result nan "
@@ -68,3 +80,44 @@ def training_log(
         if test:
             out += ["[rank3]: " + x for x in P.validation_lines(f"iteration {last} on test set", {"lm loss": 2.1})]
     return "\n".join(out) + "\n"
+
+
+def memory_line(rank: int, step: int, values: dict) -> str:
+    """Megatron-Bridge's memory report, a fixture (the smoke workload prints none): MB
+    src/megatron/bridge/training/utils/train_utils.py:1141-1154 @ 067f987 prints
+    "[Rank {}] {}".format(global_rank, f"(after {iteration} iterations) memory (GB)" + " | {metric}: {value}"...)
+    with MEMORY_KEYS' names (:166-177) turned from bytes into gigabytes (report_memory, :1195-1213)."""
+    return f"[Rank {rank}] (after {step} iterations) memory (GB)" + "".join(f" | {k}: {v}" for k, v in values.items())
+
+
+BRIDGE_MEMORY = {
+    "mem-allocated-gigabytes": 12.345,
+    "mem-max-allocated-gigabytes": 30.5,
+    "mem-reserved-gigabytes": 31.0,
+    "mem-max-reserved-gigabytes": 32.25,
+}
+
+
+def straggler_line(ms_by_rank: dict, *, minmax_count: int = 1, stamp: str = STAMP) -> str:
+    """Megatron-LM's StragglerDetector line, a fixture: megatron/core/utils.py:1814-1833 @ 2a75ac12c
+    (logger.info on megatron.core.utils, rank 0; each field f"{value:.2f}{unit}/{rank}", :1446; the
+    sample in megatron/core/README_STRAGGLER.md:13-16). Etpt is the same work over each rank's time
+    (:1800-1808); with minmax_count N > 1 the "^^^^ Bottom/Top N Ranks" lines follow (:1834-1843)."""
+    fast = min(ms_by_rank, key=ms_by_rank.get)
+    slow = max(ms_by_rank, key=ms_by_rank.get)
+    etpt = {r: 300.0 * ms_by_rank[fast] / t for r, t in ms_by_rank.items()}
+    lo, hi = min(etpt, key=etpt.get), max(etpt, key=etpt.get)
+    line = (
+        f"INFO:megatron.core.utils:[{stamp}] | MnRtt/Rnk: {ms_by_rank[fast]:.2f}ms/{fast} | "
+        f"MxRtt/Rnk: {ms_by_rank[slow]:.2f}ms/{slow} | MnPwr/Rnk: 601796.00W/8 | MxPwr/Rnk: 683801.00W/1 | "
+        "MnTmp/Rnk: 52.00C/0 | MxTmp/Rnk: 65.00C/1 | MnUtl/Rnk: 97.00%/1 | MxUtl/Rnk: 100.00%/0 | "
+        "MnClk/Rnk: 1950.00MHz/1 | MxClk/Rnk: 1980.00MHz/0 | MnDRtt/Rnk: 14.27ms/1 | MxDRtt/Rnk: 34.65ms/0 | "
+        f"MnEtpt/Rnk: {etpt[lo]:.2f}TF/{lo} | MxEtpt/Rnk: {etpt[hi]:.2f}TF/{hi}"
+    )
+    if minmax_count > 1:
+        order = sorted(etpt, key=etpt.get)
+        line += "\n[rank0]: INFO:megatron.core.utils:^^^^ Bottom {} Ranks with lowest  Etpt(TF):".format(minmax_count)
+        line += "".join(f" {etpt[r]:.2f}/{r}," for r in order[:minmax_count])
+        line += "\n[rank0]: INFO:megatron.core.utils:^^^^ Top    {} Ranks with highest Etpt(TF):".format(minmax_count)
+        line += "".join(f" {etpt[r]:.2f}/{r}," for r in order[-minmax_count:])
+    return line

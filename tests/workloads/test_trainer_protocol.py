@@ -159,3 +159,11 @@ def test_publication_rule_non_persistent(tmp_path):
     _ckpt(np, 300, files=("__0_0.distcp",))
     rc, it, args, _ = _resume_point(funcs, save, np)
     assert (rc, it, args) == (0, "100", "checkpoint.ckpt_step=100")  # Bridge would take the incomplete 300
+
+
+def test_the_minmax_timer_pattern_reads_every_name_the_timers_print():
+    # MC timers.py:338-355: (name + " ").ljust(48, "."): a long name gets no dots; names may hold "/"
+    names = {"save-checkpoint": (1.0, 2.5), "train/valid/test-data-iterators-setup": (3.0, 4.0), "x" * 50: (5.0, 6.0)}
+    lines = P.timers_minmax_lines(names)
+    got = {m.group(1): (float(m.group(2)), float(m.group(3))) for m in map(P.TIMER_MINMAX_RE.match, lines[1:]) if m}
+    assert got == names

@@ -18,6 +18,7 @@ except ImportError:  # pragma: no cover - older typer, click installed beside it
 from bridge_launch import __version__
 from bridge_launch.core.errors import BridgeLaunchError
 from bridge_launch.core.errors import UsageError as BridgeLaunchUsage
+from bridge_launch.judge import rule_sources  # data only (compare --help cites every rule's source)
 
 app = typer.Typer(
     name="bridge-launch",
@@ -44,6 +45,19 @@ app.add_typer(data_app, name="data", help="Prepare and inspect datasets (Energon
 class Output(str, Enum):
     text = "text"
     json = "json"
+
+
+RULES_HELP = "The rule set judging loss, timing and memory (thresholds in each report line). " + (
+    rule_sources.help_text()
+)
+
+
+class CompareRules(str, Enum):
+    """compare's rule sets (judge/rulesets.py NAMES)."""
+
+    bridge_launch = "bridge-launch"
+    megatron_bridge = "megatron-bridge"
+    megatron_lm = "megatron-lm"
 
 
 OUTPUT = typer.Option(Output.text, "--output", "-o", help="text or json.")
@@ -365,16 +379,36 @@ def check(
     export_golden: Optional[str] = typer.Option(
         None, "--export-golden", help="Also write the run's values as Megatron-LM golden values (JSON)."
     ),
+    straggler_threshold: float = typer.Option(
+        0.10,
+        "--straggler-threshold",
+        help="Stragglers: how much slower than the rest a rank must be in an interval (0.10: 10%).",
+    ),
+    straggler_intervals: int = typer.Option(
+        5, "--straggler-intervals", help="Stragglers: in at least this many log intervals."
+    ),
     output: Output = OUTPUT,
 ):
     """The hardware gate: last iteration equals its total, every loss and grad norm finite, no
     skipped or NaN iterations, a checkpoint at the last iteration, validation and test lines, no
-    SIGTERM exit. Each criterion with its evidence; exit 0 passes, 1 fails."""
+    SIGTERM exit. Each criterion with its evidence; exit 0 passes, 1 fails.
+
+    Also reported, not judged: stragglers, the ranks that stay slower than the rest, read from
+    Megatron-LM's StragglerDetector lines (--log-straggler; megatron/core/utils.py:1814-1843 @ 2a75ac12c)
+    and per-rank timer lines (--timing-log-option all; megatron/core/timers.py:338-376)."""
     from bridge_launch.cli import judging as judge
 
     raise typer.Exit(
         judge.check(
-            sources, steps=steps, only=only, skip=skip, metric=metric, export_golden=export_golden, output=output.value
+            sources,
+            steps=steps,
+            only=only,
+            skip=skip,
+            metric=metric,
+            export_golden=export_golden,
+            output=output.value,
+            straggler_threshold=straggler_threshold,
+            straggler_intervals=straggler_intervals,
         )
     )
 
@@ -386,12 +420,33 @@ def compare(
         help="A B (runs, log files or Megatron-LM golden-values JSON; A is judged against B), or an experiment's name.",
     ),
     metric: str = typer.Option("lm loss", "--metric", help="The iteration-line field to compare."),
-    rtol: float = typer.Option(0.02, "--rtol", help="Relative tolerance of each aligned step."),
-    atol: float = typer.Option(0.0, "--atol", help="Absolute tolerance added to it (as numpy.isclose)."),
-    allowed: Optional[int] = typer.Option(
-        None, "--allowed", help="Steps allowed outside the tolerance (default: min(max(N//100, 1), 50), Megatron-LM's)."
+    rules: CompareRules = typer.Option(
+        CompareRules.bridge_launch,
+        "--rules",
+        help=RULES_HELP,
+        case_sensitive=False,
     ),
-    final_rtol: float = typer.Option(0.03, "--final-rtol", help="Relative tolerance of the final value."),
+    deterministic: bool = typer.Option(
+        False,
+        "--deterministic",
+        help="megatron-lm rules: also require the deterministic (exact) tests, as the harness does without "
+        "compare_approximate_results (common.py:224-228).",
+    ),
+    rtol: Optional[float] = typer.Option(
+        None, "--rtol", help="bridge-launch rules: relative tolerance of each aligned step [default: 0.02]."
+    ),
+    atol: Optional[float] = typer.Option(
+        None, "--atol", help="bridge-launch rules: absolute tolerance added to it (as numpy.isclose) [default: 0]."
+    ),
+    allowed: Optional[int] = typer.Option(
+        None,
+        "--allowed",
+        help="bridge-launch rules: steps allowed outside the tolerance (default: min(max(N//100, 1), 50), "
+        "Megatron-LM's).",
+    ),
+    final_rtol: Optional[float] = typer.Option(
+        None, "--final-rtol", help="bridge-launch rules: relative tolerance of the final value [default: 0.03]."
+    ),
     plot: Optional[str] = typer.Option(
         None,
         "--plot",
@@ -400,8 +455,9 @@ def compare(
     ),
     output: Output = OUTPUT,
 ):
-    """Loss parity: aligned per-step comparison, correlation, final difference, first step out of
-    tolerance. Exit 0 in parity, 1 not."""
+    """Judge A against the reference B under a rule set: loss (aligned per-step comparison,
+    correlation, final difference, first step out of tolerance), timing and memory where the logs
+    carry them; each rule with its source in the report. Exit 0 when it passes, 1 not."""
     from bridge_launch.cli import judging as judge
 
     raise typer.Exit(
@@ -414,6 +470,8 @@ def compare(
             final_rtol=final_rtol,
             plot=plot,
             output=output.value,
+            rules=rules.value,
+            deterministic=deterministic,
         )
     )
 

@@ -104,12 +104,30 @@ def _criteria(values) -> set:
 # ------------------------------------------------------------------------------------------------
 # check
 # ------------------------------------------------------------------------------------------------
-def check(words, *, steps, only, skip, metric, export_golden, output) -> int:
+def check(
+    words,
+    *,
+    steps,
+    only,
+    skip,
+    metric,
+    export_golden,
+    output,
+    straggler_threshold: float | None = None,
+    straggler_intervals: int | None = None,
+) -> int:
     from bridge_launch.judge import gate
+    from bridge_launch.judge import stragglers as strag
 
     only_set, skip_set = _criteria(only), _criteria(skip)
     if steps is not None and steps < 1:
         raise UsageError(f"--steps {steps}: give the expected number of iterations (1 or more)")
+    threshold = strag.THRESHOLD if straggler_threshold is None else straggler_threshold
+    intervals = strag.MIN_INTERVALS if straggler_intervals is None else straggler_intervals
+    if not 0 < threshold < 10:
+        raise UsageError(f"--straggler-threshold {threshold}: a fraction above 0 (0.10 is 10% slower)")
+    if intervals < 1:
+        raise UsageError(f"--straggler-intervals {intervals}: 1 or more log intervals")
     reg = None
     if any(not os.path.isfile(w) for w in words):  # a log file alone needs no state dir
         from bridge_launch.runs.registry import Registry
@@ -120,7 +138,7 @@ def check(words, *, steps, only, skip, metric, export_golden, output) -> int:
         raise UsageError(f"--export-golden writes one run's values; {len(srcs)} sources were given")
     if export_golden and not os.path.isdir(os.path.dirname(os.path.abspath(export_golden))):
         raise UsageError(f"--export-golden {export_golden!r}: its folder does not exist")
-    verdicts = []
+    verdicts, slow = [], []
     for src in srcs:
         if src.kind == "golden":
             raise UsageError(f"{src.label}: a golden-values file has no log lines to check; check a run or a log")
@@ -137,16 +155,28 @@ def check(words, *, steps, only, skip, metric, export_golden, output) -> int:
         verdicts.append(
             gate.check(log, label, steps=steps, only=only_set or None, skip=skip_set, metric=metric, finished=finished)
         )
+        # information, not a criterion: who stays slower than the rest (judge/stragglers.py)
+        slow.append(
+            strag.find(
+                log.stragglers,
+                log.timer_reports,
+                hosts=lambda log=log: log.rank_hosts,
+                threshold=threshold,
+                min_intervals=intervals,
+            )
+        )
         if export_golden:
             data = gate.write_golden(log, export_golden)
             if not data:
                 raise UsageError(f"{src.label}: no iteration lines to export")
     passed = all(v.passed for v in verdicts)
     if output == "json":
-        views.dump_json({"passed": passed, "results": [v.to_dict() for v in verdicts]})
+        results = [{**v.to_dict(), "stragglers": st.to_dict()} for v, st in zip(verdicts, slow, strict=True)]
+        views.dump_json({"passed": passed, "results": results})
     else:
-        for v in verdicts:
+        for v, st in zip(verdicts, slow, strict=True):
             sys.stdout.write(gate.render(v))
+            print(f"  info {'stragglers':<11} {strag.render(st)}")
         if export_golden:
             print(f"golden values written to {export_golden}")
     return 0 if passed else 1
@@ -155,10 +185,40 @@ def check(words, *, steps, only, skip, metric, export_golden, output) -> int:
 # ------------------------------------------------------------------------------------------------
 # compare
 # ------------------------------------------------------------------------------------------------
-def compare(words, *, metric, rtol, atol, allowed, final_rtol, plot, output) -> int:
+def compare(
+    words,
+    *,
+    metric,
+    rtol,
+    atol,
+    allowed,
+    final_rtol,
+    plot,
+    output,
+    rules: str = "bridge-launch",
+    deterministic: bool = False,
+) -> int:
     from bridge_launch.cli import plot as plotting
-    from bridge_launch.judge import parity
+    from bridge_launch.judge import parity, rulesets
 
+    if rules not in rulesets.NAMES:
+        raise UsageError(f"--rules {rules!r} is not one of: {', '.join(rulesets.NAMES)}")
+    if rules != "bridge-launch":
+        given = [
+            n
+            for n, v in (("--rtol", rtol), ("--atol", atol), ("--allowed", allowed), ("--final-rtol", final_rtol))
+            if v is not None
+        ]
+        if given:
+            raise UsageError(
+                f"{', '.join(given)}: bridge-launch's own tolerances; --rules {rules} judges by its source's "
+                "thresholds (see compare --help)"
+            )
+    if deterministic and rules != "megatron-lm":
+        raise UsageError("--deterministic is a megatron-lm rule (its harness without compare_approximate_results)")
+    rtol = 0.02 if rtol is None else rtol
+    atol = 0.0 if atol is None else atol
+    final_rtol = 0.03 if final_rtol is None else final_rtol
     for name, v in (("--rtol", rtol), ("--final-rtol", final_rtol), ("--atol", atol)):
         if v < 0:
             raise UsageError(f"{name} {v}: a tolerance is 0 or more")
@@ -178,37 +238,46 @@ def compare(words, *, metric, rtol, atol, allowed, final_rtol, plot, output) -> 
         raise UsageError(f"{what}: compare A B (runs, log files or golden-values files), or an experiment's name")
     if group is None and len(srcs) > 2:
         raise UsageError("compare takes two sources (A is judged against B), or one experiment's name")
-    series = []
+    series, metrics = [], []
     for src in srcs:
         if src.kind == "golden":
-            series.append(parity.golden_series(src.path, metric, src.label))
+            s = parity.golden_series(src.path, metric, src.label)
+            series.append(s)
+            metrics.append(rulesets.from_golden(src.path, s.values, src.label))
         else:
             label = f"{src.member} [{src.label}]" if src.member else src.label
             log = _log_of(reg, src)
             _check_metric(log, metric, src.label)
-            series.append(parity.log_series(log, metric, label, src.kind))
+            s = parity.log_series(log, metric, label, src.kind)
+            series.append(s)
+            metrics.append(rulesets.from_log(log, metric, label, src.kind, rules=rules, loss=s.values))
     # A against B; in an experiment every run against its first
     ref = 1 if group is None else 0
     pairs = [(i, ref) for i in range(len(series)) if i != ref]
-    results = [
-        parity.compare(
-            series[i], series[j], metric=metric, rtol=rtol, atol=atol, allowed=allowed, final_rtol=final_rtol
+    results = []
+    for i, k in pairs:
+        c = parity.compare(
+            series[i], series[k], metric=metric, rtol=rtol, atol=atol, allowed=allowed, final_rtol=final_rtol
         )
-        for i, j in pairs
-    ]
-    ok = all(c.parity for c in results)
+        results.append((c, rulesets.judge(rules, metrics[i], metrics[k], parity=c, deterministic=deterministic)))
+    ok = all(j.passed for _, j in results)
+    word = ("parity" if ok else "NO parity") if rules == "bridge-launch" else ("passed" if ok else "FAILED")
     chart = None
+    band = rtol if rules == "bridge-launch" else rulesets.MLM_LOSS_RTOL
     if plot:
         title = f"{metric}: experiment {group}" if group else f"{metric}: {series[0].label} vs {series[1].label}"
-        title += "  -  " + ("parity" if ok else "NO parity")
+        title += f"  -  {word}" + ("" if rules == "bridge-launch" else f" ({rules} rules)")
         drawn = [(s.label, s.values) for s in series]
         summary = [
             f"{c.a} vs {c.b}: {'parity' if c.parity else 'no parity'}, {c.outside}/{c.steps} steps outside "
             f"{c.rtol:g} (allowed {c.allowed})"
-            for c in results
+            if rules == "bridge-launch"
+            else f"{j.a} vs {j.b}: {'passed' if j.passed else 'FAILED'} "
+            + ", ".join(f"{k} {'-' if x is None else 'ok' if x else 'FAILED'}" for k, x in j.verdicts().items())
+            for c, j in results
         ]
         if plot != "-" and plotting.have_matplotlib():
-            plotting.draw(plot, drawn, ref, metric, rtol, title, summary)
+            plotting.draw(plot, drawn, ref, metric, band, title, summary)
         else:
             if plot != "-":
                 sys.stderr.write(
@@ -217,20 +286,30 @@ def compare(words, *, metric, rtol, atol, allowed, final_rtol, plot, output) -> 
                 )
             chart = plotting.terminal(drawn, ref, metric)
     if output == "json":
+        comparisons = []
+        for c, j in results:
+            d = j.to_dict()
+            comparisons.append({**c.to_dict(), **d} if rules == "bridge-launch" else {**d, "metric": metric})
         views.dump_json(
             {
                 "parity": ok,
+                "rules": rules,
                 "metric": metric,
                 "experiment": group,
                 "plot": plot if plot and not chart else None,
-                "comparisons": [c.to_dict() for c in results],
+                "comparisons": comparisons,
             }
         )
         if chart:
             sys.stderr.write(chart)
     else:
-        for c in results:
-            sys.stdout.write(parity.render(c))
+        for c, j in results:
+            if rules == "bridge-launch":
+                text = parity.render(c)
+                body, verdict = text.rstrip("\n").rsplit("\n", 1)
+                sys.stdout.write(body + "\n" + rulesets.render(j, header=False) + verdict + "\n")
+            else:
+                sys.stdout.write(rulesets.render(j))
         if chart:
             sys.stdout.write(chart)
         elif plot:

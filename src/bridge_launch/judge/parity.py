@@ -8,11 +8,11 @@ top of that, the final value within its own tolerance. Defaults: rtol 2%, final 
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 
 from bridge_launch.core.errors import UsageError
+from bridge_launch.judge import rulesets
 from bridge_launch.logs.reader import LOSS, finite
 
 # The harness's metric names (golden files) for the iteration-line fields, and back.
@@ -41,18 +41,20 @@ def _float(v) -> float:
 
 
 def golden_series(path: str, metric: str, label: str | None = None) -> Series:
-    """A golden-values file: {"lm loss": {"start_step", "end_step", "step_interval", "values": {"1": ...}}}."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read it ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    """A golden-values file: Megatron-LM's {"lm loss": {"start_step", "end_step", "step_interval",
+    "values": {"1": ...}}}, or Megatron-Bridge's {"<step>": {"lm loss": ...}, ...} with 0-indexed
+    step keys (scripts/performance/utils/evaluate.py:732-750 @ 067f987), read as iterations."""
+    data = rulesets.read_golden(path)
+    if rulesets.is_bridge_golden(data):
+        values = rulesets.bridge_golden_series(data, metric)
+        if not values:
+            names = sorted({k for v in data.values() if isinstance(v, dict) for k in v})
+            have = ", ".join(names)
+            raise UsageError(f"{path}: no '{metric}' in this golden-values file's steps (they have: {have})")
+        return Series(label or path, values, "golden")
     name = metric if metric in data else next((g for g, f in GOLDEN_NAMES.items() if f == metric and g in data), None)
-    if not isinstance(data, dict) or name is None:
-        have = ", ".join(sorted(data)) if isinstance(data, dict) else "not an object"
-        raise UsageError(f"{path}: no '{metric}' in this golden-values file (it has: {have})")
+    if name is None:
+        raise UsageError(f"{path}: no '{metric}' in this golden-values file (it has: {', '.join(sorted(data))})")
     entry = data[name]
     if not isinstance(entry, dict) or not isinstance(entry.get("values"), dict):
         raise UsageError(

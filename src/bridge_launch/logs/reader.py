@@ -20,6 +20,7 @@ for) plus one substring search per rarer kind of line, all over the raw text.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from dataclasses import dataclass, field
@@ -61,10 +62,11 @@ def number(value: str):
     """A field value as a number where it is one (int for integers, float otherwise, nan/inf
     included), else the string."""
     v = value.strip()
-    try:
-        return int(v)
-    except ValueError:
-        pass
+    if v.lstrip("+-").isdigit():  # str.isdigit before int(): most values are floats, and a raise costs
+        try:
+            return int(v)
+        except ValueError:  # digits int() does not take (superscripts)
+            pass
     try:
         return float(v)
     except ValueError:
@@ -95,6 +97,10 @@ def _text(t) -> str:
 
 def _enc(raw, s: str):
     return s.encode() if isinstance(raw, (bytes, bytearray)) else s
+
+
+_ITERATION_HEAD_S = re.compile(P.ITERATION_HEAD)
+_ITERATION_HEAD_B = re.compile(P.ITERATION_HEAD.encode())
 
 
 def _line_at(text: str, pos: int) -> tuple[int, str]:
@@ -179,6 +185,66 @@ def _nan_event(line: str, ti: int, pos: int) -> Event | None:
 
 
 # ------------------------------------------------------------------------------------------------
+# straggler and timer lines (Megatron-LM's formats; the trainer_protocol builders write none of them)
+# ------------------------------------------------------------------------------------------------
+# StragglerDetector.report (MC core/utils.py:1783-1848; Bridge prints it unchanged, MB train.py:1045-1074),
+# rank 0, one line per log interval, through logger.info (MC utils.py:54), e.g. (MC core/README_STRAGGLER.md:13-16)
+#   INFO:megatron.core.utils:[2024-03-14 23:07:56] | MnRtt/Rnk: 3453.08ms/8 | MxRtt/Rnk: 3468.20ms/0 | ...
+#   | MnEtpt/Rnk: 296.02TF/0 | MxEtpt/Rnk: 297.32TF/8
+# Each field is f"{value:.2f}{unit}/{rank}" (MC utils.py:1446); units ms (Rtt, DRtt), W, C, %, MHz (:2003-2039)
+# and TF for Etpt (:1830-1831). Rtt is the average time per iteration of the traced regions, Etpt the
+# rank's estimated TFLOP/s (MC utils.py:1800-1808).
+STRAGGLER_MARK = "MnRtt/Rnk: "
+STRAGGLER_FIELD_RE = re.compile(r"(Mn|Mx)(Rtt|Pwr|Tmp|Utl|Clk|DRtt|Etpt)/Rnk: ([-+]?[\d.]+|nan|inf)[A-Za-z%]*/(\d+)")
+# With straggler_minmax_count N (1 < N < world), two more lines (MC utils.py:1834-1843):
+#   "^^^^ Bottom {N} Ranks with lowest  Etpt(TF): v/r, v/r,"  and  "^^^^ Top    {N} Ranks with highest Etpt(TF): ..."
+STRAGGLER_RANKS_MARK = "Ranks with "
+STRAGGLER_RANKS_RE = re.compile(r"\^\^\^\^ (Bottom|Top) +\d+ Ranks with (?:lowest|highest) +Etpt\(TF\):(.*)$")
+VALUE_RANK_RE = re.compile(r"([-+]?[\d.]+|nan|inf)[A-Za-z%]*/(\d+)")
+# Timers.log (MC core/timers.py:338-376), last rank, after a header per --timing-log-option:
+#   minmax "(min, max) time across ranks (ms):" then "    {name .....}: ({min:.2f}, {max:.2f})" (P.TIMER_MINMAX_RE)
+#   max    "max time across ranks (ms):"        then "    {name .....}: {max:.2f}"
+#   all    "times across ranks (ms):"           then "  {name}:" and "     rank {r:2d}: {ms:.2f}" per rank
+# Ranks whose time is 0 are left out of min and max (:330) and of the per-rank lines (:366).
+TIMERS_MARK = "across ranks (ms):"
+TIMERS_HEAD_RE = re.compile(r"(\(min, max\) time|max time|times) across ranks \(ms\):\s*$")
+TIMER_MAX_RE = re.compile(r"^    (\S+) \.*: ([\d.]+)\s*$")
+TIMER_ALL_NAME_RE = re.compile(r"^  (\S[^:]*):\s*$")
+TIMER_ALL_RANK_RE = re.compile(r"^     rank +(\d+): ([\d.]+)\s*$")
+TIMER_OPTIONS = {"(min, max) time": "minmax", "max time": "max", "times": "all"}
+# Where a line names a rank's host: the NaN check's RuntimeError "Rank R, node N, device D, iteration I: ..."
+# (MC core/rerun_state_machine.py:518-535) and torchrun's failure summary "  host      : H" above
+# "  rank      : R (local_rank: L)" (T distributed/elastic/multiprocessing/errors/__init__.py:184-202).
+RANK_NODE_RE = re.compile(r"Rank (\d+), node (\S+), device \d+")
+SUMMARY_HOST_RE = re.compile(r"host\s*: (\S+)\s*\n[^\n]*?rank\s*: (\d+) \(local_rank")
+
+
+@dataclass
+class StragglerReport:
+    """One StragglerDetector line: {metric: ((min value, its rank), (max value, its rank))} and,
+    with straggler_minmax_count > 1, the lowest and highest Etpt (value, rank) pairs."""
+
+    step: int | None  # the last iteration line before it
+    values: dict
+    bottom: list = field(default_factory=list)
+    top: list = field(default_factory=list)
+    text: int = 0
+    pos: int = 0
+
+
+@dataclass
+class TimerReport:
+    """One Timers.log block: option minmax {name: (min, max)}, max {name: (None, max)}, all
+    {name: {rank: ms}}."""
+
+    option: str
+    step: int | None
+    timers: dict
+    text: int = 0
+    pos: int = 0
+
+
+# ------------------------------------------------------------------------------------------------
 # a run's output
 # ------------------------------------------------------------------------------------------------
 class Log:
@@ -249,8 +315,29 @@ class Log:
         return its[-1] if its else None
 
     def series(self, key: str = LOSS) -> dict:
-        """{step: value} of one field (a loss key, "grad norm", ...) over every iteration line."""
-        return {it.step: it.fields[key] for it in self.iterations if key in it.fields}
+        """{step: value} of one field (a loss key, "grad norm", ...) over every iteration line.
+
+        The value is cut out of each line by two substring searches (the field's `| key: ` and the
+        `|` after it), the same text FIELD_RE gives, without splitting every field of every line."""
+        out = {}
+        needle, head = f"| {key}: ", f" {key}: "
+        for it in self.iterations:
+            if it._fields is not None:
+                if key in it._fields:
+                    out[it.step] = it._fields[key]
+                continue
+            r = it.rest
+            i = r.find(needle)
+            if i >= 0:
+                i += len(needle)
+            elif r.startswith(head):
+                i = len(head)
+            else:
+                continue
+            j = r.find("|", i)
+            if j >= 0:
+                out[it.step] = number(r[i:j])
+        return out
 
     def keys(self) -> list[str]:
         """The field names the iteration lines carry, in first-seen order."""
@@ -389,6 +476,111 @@ class Log:
             for rank, step, unit, rest in P.MEMORY_RE.findall(text):
                 values = {k.strip(): number(v) for k, v in re.findall(r"\|\s*([^|:]+?):\s*([^|]+)", rest)}
                 out.append({"rank": int(rank), "step": int(step), "unit": unit, "values": values})
+        return out
+
+    # -- straggler and timer lines: found by a substring search of the raw texts ----------------------
+    def _raw_lines(self, ti: int, pos: int):
+        """The line holding `pos` and the lines after it, one by one, decoded, without rank prefixes."""
+        raw = self.raw[ti]
+        nl = _enc(raw, "\n")
+        start = raw.rfind(nl, 0, pos) + 1
+        while start < len(raw):
+            stop = raw.find(nl, start)
+            yield strip_prefix(_text(raw[start : stop if stop >= 0 else len(raw)]).rstrip("\r"))[1]
+            if stop < 0:
+                return
+            start = stop + 1
+
+    def _raw_line(self, ti: int, pos: int) -> str:
+        return next(self._raw_lines(ti, pos), "")
+
+    def _step_at(self, ti: int, pos: int) -> int | None:
+        """The step of the last iteration line before `pos` (found backwards, line heads only)."""
+        raw = self.raw[ti]
+        rx = _ITERATION_HEAD_B if isinstance(raw, (bytes, bytearray)) else _ITERATION_HEAD_S
+        needle = _enc(raw, "iteration ")
+        lo = max(0, pos - (1 << 20))
+        p = raw.rfind(needle, lo, pos)
+        while p >= 0:
+            m = rx.match(raw, p)
+            if m:
+                return int(m.group(1))
+            p = raw.rfind(needle, lo, p)
+        return None
+
+    @cached_property
+    def stragglers(self) -> list[StragglerReport]:
+        """Every StragglerDetector line (--log-straggler), in order, with its Bottom/Top lines."""
+        out: list[StragglerReport] = []
+        for ti, pos in self.raw_find(STRAGGLER_MARK):
+            line = self._raw_line(ti, pos)
+            values: dict = {}
+            for mm, name, value, rank in STRAGGLER_FIELD_RE.findall(line):
+                pair = values.setdefault(name, [None, None])
+                pair[0 if mm == "Mn" else 1] = (float(value), int(rank))
+            if "Rtt" in values and None not in values["Rtt"]:
+                minmax = {k: tuple(v) for k, v in values.items()}
+                out.append(StragglerReport(self._step_at(ti, pos), minmax, text=ti, pos=pos))
+        if out:
+            where = [(r.text, r.pos) for r in out]
+            for ti, pos in self.raw_find(STRAGGLER_RANKS_MARK):
+                m = STRAGGLER_RANKS_RE.search(self._raw_line(ti, pos))
+                k = bisect.bisect_left(where, (ti, pos)) - 1  # the report it follows
+                if m and k >= 0:
+                    ranked = [(float(v), int(r)) for v, r in VALUE_RANK_RE.findall(m.group(2))]
+                    setattr(out[k], "bottom" if m.group(1) == "Bottom" else "top", ranked)
+        return out
+
+    @cached_property
+    def timer_reports(self) -> list[TimerReport]:
+        """Every Timers.log block (--timing-log-option minmax, max or all), in order."""
+        out: list[TimerReport] = []
+        for ti, pos in self.raw_find(TIMERS_MARK):
+            lines = self._raw_lines(ti, pos)
+            m = TIMERS_HEAD_RE.search(next(lines))
+            if not m:
+                continue
+            option = TIMER_OPTIONS[m.group(1)]
+            timers: dict = {}
+            name = None
+            for line in lines:
+                if option == "minmax":
+                    t = P.TIMER_MINMAX_RE.search(line)
+                    if not t:
+                        break
+                    timers[t.group(1)] = (float(t.group(2)), float(t.group(3)))
+                elif option == "max":
+                    t = TIMER_MAX_RE.search(line)
+                    if not t:
+                        break
+                    timers[t.group(1)] = (None, float(t.group(2)))
+                else:
+                    r = TIMER_ALL_RANK_RE.search(line)
+                    if r and name is not None:
+                        timers[name][int(r.group(1))] = float(r.group(2))
+                        continue
+                    n = TIMER_ALL_NAME_RE.search(line)
+                    if not n:
+                        break
+                    name = n.group(1)
+                    timers[name] = {}
+            if timers:
+                out.append(TimerReport(option, self._step_at(ti, pos), timers, ti, pos))
+        return out
+
+    @cached_property
+    def rank_hosts(self) -> dict:
+        """{rank: host} where a line names both (NaN checks, torchrun's failure summary)."""
+        out: dict = {}
+        for ti, pos in self.raw_find(", node "):
+            m = RANK_NODE_RE.search(self._raw_line(ti, pos))
+            if m:
+                out.setdefault(int(m.group(1)), m.group(2))
+        for ti, pos in self.raw_find("Root Cause"):
+            raw = self.raw[ti]
+            window = _text(raw[pos : pos + 4096])
+            for host, rank in SUMMARY_HOST_RE.findall(window):
+                out.setdefault(int(rank), host)
         return out
 
     def stamp_of(self, it: Iteration) -> datetime | None:

@@ -355,7 +355,8 @@ def timers_minmax_lines(times_ms: dict) -> list[str]:
     return out
 
 
-TIMER_MINMAX_RE = re.compile(r"    ([\w-]+) \.+: \(([\d.]+), ([\d.]+)\)")
+# a name of 47 characters or more is printed without dots; names may hold "/" (train/valid/test-...)
+TIMER_MINMAX_RE = re.compile(r"    (\S+) \.*: \(([\d.]+), ([\d.]+)\)")
 
 
 def loading_line(load_dir: str, iteration: int) -> str:

@@ -1,6 +1,0 @@
-"""Stand-in: the forward-step module run_recipe.py loads by registry name (recipe_runner.py
-STEP_FUNCTIONS: vlm_step -> megatron.bridge.training.vlm_step.forward_step)."""
-
-
-def forward_step(state, data_iterator, model, return_schedule_plan=False):
-    raise NotImplementedError("the stand-in image trains nothing")
