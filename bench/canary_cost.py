@@ -1,7 +1,9 @@
 """Issue 17 canary: what it costs before a job that is right, and how soon it stops one that is not,
-on local-slurm-pyxis (2 nodes x 2 CPU processes, the local image with its Megatron-Bridge stand-in).
+on local-slurm-pyxis (2 nodes x 2 CPU processes, the local image given the real Megatron-Bridge 067f987
+and its Python 3.12 venv through mounts: scripts/bridge/realbridge.py container()).
 
-  a VL SFT job (the stand-in's tiny_vl_sft_config: its "training" is a probe) submitted to COMPLETED
+  the seed's VL SFT job (qwen35-vl-sft, fitted to 4 ranks; the training loop is the one stand-in,
+  scripts/bridge/probe_trainer.py, after Megatron-Bridge's own build and validate) submitted to COMPLETED
       vs  the same job with --canary (canary job, then the real job after it)
   and, with --canary and a dataset.path that does not exist, submit to the run's FAILED verdict
       (the real job never starts).
@@ -24,14 +26,22 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "scripts" / "bridge"))
 CLI = [sys.executable, "-m", "bridge_launch.cli.app"]
-REV = "59d61f3ce65a6d9863b86d2e96597125219dc754"
+# the seed's topology is for 32 GB200s; these fit it to the local cluster's 4 ranks
+FIT = [
+    "train.train_iters=2",
+    "model.tensor_model_parallel_size=1",
+    "model.context_parallel_size=1",
+    "model.expert_model_parallel_size=4",
+    "model.sequence_parallel=false",
+    "train.global_batch_size=4",
+]
 
 
 def cli(*args, env):
@@ -60,41 +70,30 @@ def setup(root: Path) -> tuple[dict, list]:
     (it / "metadata.json").write_text(json.dumps({"sharded_backend": "torch_dist", "sharded_backend_version": 1}))
     (it / ".metadata").write_text("dcp")
     (root / "ckpt" / "latest_checkpointed_iteration.txt").write_text("1")
-    snap = root / "hf" / "hub" / "models--bridge-launch--tiny-vl" / "snapshots" / REV
-    snap.mkdir(parents=True)
-    (snap / "config.json").write_text("{}")
-    (snap / "preprocessor_config.json").write_text("{}")
+    import realbridge
+
+    from bridge_launch.core import upstream
+
+    realbridge.hf_home(root / "hf")
+    for snap in (root / "hf" / "hub").glob("models--Qwen--Qwen3.5-35B-A3B/snapshots/*"):
+        (snap / "preprocessor_config.json").write_text("{}")
+    mounts, variables = realbridge.container(realbridge.environment(), upstream.revision(upstream.BRIDGE_MAIN))
     conf = root / "config" / "bridge-launch"
-    (conf / "recipes").mkdir(parents=True)
     (conf / "clusters").mkdir(parents=True)
-    (conf / "recipes" / "canary-vl.toml").write_text(
-        textwrap.dedent(f'''
-        name = "canary-vl"
-        upstream = "tiny_vl_sft_config"
-        mode = "sft"
-        container = "nvcr.io/nvidia/nemo:26.10"
-        dataset_kind = "energon"
-        hf_model = "bridge-launch/tiny-vl"
-        [config]
-        train.train_iters = 2
-        model.hf_model_revision = "{REV}"
-        dataset.task_encoder.hf_processor_revision = "{REV}"
-        ''')
-    )
+    (conf / "recipes").mkdir(parents=True)
+    (conf / "recipes" / "vl4.toml").write_text('name = "qwen35-vl-sft-4"\nextends = "qwen35-vl-sft"\ngpus = 4\n')
     (conf / "clusters" / "bench-canary.toml").write_text(
-        textwrap.dedent(f'''
-        extends = "local-slurm-pyxis"
-        container_mounts = ["{root}:{root}"]
-        hf_home = "{root}/hf"
-        ''')
+        'extends = "local-slurm-pyxis"\n'
+        f"container_mounts = {json.dumps([*mounts, f'{root}:{root}'])}\n"
+        f'hf_home = "{root}/hf"\n[env]\n' + "".join(f"{k} = {json.dumps(v)}\n" for k, v in variables.items())
     )
     env = dict(os.environ, BRIDGE_LAUNCH_HOME=str(root / "state"), XDG_CONFIG_HOME=str(root / "config"))
-    return env, [f"dataset.path={root}/data", f"checkpoint.pretrained_checkpoint={root}/ckpt"]
+    return env, [f"dataset.path={root}/data", f"checkpoint.pretrained_checkpoint={root}/ckpt", *FIT]
 
 
 def one(env, args, want: str) -> tuple[float, dict]:
     t0 = time.monotonic()
-    run = json.loads(cli("submit", "canary-vl", "-c", "bench-canary", *args, "-o", "json", env=env))["run_id"]
+    run = json.loads(cli("submit", "qwen35-vl-sft-4", "-c", "bench-canary", *args, "-o", "json", env=env))["run_id"]
     while True:
         st = json.loads(cli("status", run, "-o", "json", env=env))[0]
         if st["state"] in ("COMPLETED", "FAILED", "CANCELLED"):
@@ -112,7 +111,7 @@ def main() -> int:
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="canary-bench-") as tmp:
         env, good = setup(Path(tmp))
-        bad = ["dataset.path=/nonexistent/clevr2", good[1]]
+        bad = ["dataset.path=/nonexistent/clevr2", *good[1:]]
         plain, gated, stopped, own = [], [], [], []
         for _ in range(a.repeats):  # interleaved, so load on the shared machine hits all three alike
             plain.append(one(env, good, "COMPLETED")[0])

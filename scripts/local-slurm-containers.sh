@@ -14,15 +14,16 @@
 #     that name an image.
 #   - builds $H/containers/images/local-torch.sqsh: Debian bookworm (debootstrap minbase) with
 #     Python, a venv holding torch==2.13.0 (the CPU wheel this machine has), megatron-energon, hydra-core
-#     and omegaconf (as NeMo images have them) and, as the image's "installed" Megatron-Bridge, the
-#     stand-in in scripts/image/Megatron-Bridge at /opt/Megatron-Bridge (its README says what it
-#     follows). Cached by $H/containers/images/local-torch.sqsh.key, which covers the stand-in's files;
+#     and omegaconf (as NeMo images have them). No Megatron-Bridge is baked in: the tests give a job
+#     the real one (a pinned revision's source, with the cached Python 3.12 venv it runs under)
+#     through --container-mounts at /opt/Megatron-Bridge, where NeMo images hold it
+#     (scripts/bridge/realbridge.py container()). Cached by $H/containers/images/local-torch.sqsh.key;
 #     built under temporary names and renamed into place, so jobs running in the old image keep it.
 
 CT=$H/containers
 IMAGE=$CT/images/local-torch.sqsh
 CT_RECIPE=3        # bump when the build steps below change (forces a rebuild)
-IMAGE_RECIPE=5     # bump when the image contents change (5: energon, hydra, the Megatron-Bridge stand-in tree)
+IMAGE_RECIPE=6     # bump when the image contents change (6: no Megatron-Bridge stand-in; the tests mount the real one)
 TORCH_VERSION=2.13.0
 ENERGON_VERSION=7.4.1  # pyproject's `data` extra
 HYDRA_VERSION=1.3.8 OMEGACONF_VERSION=2.3.1 ANTLR_VERSION=4.9.3  # hydra-core pins antlr4 4.9.*, published as an sdist only
@@ -124,12 +125,9 @@ ct_build() { # build and install pyxis and enroot unless the cached build matche
 }
 
 # --- the image -------------------------------------------------------------------------------
-STANDIN=$REPO_ROOT/scripts/image/Megatron-Bridge  # the image's Megatron-Bridge (a stand-in)
-
 ct_image() { # build the squashfs image unless the cached one matches
   local key root wheels t0 tmp
-  [[ -d $STANDIN/src/megatron/bridge ]] || die "the image's Megatron-Bridge stand-in is missing: $STANDIN"
-  key="recipe=$IMAGE_RECIPE torch=$TORCH_VERSION energon=$ENERGON_VERSION hydra=$HYDRA_VERSION standin=$(src_hash "$STANDIN")"
+  key="recipe=$IMAGE_RECIPE torch=$TORCH_VERSION energon=$ENERGON_VERSION hydra=$HYDRA_VERSION"
   if [[ -r $IMAGE.key && "$(<"$IMAGE.key")" == "$key" && -s $IMAGE ]]; then return 0; fi
   t0=$(now)
   root=$CT/build/rootfs wheels=$CT/build/wheels tmp=$IMAGE.$$.tmp
@@ -153,12 +151,8 @@ ct_image() { # build the squashfs image unless the cached one matches
       --find-links /wheels "torch==$TORCH_VERSION" numpy "megatron-energon==$ENERGON_VERSION" \
       "hydra-core==$HYDRA_VERSION" "omegaconf==$OMEGACONF_VERSION"
     umount "$root/wheels"; rmdir "$root/wheels"; trap - EXIT
-    # the image's "installed" Megatron-Bridge: the stand-in tree, on the venv's path like an install
+    # where NeMo images install Megatron-Bridge: a mount point, filled by --container-mounts
     mkdir -p "$root/opt/Megatron-Bridge"
-    cp -a "$STANDIN/." "$root/opt/Megatron-Bridge/"
-    find "$root/opt/Megatron-Bridge" -name __pycache__ -prune -exec rm -rf {} +
-    printf '%s\n' /opt/Megatron-Bridge/src /opt/Megatron-Bridge/3rdparty/Megatron-LM \
-      >"$root/venv/lib/python3.11/site-packages/megatron-bridge.pth"
     # python and torchrun on the login PATH: enroot starts a login environment whose PATH comes
     # from the image's /etc/login.defs (enroot-switchroot.c, sys_login), as NGC images have them
     for exe in python python3 torchrun; do

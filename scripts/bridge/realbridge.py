@@ -6,6 +6,8 @@ Used by the tests and by scripts/derive-upstream."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import hf_configs  # its sibling: this directory is on the path of whoever impor
 
 from bridge_launch.backends.base import RECIPE_ENTRY_FILE, entry_command
 from bridge_launch.core import upstream
+from bridge_launch.core.upstream import BRIDGE_IN_CONTAINER
 from bridge_launch.spec import recipes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,6 +31,62 @@ def environment(build: bool = True) -> dict:
 def sources(env: dict, rev: upstream.Revision) -> tuple[str, str]:
     """The unpacked Megatron-Bridge and Megatron-LM trees of a pinned revision."""
     return env[f"SRC_MEGATRON_BRIDGE_{rev.bridge[:9].upper()}"], env[f"SRC_MEGATRON_LM_{rev.core[:9].upper()}"]
+
+
+def image_tree(env: dict, rev: upstream.Revision) -> Path:
+    """The Megatron-Bridge tree as a NeMo image holds it at /opt/Megatron-Bridge: the revision's
+    source with the Megatron-LM it pins as 3rdparty/Megatron-LM (docker/common/print_sha.sh reads
+    both there). Assembled once beside the unpacked sources, with hard links (seconds, no copy)."""
+    bridge, core = sources(env, rev)
+    tree = Path(bridge).parents[1] / "image" / f"megatron-bridge-{rev.bridge[:9]}"
+    if not (tree / ".complete").exists():
+        tmp = tree.with_name(tree.name + f".{os.getpid()}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(bridge, tmp, copy_function=os.link)
+        shutil.copytree(core, tmp / "3rdparty" / "Megatron-LM", copy_function=os.link)
+        shutil.rmtree(tree, ignore_errors=True)
+        tmp.rename(tree)
+        (tree / ".complete").touch()
+    return tree
+
+
+STANDINS_IN_CONTAINER = "/opt/bridge-launch-standins"  # scripts/bridge, read-only
+
+
+def container(env: dict, rev: upstream.Revision, hf: str | None = None) -> tuple[list[str], dict]:
+    """(mounts, environment) that give a job in the local test image the real Megatron-Bridge at
+    `rev` as its installed one (/opt/Megatron-Bridge, with its 3rdparty/Megatron-LM) and the cached
+    Python 3.12 venv (and the interpreter it was made from, at the same paths) first on PATH; the
+    stand-ins of site/ for what only installs with CUDA, a GB200's device answers, and the training
+    loop's stand-in (probe_trainer.py). Nothing is baked into the image."""
+    venv = Path(env["BRIDGE_PY"]).parents[1]
+    home = next(
+        ln.split("=", 1)[1].strip() for ln in (venv / "pyvenv.cfg").read_text().splitlines() if ln.startswith("home")
+    )
+    base = Path(home).parent  # the interpreter's prefix (pyenv's versions/3.12.x)
+    mounts = [
+        f"{venv}:{venv}",
+        f"{base}:{base}",
+        f"{image_tree(env, rev)}:{BRIDGE_IN_CONTAINER}",
+        f"{REPO / 'scripts' / 'bridge'}:{STANDINS_IN_CONTAINER}",
+    ]
+    variables = {
+        "PATH": f"{venv}/bin:/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "PYTHONPATH": ":".join(
+            [
+                f"{STANDINS_IN_CONTAINER}/site",
+                f"{BRIDGE_IN_CONTAINER}/src",
+                f"{BRIDGE_IN_CONTAINER}/3rdparty/Megatron-LM",
+            ]
+        ),
+        "BRIDGE_LAUNCH_FAKE_GPU": "NVIDIA GB200:10:0",
+        "BRIDGE_LAUNCH_TRAINER": "probe",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+    if hf:
+        mounts.append(f"{hf}:{hf}")
+    return mounts, variables
 
 
 def pinned_revisions() -> list[str]:

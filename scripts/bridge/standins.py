@@ -13,6 +13,7 @@ their classes, they do not run them.
   (dist_checkpointing/strategies/nvrx.py:75-90) fails on it at import. Only the top package and
   `inprocess` are stood in; `nvidia_resiliency_ext.checkpointing` stays missing, so megatron-core
   and Megatron-Bridge take their no-NVRx paths (nvrx.py:20-31, training/checkpointing.py:94).
+- The training loop (install_trainer_probe): it needs GPUs. probe_trainer.py says what replaces it.
 """
 
 import importlib.abc
@@ -74,6 +75,39 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 def install() -> None:
     sys.meta_path.insert(0, _Finder())
+
+
+TRAINING_LOOPS = {"megatron.bridge.training.pretrain": "pretrain", "megatron.bridge.training.finetune": "finetune"}
+
+
+class _TrainerProbe(importlib.abc.MetaPathFinder):
+    """Megatron-Bridge's own pretrain/finetune modules, imported as they are, with their training
+    function replaced by probe_trainer's as soon as the module has run (before run_recipe.py's
+    `from ... import pretrain` can bind the real one)."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in TRAINING_LOOPS:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                real_exec = spec.loader.exec_module
+
+                def exec_module(module, _real=real_exec, _name=TRAINING_LOOPS[fullname]):
+                    _real(module)
+                    import probe_trainer
+
+                    setattr(module, _name, getattr(probe_trainer, _name))
+
+                spec.loader.exec_module = exec_module
+                return spec
+        return None
+
+
+def install_trainer_probe() -> None:
+    sys.meta_path.insert(0, _TrainerProbe())
 
 
 def fake_gpu(spec: str) -> None:

@@ -1,25 +1,26 @@
-"""The canary on the local two-node Slurm cluster with containers (pyxis, enroot, the local image whose
-Megatron-Bridge is the stand-in in scripts/image/Megatron-Bridge): a canary that passes lets the job
-start; one that fails (a missing data path, an image that cannot be pulled, an override the image's
-trainer rejects) leaves the real job never started and `status` naming the check."""
+"""The canary on the local two-node Slurm cluster with containers (pyxis, enroot, the local image given
+the real Megatron-Bridge 067f987 and its Python 3.12 venv through mounts: test_containers_e2e.real_mb),
+on the seed's Qwen3.5-VL SFT recipe (the function bridge-launch ships) made to fit 4 CPU ranks: a
+canary that passes lets the job start; one that fails (a missing data path, an image that cannot be
+pulled, an override the image's trainer rejects) leaves the real job never started and `status`
+naming the check."""
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from test_containers_e2e import STATE, _submit, _wait, cluster  # noqa: F401 (the fixture)
+import realbridge  # scripts/bridge: on the path tests/conftest.py sets
+from test_containers_e2e import STATE, _submit, _wait, cluster, mb_profile, real_mb  # noqa: F401 (fixtures)
 
-from canary_jobs import STANDIN_PATH, _spec
+from canary_jobs import FIT, VL_FUNCTION, _spec, real_bridge, run_env
 from conftest import WORKLOADS, run_cli, write
 
 pytestmark = pytest.mark.slow
 
 
-REV = "59d61f3ce65a6d9863b86d2e96597125219dc754"
+VL = "qwen35-vl-sft-4"  # the seed's VL SFT recipe (its function: workloads/bridge_recipes/qwen35_vl_gb200.py) on 4 GPUs
 
 
 SLURM_CONF = str(STATE / "etc" / "slurm.conf")
@@ -46,42 +47,27 @@ def inputs(tmp_path_factory):
     write(it / "metadata.json", json.dumps({"sharded_backend": "torch_dist", "sharded_backend_version": 1}))
     write(it / ".metadata", "dcp")
     write(root / "ckpt" / "latest_checkpointed_iteration.txt", "1")
-    snap = root / "hf" / "hub" / "models--bridge-launch--tiny-vl" / "snapshots" / REV
-    write(snap / "config.json", "{}")
-    write(snap / "preprocessor_config.json", "{}")
+    # the model's config.json at the revisions the recipes pin (scripts/bridge/hf_configs.py, sources
+    # cited there), and the processor's file the canary's HF-cache check looks for
+    realbridge.hf_home(root / "hf")
+    for snap in (root / "hf" / "hub").glob("models--Qwen--Qwen3.5-35B-A3B/snapshots/*"):
+        write(snap / "preprocessor_config.json", "{}")
     return root
 
 
 @pytest.fixture
-def vl(home, inputs):
-    """A VL SFT recipe on the image's stand-in recipe, and a profile with the canary on by default."""
-    write(
-        home / "recipes" / "canary-vl.toml",
-        f'''
-        name = "canary-vl"
-        upstream = "tiny_vl_sft_config"
-        mode = "sft"
-        container = "nvcr.io/nvidia/nemo:26.10"   # the profile's local image wins
-        dataset_kind = "energon"
-        hf_model = "bridge-launch/tiny-vl"
-        required = ["dataset.path", "checkpoint.pretrained_checkpoint"]
-        [config]
-        train.train_iters = 2
-        model.hf_model_revision = "{REV}"
-        dataset.task_encoder.hf_processor_revision = "{REV}"
-        ''',
+def vl(home, inputs, request):
+    """A profile with the canary on by default over the real Megatron-Bridge; the seed's VL SFT recipe
+    on the local cluster's 4 ranks (its topology fitted by FIT), and its inputs."""
+    write(home / "recipes" / f"{VL}.toml", f'name = "{VL}"\nextends = "qwen35-vl-sft"\ngpus = 4\n')
+    mb_profile(
+        home,
+        "pyxis-canary",
+        request.getfixturevalue("real_mb"),
+        mounts=[f"{inputs}:{inputs}"],
+        extra=f'hf_home = "{inputs}/hf"\n[canary]\nenabled = true',
     )
-    write(
-        home / "clusters" / "pyxis-canary.toml",
-        f'''
-        extends = "local-slurm-pyxis"
-        container_mounts = ["{inputs}:{inputs}"]
-        hf_home = "{inputs}/hf"
-        [canary]
-        enabled = true
-        ''',
-    )
-    return [f"dataset.path={inputs}/data", f"checkpoint.pretrained_checkpoint={inputs}/ckpt"]
+    return [f"dataset.path={inputs}/data", f"checkpoint.pretrained_checkpoint={inputs}/ckpt", *FIT]
 
 
 def _slurm_state(job_id: str) -> dict:
@@ -133,15 +119,16 @@ def test_canary_under_torchrun_writes_its_report(tmp_path, energon_dataset):
     write(tmp_path / "ck" / "latest_checkpointed_iteration.txt", "1")
     spec = _spec(
         tmp_path,
-        args=[f"dataset.path={energon_dataset}", f"checkpoint.pretrained_checkpoint={tmp_path}/ck"],
+        args=[*FIT, f"dataset.path={energon_dataset}", f"checkpoint.pretrained_checkpoint={tmp_path}/ck"],
         dataset={"kind": "energon", "path": str(energon_dataset)},
         pretrained_checkpoint=str(tmp_path / "ck"),
         network={"sizes": [1024, 65536], "iters": 2, "expected_busbw_gbps": 1e-6, "min_fraction": 0.8},
     )
-    env = dict(os.environ, PYTHONPATH=STANDIN_PATH, OMP_NUM_THREADS="1")
+    rb = real_bridge()  # the image's interpreter and Megatron-Bridge (main), as in the job
+    env = run_env(tmp_path, rb["pythonpath"])
     proc = subprocess.run(
         [
-            sys.executable,
+            rb["python"],
             "-m",
             "torch.distributed.run",
             "--standalone",
@@ -179,11 +166,11 @@ def test_canary_under_torchrun_writes_its_report(tmp_path, energon_dataset):
     assert "bridge-launch canary: PASS" in proc.stdout
     # a failing check: the exit status says so, and the verdict names the first failing check in order
     bad = _spec(
-        tmp_path, args=["dataset.path=/d", "model.mtp_num_layers=1"], dataset={"kind": "energon", "path": "/no"}
+        tmp_path, args=[*FIT, "dataset.path=/d", "model.no_such_field=1"], dataset={"kind": "energon", "path": "/no"}
     )
     proc = subprocess.run(
         [
-            sys.executable,
+            rb["python"],
             "-m",
             "torch.distributed.run",
             "--standalone",
@@ -205,7 +192,7 @@ def test_canary_under_torchrun_writes_its_report(tmp_path, energon_dataset):
 
 @pytest.mark.usefixtures("cluster")
 def test_a_canary_that_passes_lets_the_job_start(vl, inputs):
-    sub = _submit("canary-vl", "-c", "pyxis-canary", *vl)
+    sub = _submit(VL, "-c", "pyxis-canary", *vl)
     st = _wait(sub["run_id"], timeout=600)
     c = st["info"]["canary"]
     assert st["state"] == "COMPLETED" and c["verdict"] == "pass", (st, run_cli("logs", sub["run_id"]).out[-4000:])
@@ -222,11 +209,11 @@ def test_a_canary_that_passes_lets_the_job_start(vl, inputs):
     }, report
     details = {x["check"]: x["detail"] for x in report["checks"]}
     assert "started on 2 node(s) (node1, node2)" in details["image"]
+    assert details["trainer"].startswith(f"recipe {VL_FUNCTION} built with "), details["trainer"]
     assert (
-        details["trainer"].startswith("recipe tiny_vl_sft_config built with ")
-        and "validated for 4 ranks (data-parallel size 4); image: megatron-bridge 0.7.0, megatron-core 0.20.0; "
-        "schema/ from megatron-bridge 0.7.0 (067f987df), megatron-core 0.20.0 (2a75ac12c)"
-        in details["trainer"]
+        "validated for 4 ranks (data-parallel size 4); image: megatron-bridge 0.7.0, megatron-core "
+        in (details["trainer"])
+        and "schema/ from megatron-bridge 0.7.0 (067f987df)" in details["trainer"]
     )
     assert "opened with the image's Energon 7.4.1; one train sample read (ChatMLSample" in details["data"]
     assert "(4 ranks on 2 node(s), gloo)" in details["network"]
@@ -234,8 +221,9 @@ def test_a_canary_that_passes_lets_the_job_start(vl, inputs):
     script = (Path(st["run_dir"]) / "launch" / f"{sub['run_id']}.sbatch").read_text()
     assert f"#SBATCH --dependency=afterok:{c['job_id']}\n" in script
     probes = [json.loads(p.read_text()) for p in (Path(st["run_dir"]) / "probe").glob("*.json")]
-    assert len(probes) == 4 and all(p["mode"] == "finetune" for p in probes)
-    assert all(p["config"]["dataset"]["path"] == f"{inputs}/data" for p in probes)
+    assert len(probes) == 4 and all(p["mode"] == "finetune" and p["interface"] == "run_config" for p in probes)
+    assert all(p["config"]["dataset.path"] == f"{inputs}/data" for p in probes)
+    assert all(p["config"]["model.expert_model_parallel_size"] == 4 for p in probes)
     shown = run_cli("status", sub["run_id"]).out
     assert f"canary      job {c['job_id']}: passed; report {c['report']}" in shown
     logs = run_cli("logs", sub["run_id"]).out
@@ -268,10 +256,18 @@ if __name__ == "__main__":
 @pytest.mark.usefixtures("cluster")
 def test_a_job_with_an_entry_of_the_users_own_passes_its_canary_with_the_trainer_check_skipped(vl, inputs, home):
     write(inputs / "train_mine.py", MINE)
-    text = (home / "recipes" / "canary-vl.toml").read_text()
     write(
         home / "recipes" / "canary-mine.toml",
-        text.replace('name = "canary-vl"', f'name = "canary-mine"\nentry = "{inputs}/train_mine.py"'),
+        f"""
+        name = "canary-mine"
+        upstream = "{VL_FUNCTION}"
+        entry = "{inputs}/train_mine.py"
+        mode = "sft"
+        container = "nvcr.io/nvidia/nemo:26.10"   # the profile's local image wins
+        dataset_kind = "energon"
+        hf_model = "Qwen/Qwen3.5-35B-A3B"
+        required = ["dataset.path", "checkpoint.pretrained_checkpoint"]
+        """,
     )
     sub = _submit("canary-mine", "-c", "pyxis-canary", *vl)
     st = _wait(sub["run_id"], timeout=600)
@@ -294,15 +290,15 @@ def test_a_canary_that_fails_leaves_the_job_never_started(vl, case):
     elif case == "image":
         args += ["--container", "nvcr.io/nvidia/nemo:26.10"]
     else:
-        args.append("model.mtp_num_layers=1")  # a key bridge-launch knows, that the image's Megatron-Bridge lacks
-    sub = _submit("canary-vl", "-c", "pyxis-canary", *args)
+        args.append("model.mtp_num_layers=1")  # 067f987's validate() refuses MTP with Energon native packing
+    sub = _submit(VL, "-c", "pyxis-canary", *args)
     st = _wait(sub["run_id"], timeout=600)
     assert st["state"] == "FAILED", (st, run_cli("logs", sub["run_id"]).out[-4000:])
     expected = {
         "data": "canary failed at data: dataset.path /nonexistent/clevr2 does not exist in the container (mounts: ",
         "image": "canary failed at image: pyxis: failed to import docker image",
-        "trainer": "canary failed at trainer: override application failed: OverridesError: Failed to parse Hydra "
-        "overrides: Could not override 'model.mtp_num_layers'.",
+        "trainer": "canary failed at trainer: ConfigContainer.validate() failed: ValueError: Energon native "
+        "sequence packing does not support MTP.",
     }[case]
     assert st["reason"].startswith(expected), st["reason"]
     if case == "image":
@@ -316,7 +312,7 @@ def test_a_canary_that_fails_leaves_the_job_never_started(vl, case):
 
 @pytest.mark.usefixtures("cluster")
 def test_cancel_takes_the_canary_with_the_run(vl):
-    sub = _submit("canary-vl", "-c", "pyxis-canary", *vl)
+    sub = _submit(VL, "-c", "pyxis-canary", *vl)
     r = run_cli("cancel", sub["run_id"])
     assert r.code == 0, r.err
     st = run_cli("status", sub["run_id"], "-o", "json").json()[0]
@@ -374,7 +370,7 @@ def test_through_the_login_host(vl, home):
         ssh_config = "{STATE}/etc/ssh_config"
         ''',
     )
-    sub = _submit("canary-vl", "-c", "pyxis-canary-ssh", "dataset.path=/nonexistent/clevr2", vl[1])
+    sub = _submit(VL, "-c", "pyxis-canary-ssh", "dataset.path=/nonexistent/clevr2", *vl[1:])
     st = _wait(sub["run_id"], timeout=600)
     assert st["state"] == "FAILED", (st, run_cli("logs", sub["run_id"]).out[-4000:])
     assert st["reason"].startswith("canary failed at data: dataset.path /nonexistent/clevr2 does not exist"), st

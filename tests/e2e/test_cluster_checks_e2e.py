@@ -15,6 +15,7 @@ import realbridge  # scripts/bridge: on the path tests/conftest.py sets
 
 from bridge_launch.core import upstream
 from bridge_launch.spec import schema
+from canary_jobs import FIT, VL_FUNCTION, VL_MODULE, _spec, real_bridge, subcheck
 from conftest import REPO, WORKLOADS
 
 pytestmark = pytest.mark.slow
@@ -102,3 +103,75 @@ def test_the_run_config_interface_builds_and_validates_at_main(env, tmp_path):
     assert r["status"] == "ok", r["detail"]
     assert r["data"]["interface"] == "run_config"
     assert "validated for 8 ranks" in r["detail"]
+
+
+# -- the check as the canary runs it in the image, on the seed's VL SFT recipe (canary_jobs) ------------
+SCHEMA_LINE = "schema/ from megatron-bridge 0.7.0 (067f987df), megatron-core 0.20.0 (2a75ac12c)"
+
+
+@pytest.mark.parametrize(
+    "kw,status,expected",
+    [
+        (
+            {},
+            "ok",
+            f"recipe {VL_FUNCTION} built with 7 overrides and validated for 4 ranks (data-parallel size 4); image: "
+            "megatron-bridge 0.7.0, megatron-core ",
+        ),
+        (  # without bridge-launch's module, Megatron-Bridge has no such function
+            {"recipe_module": ""},
+            "fail",
+            f"recipe lookup failed: AttributeError: Recipe '{VL_FUNCTION}' not found in megatron.bridge.recipes",
+        ),
+        (  # 067f987's validate() refuses MTP with Energon native packing (training/config.py:1334)
+            {"args": [*FIT, "dataset.path=/d", "model.mtp_num_layers=1"]},
+            "fail",
+            "ConfigContainer.validate() failed: ValueError: Energon native sequence packing does not support MTP.",
+        ),
+        (  # a key the recipe's classes lack: Hydra's struct mode refuses it
+            {"args": [*FIT, "dataset.path=/d", "model.no_such_field=1"]},
+            "fail",
+            "override application failed: OverridesError: Failed to parse Hydra overrides: Could not override "
+            "'model.no_such_field'.",
+        ),
+        (
+            {"args": [*FIT, "dataset.path=/d", "--bogus"]},
+            "fail",
+            "argument parsing failed: run_recipe.py exited: run_recipe.py: error: Unknown option: --bogus",
+        ),
+    ],
+)
+def test_the_canarys_trainer_check_runs_run_recipes_path_in_the_image(tmp_path, kw, status, expected):
+    r = subcheck("trainer", _spec(tmp_path, **kw))
+    assert r["status"] == status and r["detail"].startswith(expected), r["detail"]
+    assert (
+        r["data"]["versions"]["megatron_bridge"]["file"] == real_bridge()["bridge"] + "/src/megatron/bridge/__init__.py"
+    )
+    if status == "ok":
+        assert r["data"]["recipe_module"] == VL_MODULE and r["data"]["interface"] == "run_config"
+        assert r["detail"].endswith(SCHEMA_LINE) and r["data"]["versions_match"] is True
+
+
+def test_the_trainer_check_reports_a_version_skew_and_a_module_that_does_not_import(tmp_path):
+    src = {
+        "megatron_bridge": "abc",
+        "megatron_core": "def",
+        "megatron_bridge_version": "0.8.0",
+        "megatron_core_version": "0.20.0",
+    }
+    module = tmp_path / "mine.py"
+    module.write_text("import no_such_module_here\n")
+    r = subcheck("trainer", _spec(tmp_path, schema_source=src, recipe_module=str(module)))
+    assert r["status"] == "fail" and r["detail"].startswith(
+        "recipe module mine.py failed: ModuleNotFoundError: No module named 'no_such_module_here'"
+    ), r["detail"]
+    assert r["data"]["versions_match"] is False
+    assert r["detail"].endswith("schema/ from megatron-bridge 0.8.0 (abc), megatron-core 0.20.0 (def)"), r["detail"]
+
+
+def test_the_data_check_reads_one_sample_with_the_images_energon_and_sample_type(tmp_path, energon_dataset):
+    r = subcheck("data", _spec(tmp_path, dataset={"kind": "energon", "path": str(energon_dataset)}))
+    assert r["status"] == "ok" and r["detail"].startswith(
+        f"{energon_dataset} opened with the image's Energon 7.4.1; one train sample read (ChatMLSample clevr_2__"
+    ), r
+    assert r["data"]["sample"]["imgs"].endswith("item(s)") and r["data"]["sample"]["conversation"] == "2 item(s)"

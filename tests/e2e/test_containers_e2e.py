@@ -12,8 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import realbridge  # scripts/bridge: on the path tests/conftest.py sets
 from test_slurm_e2e import _wait_state
 
+from bridge_launch.core import upstream
 from conftest import FAST, REPO, files_holding, run_cli, write
 from launch_checks import check_torchrun_artifacts
 
@@ -46,7 +48,7 @@ STATE = Path("/var/lib/bridge-launch-slurm")
 IMAGE = STATE / "containers" / "images" / "local-torch.sqsh"
 
 
-STANDIN = REPO / "scripts" / "image" / "Megatron-Bridge"  # the image's Megatron-Bridge
+NANO_PIN = "98724493411ca166e09ea8bed8959c1129252703"  # the seed's Nemotron 3 Nano code (PR #4871's head)
 
 
 @pytest.fixture(scope="module")
@@ -73,14 +75,33 @@ def _submit(*args, env=None):
     return r.json()
 
 
+@pytest.fixture(scope="module")
+def real_mb():
+    """What makes the local image hold the real Megatron-Bridge 067f987 (main) at /opt/Megatron-Bridge,
+    with the cached Python 3.12 venv first on PATH: (mounts, environment) for a profile. The image has
+    none baked in; the training loop is the only stand-in (scripts/bridge/probe_trainer.py)."""
+    env = realbridge.environment()
+    return realbridge.container(env, upstream.revision(upstream.BRIDGE_MAIN))
+
+
+def mb_profile(home, name: str, real_mb, *, mounts=(), extra: str = "", env: dict | None = None) -> str:
+    """A profile over local-slurm-pyxis whose jobs see the real Megatron-Bridge (real_mb)."""
+    all_mounts, variables = real_mb
+    body = f'extends = "local-slurm-pyxis"\ncontainer_mounts = {json.dumps([*all_mounts, *mounts])}\n{extra}\n[env]\n'
+    body += "".join(f"{k} = {json.dumps(v)}\n" for k, v in {**variables, **(env or {})}.items())
+    write(home / "clusters" / f"{name}.toml", body)
+    return name
+
+
 def _probe_recipe(home):
-    """A Megatron-Bridge recipe as a user writes one; the image's run_recipe.py (a probe) runs it."""
+    """A Megatron-Bridge library recipe at main, as a user names one; the real run_recipe.py builds and
+    validates it, and the training loop's stand-in reports what the process sees."""
     write(
         home / "recipes" / "probe.toml",
         """
         name = "probe"
         description = "reports what the process inside the container sees"
-        upstream = "probe_config"
+        upstream = "nemotronh_4b_pretrain_1gpu_h100_bf16_config"
         mode = "pretrain"
         container = "nvcr.io/nvidia/nemo:26.10"
         [config]
@@ -97,20 +118,21 @@ def _probes(run_dir):
 
 
 def _bridge_checkout(root: Path) -> Path:
-    """A Megatron-Bridge checkout: the image's stand-in tree, its origin marks and probe line changed."""
+    """A Megatron-Bridge checkout of the seed's code (987244934, with the Megatron-LM it pins as
+    3rdparty/Megatron-LM), committed, then changed: its run_recipe.py says so on rank 0."""
+    tree = realbridge.image_tree(realbridge.environment(), upstream.revision(NANO_PIN))
     mb = root / "Megatron-Bridge"
-    shutil.copytree(STANDIN, mb, ignore=shutil.ignore_patterns("__pycache__"))
-    init = mb / "src" / "megatron" / "bridge" / "__init__.py"
-    init.write_text(init.read_text().replace('ORIGIN = "image"', 'ORIGIN = "checkout-committed"'))
-    core = mb / "3rdparty" / "Megatron-LM" / "megatron" / "core" / "__init__.py"
-    core.write_text(core.read_text().replace('ORIGIN = "image"', 'ORIGIN = "checkout"'))
-    probe = mb / "src" / "megatron" / "bridge" / "training" / "probe.py"
-    probe.write_text(probe.read_text().replace('f"probe: rank', 'f"checkout probe: rank'))
+    shutil.copytree(tree, mb, ignore=shutil.ignore_patterns("__pycache__", ".complete"))
     git = ["git", "-C", str(mb), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
     subprocess.run([*git, "commit", "-qm", "local work"], check=True)
-    init.write_text(init.read_text().replace('"checkout-committed"', '"checkout-uncommitted"'))
+    entry = mb / "scripts" / "training" / "run_recipe.py"
+    text = entry.read_text()
+    entry.write_text(
+        text.replace("def main() -> None:\n", "def main() -> None:\n    print('checkout entry ran', flush=True)\n", 1)
+    )
+    assert entry.read_text() != text
     return mb
 
 
@@ -174,7 +196,7 @@ def test_until_done_across_a_time_limit_in_containers():
 
 
 @pytest.mark.usefixtures("cluster")
-def test_recipe_profile_and_secret_values_reach_the_container_and_a_mount_works(home, tmp_path):
+def test_recipe_profile_and_secret_values_reach_the_container_and_a_mount_works(home, tmp_path, real_mb):
     """Both kinds of secret reach the container through --container-env: MY_TOKEN read from its file
     on the cluster (in no file Slurm, enroot or pyxis write, nor the run or state dir), LEGACY_TOKEN
     from the submitting environment (only in the environment slurmctld keeps, as the warning says)."""
@@ -182,15 +204,7 @@ def test_recipe_profile_and_secret_values_reach_the_container_and_a_mount_works(
     _probe_recipe(home)
     data = tmp_path / "data"
     write(data / "in.txt", "hello from the host\n")
-    write(
-        home / "clusters" / "pyxis-data.toml",
-        f'''
-        extends = "local-slurm-pyxis"
-        container_mounts = ["{data}:/data"]
-        [env]
-        PROFILE_VAR = "from-profile"
-        ''',
-    )
+    mb_profile(home, "pyxis-data", real_mb, mounts=[f"{data}:/data"], env={"PROFILE_VAR": "from-profile"})
     token = "s3cr3t-" + os.urandom(8).hex()
     keys = tmp_path / "keys"
     keys.mkdir(mode=0o700)
@@ -232,14 +246,20 @@ def test_recipe_profile_and_secret_values_reach_the_container_and_a_mount_works(
             }
         assert p["read"] == "hello from the host\n"
         assert p["cwd"] == sub["run_dir"]  # --container-workdir
-        assert p["bridge_origin"] == "image" and p["bridge_file"].startswith("/opt/Megatron-Bridge/src/")
+        # the real Megatron-Bridge 067f987 the image holds, through main's run_recipe.py main(argv) and
+        # run_config(), under the 3.12 venv; the recipe built and validated for the job's 4 ranks
+        assert p["bridge_file"] == "/opt/Megatron-Bridge/src/megatron/bridge/__init__.py"
+        assert p["core_file"] == "/opt/Megatron-Bridge/3rdparty/Megatron-LM/megatron/core/__init__.py"
+        assert p["interface"] == "run_config" and p["mode"] == "pretrain"
+        assert p["python"] == real_mb[1]["PATH"].split(":")[0] + "/python"
+        assert p["config"]["train.train_iters"] == 1 and p["config"]["model.num_layers"] == 52
     assert sorted(f.name for f in data.glob("out.*")) == ["out.0", "out.1", "out.2", "out.3"]
     # the first node said which Megatron-Bridge the image runs against the recipe's pin (main here):
-    # the image's stand-in tree is no git checkout, so its commit is unknown and said so
+    # the image's tree is no git checkout, so its commit is unknown and said so
     said = [ln for ln in run_cli("logs", sub["run_id"]).out.splitlines() if "bridge-launch: image revision: " in ln]
     assert (
         len(said) == 1 and "Megatron-Bridge 0.7.0 (no git checkout: its commit is unknown); the recipe pins " in said[0]
-    )
+    ), said
     roots = [STATE, os.environ["BRIDGE_LAUNCH_HOME"], sub["run_dir"], "/tmp", str(data)]
     assert files_holding(token, roots, t0, skip=[src]) == []
     jid = sub["job_ids"][0]
@@ -248,30 +268,46 @@ def test_recipe_profile_and_secret_values_reach_the_container_and_a_mount_works(
 
 
 @pytest.mark.usefixtures("cluster")
-def test_bridge_src_is_mounted_over_the_images_copy_through_the_login_host(home, tmp_path):
-    _probe_recipe(home)
+def test_bridge_src_is_mounted_over_the_images_copy_through_the_login_host(home, tmp_path, real_mb):
+    """The seed's Nemotron 3 Nano code from a checkout: 987244934's run_recipe.py (main() reading
+    sys.argv, TRAIN_FUNCTIONS, no --mode) runs over the image's 067f987, through the login host."""
     write(
-        home / "clusters" / "pyxis-ssh.toml",
-        f'''
-        extends = "local-slurm-pyxis"
-        job_root = "{STATE}/jobs"
-        [slurm]
-        login_host = "local-slurm-login"
-        ssh_config = "{STATE}/etc/ssh_config"
-        ''',
+        home / "recipes" / "nano-probe.toml",
+        f"""
+        name = "nano-probe"
+        upstream = "nemotron_3_nano_gb200_pretrain_config"
+        bridge_commit = "{NANO_PIN}"
+        mode = "pretrain"
+        container = "nvcr.io/nvidia/nemo:26.10"
+        [config]
+        train.train_iters = 1
+        model.expert_model_parallel_size = 4
+        """,
+    )
+    mb_profile(
+        home,
+        "pyxis-ssh",
+        real_mb,
+        extra=f'job_root = "{STATE}/jobs"\n[slurm]\nlogin_host = "local-slurm-login"\n'
+        f'ssh_config = "{STATE}/etc/ssh_config"',
     )
     mb = _bridge_checkout(tmp_path)
     head = subprocess.run(["git", "-C", str(mb), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    sub = _submit("probe", "-c", "pyxis-ssh", "--bridge-src", str(mb))
+    sub = _submit("nano-probe", "-c", "pyxis-ssh", "--bridge-src", str(mb))
     st = _wait(sub["run_id"])
-    assert st["state"] == "COMPLETED", (st, run_cli("logs", sub["run_id"]).out[-3000:])
+    logs = run_cli("logs", sub["run_id"]).out
+    assert st["state"] == "COMPLETED", (st, logs[-3000:])
     assert st["info"]["bridge_commit"] == head and st["info"]["bridge_dirty"] is True
     probes = _probes(sub["run_dir"])
     assert len(probes) == 4
     for p in probes:
-        assert p["bridge_origin"] == "checkout-uncommitted" and p["core_origin"] == "checkout"
         assert p["bridge_file"] == "/opt/Megatron-Bridge/src/megatron/bridge/__init__.py"
-    assert "checkout probe: rank" in run_cli("logs", sub["run_id"]).out  # the checkout's entry script ran
+        assert p["interface"] == "train_functions" and p["mode"] == "pretrain"
+        assert "--mode" not in p["argv"] and p["argv"][:2] == ["--recipe", "nemotron_3_nano_gb200_pretrain_config"]
+        assert p["config"]["model.expert_model_parallel_size"] == 4 and p["config"]["train.train_iters"] == 1
+    assert "checkout entry ran" in logs  # the checkout's entry script ran, uncommitted change included
+    said = [ln for ln in logs.splitlines() if "bridge-launch: image revision: " in ln]
+    assert len(said) == 1 and head[:9] in said[0] and NANO_PIN[:9] in said[0], said
     shown = run_cli("status", sub["run_id"]).out
     assert f"@ {head} + uncommitted changes" in shown
 

@@ -79,9 +79,12 @@ def test_pack_takes_tracked_files_as_edited_with_submodules(tmp_path):
         assert tar.extractfile("3rdparty/Megatron-LM/megatron/core/__init__.py").read() == b'ORIGIN = "submodule"\n'
         assert tar.getmember("scripts/training/run_recipe.py").mode == 0o755
     assert "staged.py" in names and "untracked.py" not in names and "gone.txt" not in names
+    # no repository goes along: only the commit, as git records a detached head (image_revision.py reads it)
     assert ".gitmodules" in names and not any(
-        n.startswith(".git/") or "/.git/" in n or n.endswith("/.git") for n in names
+        n.startswith(".git/") or "/.git/" in n or n.endswith("/.git") for n in names - {".git/HEAD"}
     )
+    with tarfile.open(fileobj=io.BytesIO(packed.tar)) as tar:
+        assert tar.extractfile(".git/HEAD").read() == f"{clean.commit}\n".encode()
 
 
 @pytest.mark.usefixtures("home")

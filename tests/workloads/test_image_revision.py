@@ -94,3 +94,38 @@ def test_the_line_names_what_the_image_runs_against_the_pins(tmp_path):
     # no Megatron-Bridge at all (a bare-process profile)
     line, _ = _run(tmp_path, str(core), f"--bridge={BRIDGE_PIN}", f"--core={CORE_PIN}")
     assert line.startswith("bridge-launch: image revision: Megatron-Bridge not found (")
+
+
+def test_a_cloud_jobs_node_0_says_it_before_torchrun(home, tmp_path):
+    """Lepton and DGX Cloud run the same script on every node: node 0 says the line first, into its
+    node log and image-revision/<run>.json; the other nodes go straight to torchrun."""
+    from bridge_launch.backends import cloud, lepton
+    from bridge_launch.backends.base import workload_files
+    from bridge_launch.core import upstream
+    from bridge_launch.resolve import resolver as resolve
+    from conftest import write
+
+    write(home / "clusters" / "c.toml", f'extends = "lepton-gb200"\njob_root = "{tmp_path}/runs"\n')
+    opts = resolve.Options(cluster="c", overrides=["dataset.path=/d", "checkpoint.pretrained_checkpoint=/c"])
+    job = resolve.resolve("qwen35-vl-sft", opts).with_run_id("r1")
+    run_dir = tmp_path / "runs" / "r1"
+    for rel, text in workload_files().items():
+        write(run_dir / rel, text)
+    bindir = tmp_path / "bin"
+    write(bindir / "torchrun", '#!/bin/bash\necho "torchrun ran"\n').chmod(0o755)
+    write(bindir / "python3", f'#!/bin/bash\nexec {sys.executable} "$@"\n').chmod(0o755)
+    script = cloud.job_script(job, lepton.RANK_PRELUDE)
+    for index in ("0", "1"):
+        env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", LEPTON_JOB_WORKER_INDEX=index, PYTHONPATH="")
+        proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        log = (run_dir / "logs" / f"r1-node{index}.log").read_text().splitlines()
+        if index == "0":
+            assert log[0].startswith("bridge-launch: image revision: Megatron-Bridge not found (") and (
+                f"the recipe pins {upstream.BRIDGE_MAIN[:9]}" in log[0]
+            ), log
+            report = json.loads((run_dir / "image-revision" / "r1.json").read_text())
+            assert report["pins"]["bridge"] == upstream.BRIDGE_MAIN
+        else:
+            assert not any("image revision" in ln for ln in log), log
+        assert log[-1] == "torchrun ran"

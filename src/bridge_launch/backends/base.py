@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Protocol
 
 from bridge_launch import __version__
-from bridge_launch.core import paths
+from bridge_launch.core import paths, upstream
 from bridge_launch.job.artifact import Artifact as Artifact
 from bridge_launch.job.artifact import Tree as Tree
 
@@ -109,7 +109,29 @@ def needs_workload(job) -> bool:
         or job.chain
         or job.scheduler.get("health_check")
         or getattr(job, "bridge_recipe_module", None)
-        or (job.workload == "megatron-bridge" and job.backend == "slurm")
+        or says_image_revision(job)
+    )
+
+
+IMAGE_REVISION_FILE = f"{WORKLOAD_DIR}/image_revision.py"
+IMAGE_REVISION_DIR = "image-revision"  # its findings as JSON, one file per job (Slurm) or run (cloud)
+
+
+def says_image_revision(job) -> bool:
+    """A Megatron-Bridge job on a cluster backend says first which Megatron-Bridge its image (or
+    --bridge-src) runs against the recipe's pins, as upstream's launcher prints the image's commits
+    (scripts/performance/utils/executors.py:179, docker/common/print_sha.sh)."""
+    cluster = job.backend in ("slurm", "lepton", "dgxcloud")
+    return bool(job.workload == "megatron-bridge" and job.bridge_commit and cluster)
+
+
+def image_revision_command(job, python: str, report: str) -> str:
+    """The shell command node 0 runs before torchrun (workloads/image_revision.py); it never fails
+    the job. `report` is a shell word (it may expand a variable)."""
+    rev = upstream.revision(job.bridge_commit)
+    return (
+        f"{python} {q(job.run_dir + '/' + IMAGE_REVISION_FILE)} --bridge={rev.bridge} --core={rev.core} "
+        f"--report={report}"
     )
 
 

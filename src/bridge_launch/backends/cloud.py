@@ -16,7 +16,16 @@ import time
 from pathlib import Path
 
 from bridge_launch.backends import torchrun as T
-from bridge_launch.backends.base import RANK_PREFIX_ENV, entry_command, numa_wrapper, q, runtime_env
+from bridge_launch.backends.base import (
+    IMAGE_REVISION_DIR,
+    RANK_PREFIX_ENV,
+    entry_command,
+    image_revision_command,
+    numa_wrapper,
+    q,
+    runtime_env,
+    says_image_revision,
+)
 from bridge_launch.core import paths
 from bridge_launch.core.errors import LaunchError
 from bridge_launch.job.derived import canary_job, report_path
@@ -73,6 +82,12 @@ def job_script(job, rank_prelude: list[str]) -> str:
     log = f"logs/{job.run_id}-node$NODE_RANK.log"
     triage = [f"export {k}={q(v)}" for k, v in T.triage_env(job).items()]
     trace = T.trace_dir(job) + "/" + job.run_id
+    said = []
+    if says_image_revision(job):  # node 0 says first which Megatron-Bridge the image runs (image_revision.py)
+        py = "python3" if job.container else q(job.python)
+        report = q(f"{job.run_dir}/{IMAGE_REVISION_DIR}/{job.run_id}.json")
+        cmd = f'{image_revision_command(job, py, report)} 2>&1 | tee -a "{log}"'
+        said = [f'if [ "$NODE_RANK" = 0 ]; then {cmd} || true; fi']
     if T.sets_trace_file(job):  # flight-recorder dumps: one file per global rank (torchfrtrace DIR -p rank_)
         triage += [f"export {T.TRACE_FILE_VAR}={q(trace + '/' + T.TRACE_PREFIX)}", f"mkdir -p {q(trace)}"]
     return (
@@ -82,6 +97,7 @@ def job_script(job, rank_prelude: list[str]) -> str:
                 *rank_prelude,
                 *triage,
                 f"mkdir -p {q(job.run_dir)}/logs {q(job.run_dir)}/exit && cd {q(job.run_dir)} || exit 1",
+                *said,
                 f'{line} 2>&1 | tee -a "{log}"',
                 "rc=${PIPESTATUS[0]}",
                 f'if [ "$NODE_RANK" = 0 ]; then printf "%s\\n" "$rc" > {q("exit/" + job.run_id)}; fi',

@@ -6,7 +6,9 @@ keeps Megatron-LM at 3rdparty/Megatron-LM as one). Untracked and ignored files s
 NeMo-Run's GitArchivePackager (`git archive` of the ref plus `git submodule foreach --recursive
 git archive`), which however packs committed code only; here the working tree's version of each
 tracked file is taken, so an edit need not be committed to be tried. The commit and whether the
-tree differed from it are recorded with the run.
+tree differed from it are recorded with the run, and in the tree itself as git records a detached
+head, `.git/HEAD` holding the commit: the job's first line (workloads/image_revision.py, which reads
+a checkout's commit from there) then names it against the recipe's pin.
 """
 
 from __future__ import annotations
@@ -105,4 +107,8 @@ def pack(path: str) -> Packed:
             else:
                 continue
             count += 1
+        head = (commit + "\n").encode()
+        info = tarfile.TarInfo(".git/HEAD")
+        info.size, info.mode = len(head), 0o644
+        tar.addfile(info, io.BytesIO(head))
     return Packed(buf.getvalue(), commit, bool(status.stdout.strip()), count)

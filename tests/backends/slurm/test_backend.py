@@ -297,3 +297,29 @@ def test_a_short_or_strange_frame_ends_the_parse_keeping_what_came_before():
     assert _frames(good + _frame("../../etc/passwd", b"x")) == {"sbatch-3.out": b"ok\n"}  # not a log name
     assert _frames(good + b"garbage\n") == {"sbatch-3.out": b"ok\n"}
     assert _frames(b"") == {}
+
+
+def test_a_packed_trees_long_names_stay_under_its_directory_in_the_ssh_stream(tmp_path):
+    # Megatron-LM has paths over ustar's 100 characters (megatron/core/distributed/fsdp/src/...): their
+    # PAX path record must name the staged place, not the packed tree's own (they landed in the run dir)
+    import io
+    import tarfile
+
+    from bridge_launch.backends.slurm.backend import stage_stream
+    from bridge_launch.job.artifact import Tree
+    from bridge_launch.runs import codepack
+
+    long_rel = "3rdparty/Megatron-LM/megatron/core/distributed/fsdp/src/megatron_fsdp/" + "x" * 60 + ".py"
+    write(tmp_path / "co" / long_rel, "print('deep')\n")
+    write(tmp_path / "co" / "src" / "a.py", "A = 1\n")
+    git = ["git", "-C", str(tmp_path / "co"), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    packed = codepack.pack(str(tmp_path / "co"))
+    stream = stage_stream({"bridge-src": Tree(packed.tar), "launch/x.sh": "echo\n"})
+    with tarfile.open(fileobj=io.BytesIO(stream)) as tar:
+        tar.extractall(tmp_path / "out", filter="data")
+    assert (tmp_path / "out" / "bridge-src" / long_rel).read_text() == "print('deep')\n"
+    assert (tmp_path / "out" / "bridge-src" / "src" / "a.py").exists()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["bridge-src", "launch"]

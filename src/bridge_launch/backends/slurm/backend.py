@@ -85,6 +85,28 @@ def _version(text: str) -> tuple:
     return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else (0, 0, 0)
 
 
+def stage_stream(files: dict) -> bytes:
+    """The run dir's files as one tar stream (PAX): text at its path, a packed tree's members under
+    its path. A member whose name is longer than ustar's 100 characters carries it in a PAX `path`
+    record, which wins over the header's name on extraction: it is dropped, so the new name holds."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for rel, text in files.items():
+            if isinstance(text, Tree):  # a packed tree: its members under rel/
+                with tarfile.open(fileobj=io.BytesIO(text)) as inner:
+                    for member in inner:
+                        data = inner.extractfile(member) if member.isfile() else None
+                        member.name = f"{rel.rstrip('/')}/{member.name}"
+                        member.pax_headers = {k: v for k, v in member.pax_headers.items() if k != "path"}
+                        tar.addfile(member, data)
+                continue
+            data = text if isinstance(text, bytes) else text.encode()
+            info = tarfile.TarInfo(rel)
+            info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
 class Backend:
     name = "slurm"
 
@@ -175,24 +197,10 @@ class Backend:
             stage_locally(job.run_dir, files, new_dir=new_dir)
             return
         # One tar stream over SSH: the run dir lives on the cluster's filesystem.
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for rel, text in files.items():
-                if isinstance(text, Tree):  # a packed tree: its members under rel/
-                    with tarfile.open(fileobj=io.BytesIO(text)) as inner:
-                        for member in inner:
-                            data = inner.extractfile(member) if member.isfile() else None
-                            member.name = f"{rel.rstrip('/')}/{member.name}"
-                            tar.addfile(member, data)
-                    continue
-                data = text if isinstance(text, bytes) else text.encode()
-                info = tarfile.TarInfo(rel)
-                info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())
-                tar.addfile(info, io.BytesIO(data))
         d = q(job.run_dir)
         guard = f"if [ -e {d} ]; then echo 'run dir exists: {job.run_dir}' >&2; exit 17; fi; " if new_dir else ""
         script = f"{guard}umask 077; mkdir -p {d}/logs {d}/launch {d}/exit && tar -C {d} -xf -"
-        proc = subprocess.run([*self._ssh(s), script], input=buf.getvalue(), capture_output=True, timeout=120)
+        proc = subprocess.run([*self._ssh(s), script], input=stage_stream(files), capture_output=True, timeout=120)
         if proc.returncode:
             raise LaunchError(
                 f"could not create the run dir on {s['login_host']}: "

@@ -10,6 +10,7 @@ import re
 from bridge_launch import __version__
 from bridge_launch.backends import torchrun as T
 from bridge_launch.backends.base import (
+    IMAGE_REVISION_DIR,
     RANK_PREFIX_ENV,
     WORKLOAD_DIR,
     Artifact,
@@ -17,13 +18,14 @@ from bridge_launch.backends.base import (
     env_secret_origins,
     export_lines,
     header,
+    image_revision_command,
     numa_wrapper,
     q,
     runtime_env,
+    says_image_revision,
 )
 from bridge_launch.backends.slurm import attempts, resume_point
 from bridge_launch.backends.slurm import secrets as slurm_secrets
-from bridge_launch.core import upstream
 from bridge_launch.core.errors import UsageError
 from bridge_launch.core.image_ref import pyxis_ref
 from bridge_launch.core.ports import EPHEMERAL_PORTS
@@ -174,14 +176,12 @@ def node_launcher(job) -> str:
             f"export PYTHONPATH={BRIDGE_IN_CONTAINER}/src:{BRIDGE_IN_CONTAINER}/3rdparty/Megatron-LM"
             "${PYTHONPATH:+:$PYTHONPATH}"
         )
-    if job.workload == "megatron-bridge" and job.bridge_commit:
-        rev = upstream.revision(job.bridge_commit)
+    if says_image_revision(job):
         py = "python3" if job.container else q(job.python)
+        report = f'{q(job.run_dir + "/" + IMAGE_REVISION_DIR)}/"$SLURM_JOB_ID".json'
         lines += [
             "# what this image (or --bridge-src) runs against the recipe's pins, said first (image_revision.py)",
-            f'if [ "$SLURM_NODEID" = 0 ]; then {py} {q(job.run_dir + "/" + WORKLOAD_DIR)}/image_revision.py '
-            f"--bridge={rev.bridge} --core={rev.core} "
-            f'--report={q(job.run_dir + "/image-revision")}/"$SLURM_JOB_ID".json >&2 || true; fi',
+            f'if [ "$SLURM_NODEID" = 0 ]; then {image_revision_command(job, py, report)} >&2 || true; fi',
         ]
     return "\n".join(lines) + "\n" + _NODE_LAUNCH.format(launcher=launcher, node_args=_node_args(job))
 
