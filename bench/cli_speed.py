@@ -33,8 +33,12 @@ executor = run.SlurmExecutor(
     srun_args=["--mpi=pmix", "--no-container-mount-home"],
     tunnel=run.LocalTunnel(job_dir=JOB_DIR), packager=run.Packager(),
 )
-task = run.Script(path="/opt/Megatron-Bridge/scripts/training/run_recipe.py", entrypoint="python",
-                  args=["--recipe", "qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config", "--mode", "sft",
+# the same job as bridge-launch's: its entry shim registers the shipped recipe function, then runs
+# the image's run_recipe.py (workloads/bridge_recipe_entry.py)
+task = run.Script(path="/lustre/fsw/job/workload/bridge_recipe_entry.py", entrypoint="python",
+                  args=["/lustre/fsw/job/workload/bridge_recipes/qwen35_vl_gb200.py",
+                        "/opt/Megatron-Bridge/scripts/training/run_recipe.py",
+                        "--recipe", "qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config", "--mode", "sft",
                         "dataset.path=/lustre/clevr2", "checkpoint.pretrained_checkpoint=/lustre/ckpt",
                         "model.tensor_model_parallel_size=2", "model.context_parallel_size=8",
                         "model.expert_model_parallel_size=16", "model.sequence_parallel=true"])
