@@ -99,25 +99,9 @@ BRIDGE_MEMORY = {
 
 
 def straggler_line(ms_by_rank: dict, *, minmax_count: int = 1, stamp: str = STAMP) -> str:
-    """Megatron-LM's StragglerDetector line, a fixture: megatron/core/utils.py:1814-1833 @ 2a75ac12c
-    (logger.info on megatron.core.utils, rank 0; each field f"{value:.2f}{unit}/{rank}", :1446; the
-    sample in megatron/core/README_STRAGGLER.md:13-16). Etpt is the same work over each rank's time
-    (:1800-1808); with minmax_count N > 1 the "^^^^ Bottom/Top N Ranks" lines follow (:1834-1843)."""
-    fast = min(ms_by_rank, key=ms_by_rank.get)
-    slow = max(ms_by_rank, key=ms_by_rank.get)
-    etpt = {r: 300.0 * ms_by_rank[fast] / t for r, t in ms_by_rank.items()}
-    lo, hi = min(etpt, key=etpt.get), max(etpt, key=etpt.get)
-    line = (
-        f"INFO:megatron.core.utils:[{stamp}] | MnRtt/Rnk: {ms_by_rank[fast]:.2f}ms/{fast} | "
-        f"MxRtt/Rnk: {ms_by_rank[slow]:.2f}ms/{slow} | MnPwr/Rnk: 601796.00W/8 | MxPwr/Rnk: 683801.00W/1 | "
-        "MnTmp/Rnk: 52.00C/0 | MxTmp/Rnk: 65.00C/1 | MnUtl/Rnk: 97.00%/1 | MxUtl/Rnk: 100.00%/0 | "
-        "MnClk/Rnk: 1950.00MHz/1 | MxClk/Rnk: 1980.00MHz/0 | MnDRtt/Rnk: 14.27ms/1 | MxDRtt/Rnk: 34.65ms/0 | "
-        f"MnEtpt/Rnk: {etpt[lo]:.2f}TF/{lo} | MxEtpt/Rnk: {etpt[hi]:.2f}TF/{hi}"
-    )
-    if minmax_count > 1:
-        order = sorted(etpt, key=etpt.get)
-        line += "\n[rank0]: INFO:megatron.core.utils:^^^^ Bottom {} Ranks with lowest  Etpt(TF):".format(minmax_count)
-        line += "".join(f" {etpt[r]:.2f}/{r}," for r in order[:minmax_count])
-        line += "\n[rank0]: INFO:megatron.core.utils:^^^^ Top    {} Ranks with highest Etpt(TF):".format(minmax_count)
-        line += "".join(f" {etpt[r]:.2f}/{r}," for r in order[-minmax_count:])
-    return line
+    """Megatron-LM's StragglerDetector line(s) as trainer_protocol writes them (MC utils.py:1814-1843
+    @ 2a75ac12c; the sample in megatron/core/README_STRAGGLER.md:13-16): Etpt is the same work over
+    each rank's time (:1800-1808); with minmax_count N > 1 the "^^^^ Bottom/Top N Ranks" lines follow."""
+    fast = min(ms_by_rank.values())
+    etpt = {r: 300.0 * fast / t for r, t in ms_by_rank.items()}
+    return "\n[rank0]: ".join(P.straggler_lines(ms_by_rank, etpt, minmax_count=minmax_count, stamp=stamp))

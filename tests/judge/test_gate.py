@@ -29,7 +29,7 @@ def verdict_of(texts, **kw):
 def test_a_clean_run_passes_every_criterion_with_evidence():
     v, c = verdict(training_log(save_at={50, 100}))
     assert v.passed and (v.step, v.total) == (100, 100)
-    assert list(c) == list(gate.CRITERIA)
+    assert list(c) == [n for n in gate.CRITERIA if n != "throughput"]  # throughput: only with an expectation
     assert c["steps"].evidence == "100/100"
     assert c["finite"].evidence.startswith("100 iteration lines, all finite (lm loss 10.75 -> ")
     assert "saved at iteration 100" in c["checkpoint"].evidence

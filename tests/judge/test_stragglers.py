@@ -120,3 +120,21 @@ def test_the_bottom_lists_name_several_slow_ranks_and_per_rank_timers_name_their
     v = S.find([], log.timer_reports)
     assert [(s.rank, s.by, s.intervals) for s in v.stragglers] == [(4, "timer forward-backward", 6)]
     assert S.SOURCE_TIMERS in v.sources
+
+
+def test_check_plot_draws_each_ranks_round_trip_time_against_the_fastest(cli, tmp_path):
+    log = write(tmp_path / "slow.log", training_log(30, straggler=slowed(6, since=5), save_at={30}))
+    r = cli("check", str(log), "--plot", "-")
+    assert r.code == 0, r.err
+    chart = r.out[r.out.index("round-trip time (ms) (") :]
+    assert "* fastest rank" in chart and "o rank 6" in chart and "|rel diff|" in chart and "(rank 6 vs fastest" in chart
+    png = tmp_path / "ranks.png"
+    r = cli("check", str(log), "--plot", str(png), "-o", "json")
+    if r.json()["plot"]:  # matplotlib installed (the plot extra): the image
+        assert png.stat().st_size > 1000
+    # nothing to draw, and two sources: one line each
+    plain = write(tmp_path / "plain.log", training_log(5))
+    r = cli("check", str(plain), "--plot", "-")
+    assert r.code == 2 and "has no straggler lines to draw" in r.err
+    r = cli("check", str(plain), str(log), "--plot", "-")
+    assert r.code == 2 and "--plot: give one run or log to draw (2 given)" in r.err

@@ -285,3 +285,35 @@ def test_torchruns_bare_child_failed_line_is_completed_from_its_summary():
     )
     err = first_error([text])
     assert err.endswith("ChildFailedError: rank 1 was killed by signal 9 (SIGKILL)"), err
+
+
+def test_timeline_keeps_every_iteration_line_as_printed_with_its_stamp_and_step_time():
+    # GPU-hour accounting counts a step each time it ran: a restart below the furthest step is kept, not cut;
+    # stamps with (Megatron-LM) and without (Bridge) microseconds, and none (Megatron-LM before 2024)
+    def line(step, stamp, ms):
+        return P.iteration_line(
+            iteration=step,
+            train_iters=9,
+            consumed=step,
+            elapsed_ms=ms,
+            lr=1e-4,
+            global_batch=1,
+            losses={"lm loss": 2.0},
+            loss_scale=1.0,
+            grad_norm=1.0,
+            skipped=0,
+            nan=0,
+            stamp=stamp,
+        )
+
+    first = "\n".join([line(1, "2026-01-01 12:00:01", 900.0), line(2, "2026-01-01 12:00:02.250000", 1100.5)])
+    bare = line(3, "2026-01-01 12:00:03", 80.0).split("] ", 1)[1]  # no stamp: " iteration ..." only
+    again = "[rank3]: " + line(2, "2026-01-01 12:01:00", 700.0)
+    got = Log([first, bare + "\n" + again]).timeline()
+    assert [(s, t.isoformat(sep=" ") if t else None, ms, ti) for s, t, ms, ti in got] == [
+        (1, "2026-01-01 12:00:01", 900.0, 0),
+        (2, "2026-01-01 12:00:02.250000", 1100.5, 0),
+        (3, None, 80.0, 1),
+        (2, "2026-01-01 12:01:00", 700.0, 1),
+    ]
+    assert [it.step for it in Log([first, bare + "\n" + again]).iterations] == [1, 2]  # the reader's own view cuts

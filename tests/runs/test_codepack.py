@@ -97,7 +97,10 @@ def test_bridge_src_dry_run_mounts_the_staged_tree(tmp_path):
     (launcher,) = (body for rel, body in d["artifact"]["files"].items() if rel.endswith(".node-launch.sh"))
     assert (
         "\nexport PYTHONPATH=/opt/Megatron-Bridge/src:/opt/Megatron-Bridge/3rdparty/Megatron-LM"
-        "${PYTHONPATH:+:$PYTHONPATH}\n"
+        "${PYTHONPATH:+:$PYTHONPATH}\n" in launcher
+    )
+    assert (
+        '\necho "bridge-launch: node $(hostname) starts torchrun"  # whose ranks this log holds (node_facts)\n'
         "stop=$1 sig=$2\nshift 2\ntorchrun --node-rank" in launcher
     )
     plain = run_cli("submit", "smoke", "-c", "gb200-8", "--dry-run", "-o", "json").json()["artifact"]

@@ -161,8 +161,9 @@ def test_a_slurm_job_whose_function_bridge_launch_ships_stages_its_entry_and_mod
     plain = resolve.resolve("qwen35-9b-pretrain", resolve.Options(cluster="gb200-8"))
     import dataclasses
 
-    # every Megatron-Bridge job on Slurm runs image_revision.py first; elsewhere, nothing of workload/
-    # is needed without a module, a health step, a chain or a canary
+    # every Megatron-Bridge job on a cluster (Slurm, Lepton, DGX Cloud) runs image_revision.py first; on
+    # this machine (local), nothing of workload/ is needed without a module, a health step, a chain or a canary
     unchecked = dataclasses.replace(plain, scheduler={**plain.scheduler, "health_check": False})
     assert needs_workload(job) and needs_workload(plain) and needs_workload(unchecked)
-    assert not needs_workload(dataclasses.replace(unchecked, backend="lepton"))
+    assert needs_workload(dataclasses.replace(unchecked, backend="lepton"))
+    assert not needs_workload(dataclasses.replace(unchecked, backend="local"))

@@ -230,3 +230,38 @@ def test_bad_batch_sizes_single_process(tmp_path):
     assert lines[0].startswith("smoke.py: error: train.global_batch_size=8 is not divisible")
     assert "Traceback" not in proc.stderr + proc.stdout
     assert not (tmp_path / "summary.json").exists()
+
+
+@pytest.mark.slow
+def test_timers_and_straggler_lines_under_torchrun(tmp_path):
+    """Two ranks, rank 1's forward passes 40 ms longer: the last rank logs Megatron's timer block
+    every interval, rank 0 the StragglerDetector line, and the log reader and judge/stragglers.py
+    name rank 1."""
+    from bridge_launch.judge import stragglers
+    from bridge_launch.logs.reader import Log
+
+    script = _prepare(tmp_path)
+    args = [
+        "train.train_iters=12",
+        "logger.log_interval=2",
+        "logger.timing_log_level=2",
+        "straggler.log_straggler=true",
+        "+smoke.slow_rank=1",
+        "+smoke.slow_ms=40",
+        "+smoke.busbw_iters=1",
+        "dataset.num_workers=0",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script), *args],
+        cwd=tmp_path,
+        env=dict(_child_env(tmp_path), TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[rank${rank}]: "),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = Log([proc.stdout + proc.stderr])
+    assert len(log.stragglers) == 6 and {t.option for t in log.timer_reports} == {"minmax"}
+    assert {"forward-backward", "optimizer", "batch-generator"} <= set(log.timer_reports[0].timers)
+    found = stragglers.find(log.stragglers, log.timer_reports, min_intervals=5)
+    assert [s.rank for s in found.stragglers] == [1] and found.stragglers[0].by == "round-trip time"

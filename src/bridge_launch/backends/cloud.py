@@ -29,6 +29,7 @@ from bridge_launch.backends.base import (
 from bridge_launch.core import paths
 from bridge_launch.core.errors import LaunchError
 from bridge_launch.job.derived import canary_job, report_path
+from bridge_launch.workloads.node_facts import NODE_LINE
 
 LOOKUP = "@looked-up-at-submit:{}@"  # placeholders submit replaces with ids it asks the platform for
 MASK = "****"
@@ -98,6 +99,7 @@ def job_script(job, rank_prelude: list[str]) -> str:
                 *triage,
                 f"mkdir -p {q(job.run_dir)}/logs {q(job.run_dir)}/exit && cd {q(job.run_dir)} || exit 1",
                 *said,
+                f'echo "{NODE_LINE.format(host="$(hostname)")}" | tee -a "{log}"',  # whose ranks the log holds
                 f'{line} 2>&1 | tee -a "{log}"',
                 "rc=${PIPESTATUS[0]}",
                 f'if [ "$NODE_RANK" = 0 ]; then printf "%s\\n" "$rc" > {q("exit/" + job.run_id)}; fi',

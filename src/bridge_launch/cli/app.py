@@ -363,6 +363,27 @@ def logs(
 
 
 @app.command()
+def report(
+    run: str = typer.Argument(
+        ..., help="A run id (or a unique prefix), or an experiment's name.", autocompletion=_complete_run
+    ),
+    plot: Optional[str] = typer.Option(
+        None,
+        "--plot",
+        help="Where to draw the GPU-hour split: FILE.png, .svg or .html (the 'plot' extra), or - for a terminal "
+        "chart [default: RUN-gpu-hours.png with matplotlib, else the terminal chart; none with -o json].",
+    ),
+    output: Output = OUTPUT,
+):
+    """One page on a run (or an experiment): recipe, cluster, state, steps, and its GPU-hours split into
+    start-up, training, redone steps, lost (failed jobs, canary, health steps) and checkpointing, from
+    Slurm's accounting (sacct) and the logs; each job (attempt, segment, canary) with its times."""
+    from bridge_launch.cli import gpu_report as report_view
+
+    raise typer.Exit(report_view.report(run, plot=plot, output=output.value))
+
+
+@app.command()
 def check(
     sources: List[str] = typer.Argument(..., help="Runs (id or prefix), experiments, or log files."),
     steps: Optional[int] = typer.Option(
@@ -372,12 +393,21 @@ def check(
         None,
         "--only",
         help="Only these criteria (repeatable or comma-separated): steps, finite, skipped, nan, checkpoint, "
-        "validation, test, no-signal.",
+        "validation, test, no-signal, throughput (with an --expect-* option).",
     ),
     skip: Optional[List[str]] = typer.Option(None, "--skip", help="Leave these criteria out (as --only)."),
     metric: str = typer.Option("lm loss", "--metric", help="The loss that must be on every iteration line."),
     export_golden: Optional[str] = typer.Option(
-        None, "--export-golden", help="Also write the run's values as Megatron-LM golden values (JSON)."
+        None,
+        "--export-golden",
+        help="Also write the run's values as Megatron-LM golden values (JSON); of several runs, their noise bands "
+        "(per-step min/max/mean/std and the recommended tolerance, as compute_golden_statistics.py computes them).",
+    ),
+    confidence_multiplier: Optional[float] = typer.Option(
+        None,
+        "--confidence-multiplier",
+        help="--export-golden of several runs: the recommended tolerance is this times the largest observed "
+        "deviation from the mean [default: 1.5, compute_golden_statistics.py's].",
     ),
     straggler_threshold: float = typer.Option(
         0.10,
@@ -387,11 +417,41 @@ def check(
     straggler_intervals: int = typer.Option(
         5, "--straggler-intervals", help="Stragglers: in at least this many log intervals."
     ),
+    expect_tflops: Optional[float] = typer.Option(
+        None, "--expect-tflops", help="Throughput criterion: the TFLOP/s per GPU the run should reach."
+    ),
+    expect_step_time: Optional[float] = typer.Option(
+        None, "--expect-step-time", help="Throughput criterion: the seconds per step the run should take."
+    ),
+    expect_golden: Optional[str] = typer.Option(
+        None,
+        "--expect-golden",
+        help="Throughput criterion: the median iteration-time of a golden-values file (check --export-golden).",
+    ),
+    expect_plan: bool = typer.Option(
+        False,
+        "--expect-plan",
+        help="Throughput criterion, for runs: the TFLOP/s per GPU `plan` expects for the run's job (the "
+        "recipe's measured figure for its GPU and precision), and its FLOPs per step and MFU.",
+    ),
+    throughput_tolerance: float = typer.Option(
+        0.20, "--throughput-tolerance", help="Throughput criterion: how much slower than expected fails (0.20: 20%)."
+    ),
+    plot: Optional[str] = typer.Option(
+        None,
+        "--plot",
+        help="Draw the ranks' round-trip time per log interval from the straggler lines (the fastest rank and each "
+        "rank a line names slowest, and how much slower): FILE.png, .svg or .html, or - for a terminal chart.",
+    ),
     output: Output = OUTPUT,
 ):
     """The hardware gate: last iteration equals its total, every loss and grad norm finite, no
     skipped or NaN iterations, a checkpoint at the last iteration, validation and test lines, no
-    SIGTERM exit. Each criterion with its evidence; exit 0 passes, 1 fails.
+    SIGTERM exit; with an --expect-* option, throughput: the median TFLOP/s per GPU (or step time)
+    after the first tenth of the steps (evaluate.py:368-373) no more than --throughput-tolerance
+    slower, with MFU where the GPU's peak is known and, when slower, where the time went (the
+    timers' forward-backward, data wait, optimizer; checkpoint saves). Each criterion with its
+    evidence; exit 0 passes, 1 fails.
 
     Also reported, not judged: stragglers, the ranks that stay slower than the rest, read from
     Megatron-LM's StragglerDetector lines (--log-straggler; megatron/core/utils.py:1814-1843 @ 2a75ac12c)
@@ -409,6 +469,15 @@ def check(
             output=output.value,
             straggler_threshold=straggler_threshold,
             straggler_intervals=straggler_intervals,
+            multiplier=confidence_multiplier,
+            expect={
+                "tflops": expect_tflops,
+                "step_time": expect_step_time,
+                "golden": expect_golden,
+                "plan": expect_plan,
+                "tolerance": throughput_tolerance,
+            },
+            plot=plot,
         )
     )
 
@@ -417,7 +486,22 @@ def check(
 def compare(
     sources: List[str] = typer.Argument(
         ...,
-        help="A B (runs, log files or Megatron-LM golden-values JSON; A is judged against B), or an experiment's name.",
+        help="A B (runs, log files or Megatron-LM golden-values JSON; A is judged against B), or an experiment's name; "
+        "with --golden: A REF [REF ...] (or A EXPERIMENT).",
+    ),
+    golden: bool = typer.Option(
+        False,
+        "--golden",
+        help="Judge A against the noise band of its references (two or more runs, logs or golden files, an "
+        "experiment, or a bands file from check --export-golden): per-step min/max/mean/std, each step within "
+        "[min, max] widened by the tolerance Megatron-LM's compute_golden_statistics.py recommends "
+        "(compute_golden_statistics.py:413-614 @ 2a75ac12c). A bands file as B is judged this way without --golden.",
+    ),
+    confidence_multiplier: Optional[float] = typer.Option(
+        None,
+        "--confidence-multiplier",
+        help="--golden: the recommended tolerance is this times the largest observed deviation from the mean "
+        "[default: 1.5, compute_golden_statistics.py:689-696].",
     ),
     metric: str = typer.Option("lm loss", "--metric", help="The iteration-line field to compare."),
     rules: CompareRules = typer.Option(
@@ -457,7 +541,9 @@ def compare(
 ):
     """Judge A against the reference B under a rule set: loss (aligned per-step comparison,
     correlation, final difference, first step out of tolerance), timing and memory where the logs
-    carry them; each rule with its source in the report. Exit 0 when it passes, 1 not."""
+    carry them; each rule with its source in the report. With --golden, against the noise band of
+    several reference runs instead, naming the steps outside it and by how much. Exit 0 when it
+    passes, 1 not."""
     from bridge_launch.cli import judging as judge
 
     raise typer.Exit(
@@ -472,6 +558,8 @@ def compare(
             output=output.value,
             rules=rules.value,
             deterministic=deterministic,
+            golden=golden,
+            multiplier=confidence_multiplier,
         )
     )
 

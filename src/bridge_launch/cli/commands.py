@@ -282,7 +282,12 @@ def status(run_ref, *, all_runs, state, recipe, output, watch=False, interval=5.
     if shown is not None:  # status --watch: which runs this view showed
         shown.extend(runs)
     if output == "json":
-        views.dump_json([monitor.run_view(reg, r, metrics=bool(run_ref)) for r in runs])
+        shown_runs = [monitor.run_view(reg, r, metrics=bool(run_ref)) for r in runs]
+        if run_ref and not group and runs and runs[0].backend == "slurm" and runs[0].job_ids:
+            from bridge_launch.cli import gpu_report as report_view  # GPU-hours: one run only (runs/accounting.py)
+
+            shown_runs[0]["accounting"] = report_view.status_account(reg, runs[0])
+        views.dump_json(shown_runs)
         return 0
 
     def step(r):
@@ -358,6 +363,10 @@ def status(run_ref, *, all_runs, state, recipe, output, watch=False, interval=5.
             for a in r.info["attempts"]:
                 print(f"attempt {a['attempt']:<3} {_attempt_text(a)}")
             print(f"restarts    {r.info.get('restarts', 0)} of {job.retry['max_restarts'] if job.retry else '?'}")
+        from bridge_launch.cli import gpu_report as report_view  # GPU-hours: one run only (runs/accounting.py)
+
+        for line in report_view.status_lines(reg, r):
+            print(line)
         views.print_metrics(reg, r)
     return 0
 

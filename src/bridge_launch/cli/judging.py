@@ -115,6 +115,9 @@ def check(
     output,
     straggler_threshold: float | None = None,
     straggler_intervals: int | None = None,
+    multiplier: float | None = None,
+    expect: dict | None = None,
+    plot: str | None = None,
 ) -> int:
     from bridge_launch.judge import gate
     from bridge_launch.judge import stragglers as strag
@@ -128,17 +131,28 @@ def check(
         raise UsageError(f"--straggler-threshold {threshold}: a fraction above 0 (0.10 is 10% slower)")
     if intervals < 1:
         raise UsageError(f"--straggler-intervals {intervals}: 1 or more log intervals")
+    _check_expect(expect or {})
     reg = None
     if any(not os.path.isfile(w) for w in words):  # a log file alone needs no state dir
         from bridge_launch.runs.registry import Registry
 
         reg = Registry()
     srcs, _ = sources(reg, words)
-    if export_golden and len(srcs) != 1:
-        raise UsageError(f"--export-golden writes one run's values; {len(srcs)} sources were given")
+    if plot:
+        from bridge_launch.cli import plot as plotting
+
+        if len(srcs) != 1:
+            raise UsageError(f"--plot: give one run or log to draw ({len(srcs)} given)")
+        if plot != "-":
+            plotting.check_path(plot)
+    plotted: list = []
     if export_golden and not os.path.isdir(os.path.dirname(os.path.abspath(export_golden))):
         raise UsageError(f"--export-golden {export_golden!r}: its folder does not exist")
-    verdicts, slow = [], []
+    if multiplier is not None and not 0 < multiplier < 100:
+        raise UsageError(f"--confidence-multiplier {multiplier}: a factor above 0 (the script's default is 1.5)")
+    if multiplier is not None and not (export_golden and len(srcs) > 1):
+        raise UsageError("--confidence-multiplier: only with --export-golden of several runs (their noise bands)")
+    verdicts, slow, goldens = [], [], []
     for src in srcs:
         if src.kind == "golden":
             raise UsageError(f"{src.label}: a golden-values file has no log lines to check; check a run or a log")
@@ -152,10 +166,22 @@ def check(
         if metric != LOSS:  # a log without Megatron's own loss is the gate's to fail, not a typo
             _check_metric(log, metric, src.label)
         label = src.label + (f" ({src.member})" if src.member else "")
+        exp = _expectation(reg, src, expect or {})
         verdicts.append(
-            gate.check(log, label, steps=steps, only=only_set or None, skip=skip_set, metric=metric, finished=finished)
+            gate.check(
+                log,
+                label,
+                steps=steps,
+                only=only_set or None,
+                skip=skip_set,
+                metric=metric,
+                finished=finished,
+                expect=exp,
+                tolerance=(expect or {}).get("tolerance"),
+            )
         )
         # information, not a criterion: who stays slower than the rest (judge/stragglers.py)
+        plotted = log.stragglers
         slow.append(
             strag.find(
                 log.stragglers,
@@ -166,18 +192,46 @@ def check(
             )
         )
         if export_golden:
-            data = gate.write_golden(log, export_golden)
+            data = gate.golden(log)
             if not data:
                 raise UsageError(f"{src.label}: no iteration lines to export")
+            goldens.append((label, data))
+    if export_golden and len(goldens) == 1:
+        gate.write_golden(goldens[0][1], export_golden)
+    elif export_golden:  # several runs: their noise bands (judge/bands.py, compute_golden_statistics.py)
+        from bridge_launch.judge import bands
+
+        mult = bands.MULTIPLIER if multiplier is None else multiplier
+        data = bands.golden_file([g for _, g in goldens], [lbl for lbl, _ in goldens], multiplier=mult)
+        gate.write_golden(data, export_golden)
     passed = all(v.passed for v in verdicts)
+    chart = None
+    if plot:  # the ranks' round-trip time per interval, from the straggler lines (judge/stragglers.py)
+        drawn = strag.rank_series(plotted)
+        if not drawn:
+            raise UsageError(
+                f"--plot: {srcs[0].label} has no straggler lines to draw (Bridge's straggler.log_straggler prints them)"
+            )
+        title = f"round-trip time per rank: {srcs[0].label}  -  {strag.render(slow[0])}"[:160]
+        chart = plotting.draw_or_chart(
+            plot, drawn, 0, "round-trip time (ms)", threshold, title, [strag.render(slow[0])]
+        )
     if output == "json":
         results = [{**v.to_dict(), "stragglers": st.to_dict()} for v, st in zip(verdicts, slow, strict=True)]
-        views.dump_json({"passed": passed, "results": results})
+        views.dump_json({"passed": passed, "results": results, "plot": plot if plot and not chart else None})
+        if chart:
+            sys.stderr.write(chart)
     else:
         for v, st in zip(verdicts, slow, strict=True):
             sys.stdout.write(gate.render(v))
             print(f"  info {'stragglers':<11} {strag.render(st)}")
-        if export_golden:
+        if chart:
+            sys.stdout.write(chart)
+        elif plot:
+            print(f"plot written to {plot}")
+        if export_golden and len(goldens) > 1:
+            print(f"golden values with the noise bands of {len(goldens)} runs written to {export_golden}")
+        elif export_golden:
             print(f"golden values written to {export_golden}")
     return 0 if passed else 1
 
@@ -197,12 +251,34 @@ def compare(
     output,
     rules: str = "bridge-launch",
     deterministic: bool = False,
+    golden: bool = False,
+    multiplier: float | None = None,
 ) -> int:
     from bridge_launch.cli import plot as plotting
     from bridge_launch.judge import parity, rulesets
 
     if rules not in rulesets.NAMES:
         raise UsageError(f"--rules {rules!r} is not one of: {', '.join(rulesets.NAMES)}")
+    if multiplier is not None and not 0 < multiplier < 100:
+        raise UsageError(f"--confidence-multiplier {multiplier}: a factor above 0 (the script's default is 1.5)")
+    if golden or (rules == "bridge-launch" and len(words) == 2 and _is_bands_file(words[1])):
+        if rules != "bridge-launch" or deterministic:
+            flag = f"--rules {rules}" if rules != "bridge-launch" else "--deterministic"
+            raise UsageError(
+                f"{flag}: a noise band is judged by its own rule (compute_golden_statistics.py's tolerance); "
+                "judge against one reference to use a rule set"
+            )
+        own = [n for n, v in (("--rtol", rtol), ("--atol", atol), ("--final-rtol", final_rtol)) if v is not None]
+        if own:
+            raise UsageError(
+                f"{', '.join(own)}: a noise band's tolerance is the one compute_golden_statistics.py recommends; "
+                "scale it with --confidence-multiplier"
+            )
+        if allowed is not None and allowed < 0:
+            raise UsageError(f"--allowed {allowed}: 0 or more steps")
+        return _compare_bands(words, metric=metric, allowed=allowed, multiplier=multiplier, plot=plot, output=output)
+    if multiplier is not None:
+        raise UsageError("--confidence-multiplier: only for a noise band (--golden, or a bands file as B)")
     if rules != "bridge-launch":
         given = [
             n
@@ -276,15 +352,7 @@ def compare(
             + ", ".join(f"{k} {'-' if x is None else 'ok' if x else 'FAILED'}" for k, x in j.verdicts().items())
             for c, j in results
         ]
-        if plot != "-" and plotting.have_matplotlib():
-            plotting.draw(plot, drawn, ref, metric, band, title, summary)
-        else:
-            if plot != "-":
-                sys.stderr.write(
-                    f"bridge-launch: matplotlib is not installed (pip install 'bridge-launch[plot]'); "
-                    f"{plot} not written, a terminal chart instead\n"
-                )
-            chart = plotting.terminal(drawn, ref, metric)
+        chart = plotting.draw_or_chart(plot, drawn, ref, metric, band, title, summary)
     if output == "json":
         comparisons = []
         for c, j in results:
@@ -315,6 +383,196 @@ def compare(
         elif plot:
             print(f"plot written to {plot}")
     return 0 if ok else 1
+
+
+def _check_expect(expect: dict) -> None:
+    """--expect-*: one expectation at most, each a positive figure or a readable golden file."""
+    given = [k for k in ("tflops", "step_time", "golden", "plan") if expect.get(k)]
+    if len(given) > 1:
+        flags = ", ".join("--expect-" + k.replace("_", "-") for k in given)
+        raise UsageError(f"{flags}: give one expectation for the throughput criterion")
+    for key, flag, example in (("tflops", "--expect-tflops", "700"), ("step_time", "--expect-step-time", "4.2")):
+        v = expect.get(key)
+        if v is not None and not v > 0:
+            raise UsageError(f"{flag} {v:g}: expected a positive number (e.g. {example})")
+    tol = expect.get("tolerance")
+    if tol is not None and not 0 < tol < 1:
+        raise UsageError(f"--throughput-tolerance {tol:g}: a fraction between 0 and 1 (0.20 is 20% slower)")
+    golden = expect.get("golden")
+    if golden and not (os.path.isfile(golden) and _is_golden(golden)):
+        raise UsageError(f"--expect-golden {golden}: not a golden-values file (check --export-golden writes one)")
+
+
+def _expectation(reg, src, expect: dict):
+    """The throughput criterion's expectation for one source (judge/throughput.py), or None."""
+    from bridge_launch.judge import throughput as T
+
+    if expect.get("tflops"):
+        return T.Expectation(tflops_per_gpu=expect["tflops"], source="--expect-tflops")
+    if expect.get("step_time"):
+        return T.Expectation(step_s=expect["step_time"], source="--expect-step-time")
+    if expect.get("golden"):
+        return _golden_expectation(expect["golden"])
+    if expect.get("plan"):
+        if src.kind != "run":
+            raise UsageError(f"--expect-plan: {src.label} is a log file; plan needs a run's job (or --expect-tflops)")
+        return _plan_expectation(reg, src.run)
+    return None
+
+
+def _golden_expectation(path: str):
+    """The median iteration-time of a golden-values file (seconds, Megatron-LM's layout)."""
+    import statistics
+
+    from bridge_launch.judge import throughput as T
+
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    entry = data.get("iteration-time") if isinstance(data, dict) else None
+    values = [v for v in (entry or {}).get("values", {}).values() if isinstance(v, (int, float))]
+    if not values:
+        raise UsageError(f"--expect-golden {path}: no iteration-time values in it")
+    steps = sorted((entry or {}).get("values", {}), key=int)
+    steady = [entry["values"][k] for k in steps[max(1, int(len(steps) * T.WARMUP_FRACTION)) :]] or values
+    return T.Expectation(step_s=statistics.median(v for v in steady if isinstance(v, (int, float))), source=path)
+
+
+def _plan_expectation(reg, run):
+    from bridge_launch.runs import lifecycle as launch
+
+    exp, why = views.plan_expectation(launch.load_job(reg, run))
+    if exp is None:
+        raise UsageError(f"--expect-plan: plan has no TFLOP/s figure for {run.run_id} ({why}); give --expect-tflops")
+    return exp
+
+
+def _is_bands_file(path: str) -> bool:
+    """A golden-values file that records noise bands (check --export-golden of several runs)."""
+    if not (os.path.isfile(path) and _is_golden(path)):
+        return False
+    from bridge_launch.judge import bands, rulesets
+
+    try:
+        return bands.is_bands(rulesets.read_golden(path))
+    except UsageError:
+        return False  # the caller's own reading says what is wrong with it
+
+
+def _series(reg, src: Source, metric: str):
+    from bridge_launch.judge import parity
+
+    if src.kind == "golden":
+        return parity.golden_series(str(src.path), metric, src.label)
+    label = f"{src.member} [{src.label}]" if src.member else src.label
+    log = _log_of(reg, src)
+    _check_metric(log, metric, src.label)
+    return parity.log_series(log, metric, label, src.kind)
+
+
+def _same(a: Source, b: Source) -> bool:
+    if a.kind == "run" and b.kind == "run":
+        return getattr(a.run, "run_id", None) == getattr(b.run, "run_id", None)
+    return a.path is not None and b.path is not None and os.path.realpath(a.path) == os.path.realpath(b.path)
+
+
+def _compare_bands(words, *, metric, allowed, multiplier, plot, output) -> int:
+    """A against the noise band of its references (judge/bands.py): several runs, logs or golden
+    files, an experiment, or one bands file."""
+    from bridge_launch.cli import plot as plotting
+    from bridge_launch.judge import bands, rulesets
+    from bridge_launch.logs.reader import finite
+
+    if len(words) < 2:
+        raise UsageError(
+            "compare --golden A REF [REF ...]: A, then its references (runs, log files, golden-values files, "
+            "an experiment, or one bands file)"
+        )
+    if plot and plot != "-":
+        plotting.check_path(plot)
+    reg = None
+    if any(not os.path.isfile(w) for w in words):
+        from bridge_launch.runs.registry import Registry
+
+        reg = Registry()
+    a_srcs, _ = sources(reg, words[:1])
+    if len(a_srcs) != 1:
+        raise UsageError(
+            f"compare --golden: A is one run, log or golden-values file; '{words[0]}' is an experiment of "
+            f"{len(a_srcs)} runs (name it after A to use its runs as the references)"
+        )
+    a = a_srcs[0]
+    refs, group = sources(reg, words[1:])
+    notes = []
+    if any(_same(a, r) for r in refs):
+        refs = [r for r in refs if not _same(a, r)]
+        notes.append(f"A ({a.label}) is left out of its own references")
+    files = [str(r.path) for r in refs if r.kind == "golden" and _is_bands_file(str(r.path))]
+    if files and len(refs) > 1:
+        raise UsageError(
+            f"{files[0]}: a bands file is already the band of its runs; give it alone as the reference, "
+            "or give the runs"
+        )
+    if files:
+        band = bands.read_band(rulesets.read_golden(files[0]), metric, files[0])
+        if multiplier is not None:
+            band = band.with_multiplier(multiplier)
+    else:
+        if len(refs) < 2:
+            raise UsageError(
+                f"--golden needs two or more references ({len(refs)} given): the band of one run is that run; "
+                "compare A B judges against one"
+            )
+        series = [_series(reg, r, metric) for r in refs]
+        for s in series:
+            bad = sum(1 for v in s.values.values() if not finite(v))
+            if bad:
+                notes.append(
+                    f"{s.label}: {bad} values not finite, left out of the band (the script leaves NaN out, "
+                    f"{bands.SCRIPT}:264-267)"
+                )
+        band = bands.band(
+            bands.golden_name(metric),
+            [s.values for s in series],
+            [s.label for s in series],
+            multiplier=bands.MULTIPLIER if multiplier is None else multiplier,
+        )
+        band.label = f"experiment {group}" if group else "the references"
+    sa = _series(reg, a, metric)
+    c = bands.judge(sa, band, metric=metric, allowed=allowed)
+    c.notes = notes + c.notes
+    chart = None
+    if plot:
+        edges = {s: bands.limits(st, band.tolerance) for s, st in band.steps.items()}
+        drawn = [
+            (c.a, sa.values),
+            (f"band mean ({c.num_samples} runs)", {s: st["mean"] for s, st in band.steps.items()}),
+            ("band low (min - tolerance)", {s: e[0] for s, e in edges.items()}),
+            ("band high (max + tolerance)", {s: e[1] for s, e in edges.items()}),
+        ]
+        word = "within the band" if c.parity else "OUTSIDE the band"
+        title = f"{metric}: {c.a} vs {c.b}  -  {word}"
+        summary = [f"{c.outside}/{c.steps} steps outside (allowed {c.allowed})"]
+        chart = plotting.draw_or_chart(plot, drawn, 1, metric, band.tolerance["relative_tolerance"], title, summary)
+    if output == "json":
+        views.dump_json(
+            {
+                "parity": c.parity,
+                "rules": "bands",
+                "metric": metric,
+                "experiment": group,
+                "plot": plot if plot and not chart else None,
+                "comparisons": [c.to_dict()],
+            }
+        )
+        if chart:
+            sys.stderr.write(chart)
+    else:
+        sys.stdout.write(bands.render(c))
+        if chart:
+            sys.stdout.write(chart)
+        elif plot:
+            print(f"plot written to {plot}")
+    return 0 if c.parity else 1
 
 
 def dump(obj) -> str:

@@ -32,6 +32,22 @@ def have_matplotlib() -> bool:
     return True
 
 
+def draw_or_chart(path: str, series: list, reference: int, metric: str, rtol: float, title: str, summary) -> str | None:
+    """`--plot PATH`: the image when matplotlib is installed (None returned), else (or with PATH
+    "-") the terminal chart's text, saying on stderr why no image was written."""
+    import sys
+
+    if path != "-" and have_matplotlib():
+        draw(path, series, reference, metric, rtol, title, summary)
+        return None
+    if path != "-":
+        sys.stderr.write(
+            f"bridge-launch: matplotlib is not installed (pip install 'bridge-launch[plot]'); "
+            f"{path} not written, a terminal chart instead\n"
+        )
+    return terminal(series, reference, metric)
+
+
 def draw(path: str, series: list, reference: int, metric: str, rtol: float, title: str, summary: list[str]) -> None:
     """series: [(label, {step: value})]; the relative difference is drawn against series[reference]."""
     import matplotlib

@@ -340,8 +340,55 @@ def print_metrics(reg, run) -> None:
 
     if run.info.get("experiment"):
         print(f"experiment  {run.info['experiment']} ({run.info.get('member', '')})")
-    for line in monitor.metric_lines(monitor.run_metrics(reg, run), run):
+    m, log, job = monitor.run_metrics_and_log(reg, run)
+    for line in monitor.metric_lines(m, run):
         print(line)
+    for line in judged_lines(m, log, job):
+        print(line)
+
+
+def plan_expectation(job):
+    """(What `plan` expects of a job's speed, judge/throughput.py Expectation, or None; why not)."""
+    from bridge_launch.core.hardware import peak_tflops
+    from bridge_launch.judge import throughput as T
+    from bridge_launch.plan import estimate, rules
+
+    thr, world, why = estimate.job_throughput(job)
+    if thr is None:
+        return None, why
+    return T.from_plan(thr, world, peak_tflops(job.gpu_type, rules.precision_of(job.config))), ""
+
+
+def judged_lines(m: dict, log, job) -> list[str]:
+    """What `status RUN` adds from the same log tails: the speed against what `plan` expects (MFU
+    where the GPU's peak is known; flagged beyond judge/throughput.py's tolerance) and the ranks
+    that stay slower than the rest (judge/stragglers.py)."""
+    from bridge_launch.judge import stragglers as strag
+    from bridge_launch.judge import throughput as T
+
+    out = []
+    exp = None
+    if job is not None and m.get("step") is not None:
+        exp, _why = plan_expectation(job)
+    if exp is not None and exp.tflops_per_gpu:
+        now = m.get("tflops_per_gpu")
+        if now is None and m.get("step_time_s") and exp.flops_per_step and exp.world:
+            now = exp.flops_per_step / (exp.world * m["step_time_s"]) / 1e12
+        text = f"plan        {exp.tflops_per_gpu:.4g} TFLOP/s/GPU expected ({exp.source})"
+        if now is not None:
+            slower = 1 - now / exp.tflops_per_gpu
+            mfu = f", MFU {100 * now / exp.peak_tflops:.1f}%" if exp.peak_tflops else ""
+            text += f"; now {now:.4g}{mfu}"
+            if slower > T.TOLERANCE:
+                text += (
+                    f": {100 * slower:.0f}% slower, more than {100 * T.TOLERANCE:.0f}% "
+                    "(check RUN --expect-plan says where the time went)"
+                )
+        out.append(text)
+    if log is not None and (log.stragglers or any(t.option == "all" for t in log.timer_reports)):
+        found = strag.find(log.stragglers, log.timer_reports, hosts=lambda: log.rank_hosts)
+        out.append("stragglers  " + strag.render(found) + " (the logs' last 64 KiB)")
+    return out
 
 
 # ------------------------------------------------------------------------------------------------

@@ -49,3 +49,22 @@ def segment_size(nodes: int, domain: int) -> int:
     if domain <= 0 or nodes <= domain:
         return nodes
     return max(d for d in range(1, domain + 1) if nodes % d == 0)
+
+
+# Peak dense tensor TFLOP/s per GPU, for MFU. NVIDIA's datasheets state sparse figures for
+# Blackwell; dense is half. GB200 NVL72 datasheet: FP8/FP6 720 PFLOPS and BF16 360 PFLOPS for 72
+# GPUs, with sparsity -> 5,000 and 2,500 dense per GPU; H100 SXM datasheet: BF16 989.4, FP8 1,978.9
+# dense. MXFP8 runs on the FP8 tensor cores. A GPU or precision not here has no MFU.
+PEAK_DENSE_TFLOPS = {
+    ("gb200", "bf16"): 2500.0,
+    ("gb200", "fp8"): 5000.0,
+    ("h100", "bf16"): 989.4,
+    ("h100", "fp8"): 1978.9,
+}
+
+
+def peak_tflops(gpu: str | None, precision: str | None) -> float | None:
+    if not gpu or not precision:
+        return None
+    prec = "fp8" if "fp8" in precision.lower() else "bf16" if precision.lower() in ("bf16", "bf16_mixed") else None
+    return PEAK_DENSE_TFLOPS.get((gpu.lower(), prec)) if prec else None

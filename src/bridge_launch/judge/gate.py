@@ -9,6 +9,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 
+from bridge_launch.judge import throughput
 from bridge_launch.logs.reader import LOSS, Log, finite, number
 from bridge_launch.workloads import trainer_protocol as P
 
@@ -22,6 +23,7 @@ CRITERIA = {
     "validation": "the post-training validation line is present",
     "test": "the post-training test line is present",
     "no-signal": "the trainer did not exit on a signal (SIGTERM)",
+    "throughput": "TFLOP/s per GPU (or the step time) within the tolerance of an expectation (check --expect-*)",
 }
 
 
@@ -64,15 +66,20 @@ def check(
     skip=(),
     metric: str = LOSS,
     finished: bool | None = None,
+    expect=None,
+    tolerance: float | None = None,
 ) -> Verdict:
     """Judge `log` against the gate's criteria (all, or `only`, minus `skip`). `steps` is the
     expected step count (default: the total the iteration lines print). `finished`: whether the
-    run has ended (None: unknown, e.g. a log file).
+    run has ended (None: unknown, e.g. a log file). `expect` (judge/throughput.py Expectation):
+    the throughput criterion, judged only when given, within `tolerance` (default 20%).
 
     A long clean log is judged from substring counts over the raw text (logread.Log.tally: every
     iteration line's counters 0, no loss or norm that is not finite, the metric on every line) and
     its first and last lines; anything else is read line by line for the step where it failed."""
-    names = [n for n in CRITERIA if (not only or n in only) and n not in skip]
+    names = [
+        n for n in CRITERIA if (not only or n in only) and n not in skip and (n != "throughput" or expect is not None)
+    ]
     last = log.final()
     total = steps if steps is not None else (last.total if last else None)
     out: list[Criterion] = []
@@ -139,6 +146,10 @@ def check(
         )
     else:
         add("no-signal", True, "no signal exit" + (f" (exit: {ex[1].group(1)})" if ex else ""))
+
+    if "throughput" in names:
+        ok, evidence, _data = throughput.judge(log, expect, throughput.TOLERANCE if tolerance is None else tolerance)
+        add("throughput", ok, evidence)
 
     passed = all(c.passed for c in out)
     return Verdict(source, passed, last.step, total, out)
@@ -255,9 +266,9 @@ def golden(log: Log) -> dict:
     return out
 
 
-def write_golden(log: Log, path: str) -> dict:
-    data = golden(log)
+def write_golden(data: dict, path: str) -> None:
+    """Golden values (one run's, or several runs' noise bands) as Megatron-LM's harness writes them:
+    JSON, indent 4, a final newline."""
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=4)
         fh.write("\n")
-    return data

@@ -104,7 +104,7 @@ RULE_SETS: dict[str, tuple[Rule, ...]] = {
             "timing",
             f"mean `GPU utilization:` (MODEL TFLOP/s/GPU) after the first {MB_SKIP_TIME:.0%} of B's steps (at least "
             f"one) within ±{MB_TIMING:.0%} of B's: a drop fails and so does a rise; where a log has no "
-            "`GPU utilization:` line, the iteration time (ms) in its place",
+            "`GPU utilization:` value above 0, the iteration time (ms) in its place",
             f"{EVALUATE}:331-446 (defaults :358-361, window :368-376, band :379-382)",
         ),
         Rule(

@@ -408,13 +408,17 @@ def mb_timing(a: Metrics, b: Metrics, rules: str = "megatron-bridge", judged: bo
     """validate_performance (evaluate.py:331-446): the means over B's steps after the first 10%;
     signed_diff = (A - B) / B beyond ±5% fails (:379-382). Where either side has no `GPU
     utilization:` line, the iteration time in its place (the same window and band)."""
-    if a.gpu_util and b.gpu_util:
+
+    def carries(m: Metrics) -> bool:  # a model too small for the printed precision shows only zeros
+        return any(v for v in m.gpu_util.values() if isinstance(v, (int, float)) and math.isfinite(v))
+
+    if carries(a) and carries(b):
         what, unit, cur_s, ref_s, higher = "GPU utilization", " MODEL TFLOP/s/GPU", a.gpu_util, b.gpu_util, True
         note = ""
     else:
         what, unit, cur_s, ref_s, higher = "iteration time", " ms", a.iter_ms, b.iter_ms, False
-        lacking = " and ".join(x.label for x in (a, b) if not x.gpu_util) or "neither"
-        note = f"no `GPU utilization:` line in {lacking}: the iteration time (ms) judged in its place; "
+        lacking = " and ".join(x.label for x in (a, b) if not carries(x)) or "neither"
+        note = f"no `GPU utilization:` value above 0 in {lacking}: the iteration time (ms) judged in its place; "
     name = "gpu-utilization" if rules == "megatron-bridge" else "timing"
     window = timing_window(list(ref_s))
     if not window:

@@ -156,6 +156,26 @@ def find(
     return Stragglers(threshold, min_intervals, len(reports), len(per_rank), out, spreads, sources)
 
 
+def rank_series(reports) -> list:
+    """Per-rank round-trip time per log interval, for check --plot: [("fastest rank", {step: ms}),
+    ("rank R", {step: ms}) for each rank a line names slowest], the fastest first (the reference the
+    others are drawn against). The lines carry only the extremes, so a rank's series has the
+    intervals in which it was the slowest."""
+    fastest: dict = {}
+    slowest: dict = {}
+    for i, rep in enumerate(reports):
+        rtt = rep.values.get("Rtt")
+        if not rtt or not rtt[0] or not rtt[1]:
+            continue
+        step = rep.step if rep.step is not None else i + 1
+        fastest[step] = rtt[0][0]
+        slowest.setdefault(rtt[1][1], {})[step] = rtt[1][0]
+    if not fastest:
+        return []
+    ranks = sorted(slowest, key=lambda r: -len(slowest[r]))
+    return [("fastest rank", fastest), *((f"rank {r}", slowest[r]) for r in ranks)]
+
+
 def render(v: Stragglers) -> str:
     """One line (the check's report and `status RUN`): who is slow, or why nothing can be said."""
     crit = f"{v.threshold:.0%} slower in at least {v.min_intervals} intervals"

@@ -29,6 +29,7 @@ from functools import cached_property
 
 from bridge_launch.logs import failures
 from bridge_launch.workloads import trainer_protocol as P
+from bridge_launch.workloads.node_facts import NODE_LINE_MARK, NODE_LINE_RE
 
 LOSS = P.LOSS_KEY
 
@@ -85,6 +86,14 @@ def parse_stamp(text: str) -> datetime | None:
         except ValueError:
             continue
     return None
+
+
+def _iso_stamp(text: str) -> datetime | None:
+    """parse_stamp for many lines: STAMP_FORMATS are ISO 8601, which fromisoformat reads ten times faster."""
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return parse_stamp(text)
 
 
 def finite(v) -> bool:
@@ -185,33 +194,13 @@ def _nan_event(line: str, ti: int, pos: int) -> Event | None:
 
 
 # ------------------------------------------------------------------------------------------------
-# straggler and timer lines (Megatron-LM's formats; the trainer_protocol builders write none of them)
+# straggler and timer lines: their formats are trainer_protocol's (P.STRAGGLER_*, P.TIMER*)
 # ------------------------------------------------------------------------------------------------
-# StragglerDetector.report (MC core/utils.py:1783-1848; Bridge prints it unchanged, MB train.py:1045-1074),
-# rank 0, one line per log interval, through logger.info (MC utils.py:54), e.g. (MC core/README_STRAGGLER.md:13-16)
-#   INFO:megatron.core.utils:[2024-03-14 23:07:56] | MnRtt/Rnk: 3453.08ms/8 | MxRtt/Rnk: 3468.20ms/0 | ...
-#   | MnEtpt/Rnk: 296.02TF/0 | MxEtpt/Rnk: 297.32TF/8
-# Each field is f"{value:.2f}{unit}/{rank}" (MC utils.py:1446); units ms (Rtt, DRtt), W, C, %, MHz (:2003-2039)
-# and TF for Etpt (:1830-1831). Rtt is the average time per iteration of the traced regions, Etpt the
-# rank's estimated TFLOP/s (MC utils.py:1800-1808).
-STRAGGLER_MARK = "MnRtt/Rnk: "
-STRAGGLER_FIELD_RE = re.compile(r"(Mn|Mx)(Rtt|Pwr|Tmp|Utl|Clk|DRtt|Etpt)/Rnk: ([-+]?[\d.]+|nan|inf)[A-Za-z%]*/(\d+)")
-# With straggler_minmax_count N (1 < N < world), two more lines (MC utils.py:1834-1843):
-#   "^^^^ Bottom {N} Ranks with lowest  Etpt(TF): v/r, v/r,"  and  "^^^^ Top    {N} Ranks with highest Etpt(TF): ..."
-STRAGGLER_RANKS_MARK = "Ranks with "
-STRAGGLER_RANKS_RE = re.compile(r"\^\^\^\^ (Bottom|Top) +\d+ Ranks with (?:lowest|highest) +Etpt\(TF\):(.*)$")
-VALUE_RANK_RE = re.compile(r"([-+]?[\d.]+|nan|inf)[A-Za-z%]*/(\d+)")
-# Timers.log (MC core/timers.py:338-376), last rank, after a header per --timing-log-option:
-#   minmax "(min, max) time across ranks (ms):" then "    {name .....}: ({min:.2f}, {max:.2f})" (P.TIMER_MINMAX_RE)
-#   max    "max time across ranks (ms):"        then "    {name .....}: {max:.2f}"
-#   all    "times across ranks (ms):"           then "  {name}:" and "     rank {r:2d}: {ms:.2f}" per rank
-# Ranks whose time is 0 are left out of min and max (:330) and of the per-rank lines (:366).
-TIMERS_MARK = "across ranks (ms):"
-TIMERS_HEAD_RE = re.compile(r"(\(min, max\) time|max time|times) across ranks \(ms\):\s*$")
-TIMER_MAX_RE = re.compile(r"^    (\S+) \.*: ([\d.]+)\s*$")
-TIMER_ALL_NAME_RE = re.compile(r"^  (\S[^:]*):\s*$")
-TIMER_ALL_RANK_RE = re.compile(r"^     rank +(\d+): ([\d.]+)\s*$")
-TIMER_OPTIONS = {"(min, max) time": "minmax", "max time": "max", "times": "all"}
+STRAGGLER_MARK, STRAGGLER_FIELD_RE = P.STRAGGLER_MARK, P.STRAGGLER_FIELD_RE
+STRAGGLER_RANKS_MARK, STRAGGLER_RANKS_RE, VALUE_RANK_RE = P.STRAGGLER_RANKS_MARK, P.STRAGGLER_RANKS_RE, P.VALUE_RANK_RE
+TIMERS_MARK, TIMERS_HEAD_RE, TIMER_OPTIONS = P.TIMERS_MARK, P.TIMERS_HEAD_RE, P.TIMER_OPTIONS
+TIMER_MAX_RE, TIMER_ALL_NAME_RE, TIMER_ALL_RANK_RE = P.TIMER_MAX_RE, P.TIMER_ALL_NAME_RE, P.TIMER_ALL_RANK_RE
+RANK_AT_LINE_START_RE = re.compile(r"^\[rank(\d+)\]: ", re.M)  # backends/base.py RANK_PREFIX_TEMPLATE
 # Where a line names a rank's host: the NaN check's RuntimeError "Rank R, node N, device D, iteration I: ..."
 # (MC core/rerun_state_machine.py:518-535) and torchrun's failure summary "  host      : H" above
 # "  rank      : R (local_rank: L)" (T distributed/elastic/multiprocessing/errors/__init__.py:184-202).
@@ -581,6 +570,12 @@ class Log:
             window = _text(raw[pos : pos + 4096])
             for host, rank in SUMMARY_HOST_RE.findall(window):
                 out.setdefault(int(rank), host)
+        # a node's own log: the launcher's line names the host, the rank prefixes its ranks
+        for ti, pos in self.raw_find(NODE_LINE_MARK):
+            m = NODE_LINE_RE.search(self._raw_line(ti, pos))
+            if m:
+                for rank in set(RANK_AT_LINE_START_RE.findall(self.texts[ti])):
+                    out.setdefault(int(rank), m.group(1))
         return out
 
     def stamp_of(self, it: Iteration) -> datetime | None:
@@ -593,6 +588,27 @@ class Log:
         start = text.rfind("\n", 0, pos) + 1
         m = P.STAMP_RE.search(text, start, pos)
         return parse_stamp(m.group(1)) if m else None
+
+    def timeline(self) -> list[tuple[int, datetime | None, float | None, int]]:
+        """(step, stamp, elapsed ms per iteration, text index) of every iteration line as printed,
+        text by text: restarts are not cut (GPU-hour accounting counts each step every time it ran)."""
+        out = []
+        for ti, text in enumerate(self.texts):
+            for m in P.ITERATION_RE.finditer(text):
+                start = text.rfind("\n", 0, m.start()) + 1
+                stamp = P.STAMP_RE.search(text, start, m.start())
+                rest = m.group(3)
+                i = rest.find(f"{P.FIELD_ELAPSED_MS}:")
+                ms = number(rest[i + len(P.FIELD_ELAPSED_MS) + 1 : rest.find("|", i)]) if i >= 0 else None
+                out.append(
+                    (
+                        int(m.group(1)),
+                        _iso_stamp(stamp.group(1)) if stamp else None,
+                        float(ms) if finite(ms) else None,
+                        ti,
+                    )
+                )
+        return out
 
     # -- whole-log questions answered without parsing every line (the gate on long logs) ---------
     def tally(self, metric: str = LOSS) -> dict:

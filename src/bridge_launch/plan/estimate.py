@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from bridge_launch.core.errors import UsageError
 from bridge_launch.plan import rules as validate
-from bridge_launch.plan.topology import ORDER, Parallel
+from bridge_launch.plan.topology import ORDER, Parallel, parallel_of
 from bridge_launch.spec import models
 from bridge_launch.spec.config_keys import int_value as _int
 
@@ -712,6 +712,19 @@ def tflops_assumption(job) -> dict:
         + ": GPU-hours unknown; --tflops gives a figure to assume"
     )
     return {"tflops_per_gpu": None, "source": None, "caveat": None, "precision": prec, "gpu": gpu, "why": why}
+
+
+def job_throughput(job) -> tuple[dict | None, int, str]:
+    """(throughput() of the job as resolved, its world size, why there is none): what `check
+    --expect-plan` and `status RUN` hold a run's speed against."""
+    arch = arch_for(job)
+    if arch is None:
+        return None, job.world_size, f"no architecture known for recipe '{job.recipe}'"
+    par = parallel_of(job)
+    thr = throughput(job, arch, par)
+    if not thr or not thr["tflops_assumption"]:
+        return None, par.world, (thr or {}).get("no_assumption") or "no sequence length or global batch size"
+    return thr, par.world, ""
 
 
 def throughput(

@@ -129,16 +129,27 @@ def metric_lines(m: dict, run) -> list[str]:
 # what `status` adds to its views
 # ------------------------------------------------------------------------------------------------
 def run_metrics(reg, run) -> dict:
+    return run_metrics_and_log(reg, run)[0]
+
+
+def run_metrics_and_log(reg, run) -> tuple[dict, "Log | None", object]:  # noqa: F821 - logread is lazy
+    """(live metrics, the tails of the logs they come from as a Log, the job): `status RUN` judges
+    more of the same tails (stragglers, the speed plan expects) without reading them twice."""
+    from bridge_launch.logs.reader import Log
     from bridge_launch.runs import lifecycle as launch
 
     try:
         job = launch.load_job(reg, run)
     except Exception:  # noqa: BLE001 - a record without its job file still has logs
         job = None
-    m = metrics(run, job)
+    try:
+        texts = read_logs(run, job if job is not None else launch.load_job(Registry(), run), TAIL)
+    except Exception as exc:  # noqa: BLE001 - the logs may be unreachable; say so, show the rest
+        return {"logs": f"unreadable: {exc}"}, None, job
+    m = metrics(run, job, texts=texts)
     if run.info.get("cancelled"):  # what the cancel's signal made the ranks print is not the run's error
         m.pop("error", None)
-    return m
+    return m, Log(texts), job
 
 
 def run_view(reg, run, *, metrics: bool) -> dict:

@@ -23,6 +23,14 @@ FATAL_XIDS = (48, 63, 64, 74, 79, 92, 94, 95)
 XID_PATTERN = r"Xid( \([^)]*\))?[ :]+(" + "|".join(str(x) for x in FATAL_XIDS) + r")\b"
 HEALTH_RE = re.compile(r"bridge-launch health: (\S+) (ok|FAIL) (.*)$", re.M)
 
+# The line every node's launcher prints into that node's log before it starts torchrun: the log's
+# rank-prefixed lines ("[rankN]: ", backends/base.py RANK_PREFIX_TEMPLATE) then belong to that host,
+# which is how the log reader names a straggler's node (torchrun's c10d rendezvous, not the node
+# index, decides which ranks a node gets).
+NODE_LINE = "bridge-launch: node {host} starts torchrun"
+NODE_LINE_MARK = "bridge-launch: node "
+NODE_LINE_RE = re.compile(r"bridge-launch: node (\S+) starts torchrun")
+
 # Multi-node NVLink (MNNVL) memory is shared through IMEX channels: a process needs a channel
 # device, /dev/nvidia-caps-imex-channels/channel<N>, to import another node's memory. enroot bind-
 # mounts that directory into the container from 4.0.0 on (NVIDIA/enroot 48c750e, "Add support for

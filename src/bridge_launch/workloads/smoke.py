@@ -29,7 +29,17 @@ source line at the pinned commit):
   DataLoader with ``dataset.num_workers`` worker processes (Bridge's default: 2), which a signal to
   the trainer's process group kills unless ``train.exit_signal_handler_for_dataloader`` is set.
 
-Knobs of its own: ``smoke.step_sleep`` (seconds added to every step), ``smoke.save_sleep``
+- timers and stragglers: with ``logger.timing_log_level`` >= 1 the last rank logs Megatron's
+  ``(min, max) time across ranks (ms):`` block every log interval, per iteration (forward-backward,
+  optimizer; batch-generator at level 2; MB utils/train_utils.py:686-720, :1155); with
+  ``straggler.log_straggler`` rank 0 logs the StragglerDetector line (and its Bottom/Top lines with
+  ``straggler.straggler_minmax_count`` > 1) every log interval (MB train.py:217-227, :1045-1074; MC
+  utils.py:1783-1848): Rtt is each rank's time in the forward passes, DRtt in getting batches,
+  Etpt its TFLOP/s over that time (/3, MC utils.py:1802-1808).
+
+Knobs of its own: ``smoke.step_sleep`` (seconds added to every step), ``smoke.slow_ms`` (milliseconds
+added to each forward pass, by every rank or, with ``smoke.slow_rank``, by that rank: a straggler),
+``smoke.save_sleep``
 (seconds every rank spends writing its shard), ``smoke.fail_at_step`` / ``fail_rank`` / ``fail_node``
 (only on that host: a bad node) / ``fail_message`` (an injected failure), ``smoke.busbw_sizes`` /
 ``busbw_iters`` (the preflight).
@@ -285,6 +295,13 @@ def build_config(overrides: dict, world_size: int) -> dict:
     cfg["busbw_sizes"] = _as_sizes("smoke.busbw_sizes", get("smoke.busbw_sizes", default=list(DEFAULT_BUSBW_SIZES)))
     cfg["busbw_iters"] = _as_int("smoke.busbw_iters", get("smoke.busbw_iters", default=5), minimum=1)
     cfg["step_sleep"] = _as_float("smoke.step_sleep", get("smoke.step_sleep", default=0.0), minimum=0.0)
+    cfg["slow_rank"] = _as_int("smoke.slow_rank", get("smoke.slow_rank"), minimum=0, optional=True)
+    cfg["slow_ms"] = _as_float("smoke.slow_ms", get("smoke.slow_ms", default=0.0), minimum=0.0)
+    cfg["timing_log_level"] = _as_int("logger.timing_log_level", get("logger.timing_log_level", default=0), minimum=-1)
+    cfg["log_straggler"] = _as_bool("straggler.log_straggler", get("straggler.log_straggler", default=False))
+    cfg["straggler_minmax_count"] = _as_int(
+        "straggler.straggler_minmax_count", get("straggler.straggler_minmax_count", default=1), minimum=1
+    )
     k = _as_int("checkpoint.most_recent_k", get("checkpoint.most_recent_k", default=-1), optional=True)
     cfg["most_recent_k"] = -1 if k is None else k  # MC training_config.py:421: -1 (None too) keeps every one
     cfg["save_sleep"] = _as_float("smoke.save_sleep", get("smoke.save_sleep", default=0.0), minimum=0.0)
@@ -492,6 +509,28 @@ class Smoke:
         dist.all_reduce(hi, op=dist.ReduceOp.MAX)
         for line in P.timers_minmax_lines({name: (lo.item(), hi.item())}):
             self.print_rank_last(line)
+
+    def _log_timers_and_stragglers(self, traced: dict, steps: int, flops_per_step: float) -> None:
+        """The interval's timers (last rank) and straggler line (rank 0), as Bridge logs them."""
+        cfg = self.cfg
+        if cfg["timing_log_level"] < 1 and not cfg["log_straggler"]:
+            return
+        per = {k: v * 1000.0 / max(steps, 1) for k, v in traced.items()}  # ms per iteration
+        ranks = self.all_gather_objects(per)
+        if cfg["timing_log_level"] >= 1:
+            names = [("forward-backward", "fb"), ("optimizer", "opt")]
+            if cfg["timing_log_level"] >= 2:
+                names.append(("batch-generator", "data"))
+            times = {n: (min(r[k] for r in ranks), max(r[k] for r in ranks)) for n, k in names}
+            for line in P.timers_minmax_lines(times):
+                self.print_rank_last(line)
+        if cfg["log_straggler"]:
+            rtt = {r: d["fwd"] for r, d in enumerate(ranks)}
+            drtt = {r: d["data"] for r, d in enumerate(ranks)}
+            # Etpt: this rank's share of the step's FLOPs over its forward time, / 3 (forward only)
+            etpt = {r: (flops_per_step / self.world) / max(t / 1000.0, 1e-9) / 1e12 / 3.0 for r, t in rtt.items()}
+            for line in P.straggler_lines(rtt, etpt, drtt, minmax_count=cfg["straggler_minmax_count"]):
+                self.print_rank_0(line)
 
     def barrier_and_log(self, text: str) -> None:
         self.barrier()
@@ -813,6 +852,8 @@ class Smoke:
             cfg["global_batch_size"],
         )
         interval = {"loss": 0.0, "n": 0, "time": 0.0, "steps": 0, "skipped": 0, "nan": 0}
+        traced = {"fwd": 0.0, "data": 0.0, "fb": 0.0, "opt": 0.0}  # this rank's seconds in the interval
+        slow = cfg["slow_ms"] / 1000.0 if cfg["slow_rank"] in (None, self.rank) else 0.0
         flops_per_step = 6.0 * self.params * gbs * seq
         train_time, exit_reason, should_exit = 0.0, "completed", False
         step = start_step - 1  # completed steps (train_state.step)
@@ -839,19 +880,28 @@ class Smoke:
             self.optimizer.zero_grad(set_to_none=True)
             loss_sum = torch.zeros((), device=self.device)
             for micro in range(accum):
+                td = time.perf_counter()
                 x, y = next(batches)
                 x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+                tf = time.perf_counter()
+                traced["data"] += tf - td
                 ctx = self.model.no_sync() if micro < accum - 1 else contextlib.nullcontext()
                 with ctx:
                     logits = self.model(x)
                     loss = F.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1))
+                    if slow:
+                        time.sleep(slow)
+                    traced["fwd"] += time.perf_counter() - tf
                     (loss / accum).backward()
                 loss_sum += loss.detach()
+            to = time.perf_counter()
+            traced["fb"] += to - t0
             max_norm = cfg["clip_grad"] if cfg["clip_grad"] > 0 else float("inf")
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
             skipped = not math.isfinite(grad_norm)
             if not skipped:
                 self.optimizer.step()
+            traced["opt"] += time.perf_counter() - to
             if cfg["step_sleep"] > 0:
                 time.sleep(cfg["step_sleep"])
             red = loss_sum / accum
@@ -898,7 +948,9 @@ class Smoke:
                         nan=interval["nan"],
                     )
                 )
+                self._log_timers_and_stragglers(traced, interval["steps"], flops_per_step)
                 interval = {"loss": 0.0, "n": 0, "time": 0.0, "steps": 0, "skipped": 0, "nan": 0}
+                traced = {"fwd": 0.0, "data": 0.0, "fb": 0.0, "opt": 0.0}
             if cfg["eval_interval"] and step % cfg["eval_interval"] == 0 and cfg["eval_iters"] > 0:
                 self.evaluate(f"iteration {step}", "valid")
             # checkpoint_and_decide_exit (MB train.py:1374-1531), in its order.

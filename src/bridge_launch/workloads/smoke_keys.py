@@ -41,6 +41,9 @@ KNOWN_KEYS = frozenset(
         "checkpoint.non_persistent_ckpt_type",
         "checkpoint.non_persistent_global_ckpt_dir",
         "logger.log_interval",
+        "logger.timing_log_level",
+        "straggler.log_straggler",
+        "straggler.straggler_minmax_count",
         "smoke.busbw_sizes",
         "smoke.busbw_iters",
         "smoke.step_sleep",
@@ -49,6 +52,8 @@ KNOWN_KEYS = frozenset(
         "smoke.fail_rank",
         "smoke.fail_node",
         "smoke.fail_message",
+        "smoke.slow_rank",
+        "smoke.slow_ms",
     }
 )
 

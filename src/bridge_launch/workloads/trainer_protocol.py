@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from datetime import datetime
 
 TORCH_VERSION = "2.13.0"
@@ -359,6 +360,70 @@ def timers_minmax_lines(times_ms: dict) -> list[str]:
 TIMER_MINMAX_RE = re.compile(r"    (\S+) \.*: \(([\d.]+), ([\d.]+)\)")
 
 
+# ------------------------------------------------------------------------------------------------
+# straggler and timer lines (Megatron-LM's formats; Megatron-Bridge prints them unchanged)
+# ------------------------------------------------------------------------------------------------
+# StragglerDetector.report (MC core/utils.py:1783-1848; Bridge prints it unchanged, MB train.py:1045-1074),
+# rank 0, one line per log interval, through logger.info (MC utils.py:54), e.g. (MC core/README_STRAGGLER.md:13-16)
+#   INFO:megatron.core.utils:[2024-03-14 23:07:56] | MnRtt/Rnk: 3453.08ms/8 | MxRtt/Rnk: 3468.20ms/0 | ...
+#   | MnEtpt/Rnk: 296.02TF/0 | MxEtpt/Rnk: 297.32TF/8
+# Each field is f"{value:.2f}{unit}/{rank}" (MC utils.py:1446); units ms (Rtt, DRtt), W, C, %, MHz (:2003-2039)
+# and TF for Etpt (:1830-1831). Rtt is the average time per iteration of the traced regions, Etpt the
+# rank's estimated TFLOP/s (MC utils.py:1800-1808).
+STRAGGLER_LOGGER = "INFO:megatron.core.utils:"  # logger.info on megatron.core.utils (MC utils.py:54)
+STRAGGLER_MARK = "MnRtt/Rnk: "
+STRAGGLER_FIELD_RE = re.compile(r"(Mn|Mx)(Rtt|Pwr|Tmp|Utl|Clk|DRtt|Etpt)/Rnk: ([-+]?[\d.]+|nan|inf)[A-Za-z%]*/(\d+)")
+# With straggler_minmax_count N (1 < N < world), two more lines (MC utils.py:1834-1843):
+#   "^^^^ Bottom {N} Ranks with lowest  Etpt(TF): v/r, v/r,"  and  "^^^^ Top    {N} Ranks with highest Etpt(TF): ..."
+STRAGGLER_RANKS_MARK = "Ranks with "
+STRAGGLER_RANKS_RE = re.compile(r"\^\^\^\^ (Bottom|Top) +\d+ Ranks with (?:lowest|highest) +Etpt\(TF\):(.*)$")
+VALUE_RANK_RE = re.compile(r"([-+]?[\d.]+|nan|inf)[A-Za-z%]*/(\d+)")
+# Timers.log (MC core/timers.py:338-376), last rank, after a header per --timing-log-option:
+#   minmax "(min, max) time across ranks (ms):" then "    {name .....}: ({min:.2f}, {max:.2f})" (TIMER_MINMAX_RE)
+#   max    "max time across ranks (ms):"        then "    {name .....}: {max:.2f}"
+#   all    "times across ranks (ms):"           then "  {name}:" and "     rank {r:2d}: {ms:.2f}" per rank
+# Ranks whose time is 0 are left out of min and max (:330) and of the per-rank lines (:366).
+TIMERS_MARK = "across ranks (ms):"
+TIMERS_HEAD_RE = re.compile(r"(\(min, max\) time|max time|times) across ranks \(ms\):\s*$")
+TIMER_MAX_RE = re.compile(r"^    (\S+) \.*: ([\d.]+)\s*$")
+TIMER_ALL_NAME_RE = re.compile(r"^  (\S[^:]*):\s*$")
+TIMER_ALL_RANK_RE = re.compile(r"^     rank +(\d+): ([\d.]+)\s*$")
+TIMER_OPTIONS = {"(min, max) time": "minmax", "max time": "max", "times": "all"}
+
+
+def straggler_lines(
+    rtt_ms: dict, etpt_tf: dict, drtt_ms: dict | None = None, *, minmax_count: int = 1, stamp: str | None = None
+) -> list[str]:
+    """StragglerDetector.report's line(s) (MC utils.py:1814-1843) from each rank's figures: the min
+    and max of each metric with its rank; Pwr/Tmp/Utl/Clk come from the GPU (pynvml) and are 0
+    without one; with 1 < minmax_count < world, the Bottom/Top Etpt lines."""
+    now = stamp or time.strftime("%Y-%m-%d %H:%M:%S")
+    drtt = drtt_ms or {r: 0.0 for r in rtt_ms}
+
+    def mm(name: str, values: dict, unit: str) -> str:
+        lo, hi = min(values, key=values.get), max(values, key=values.get)
+        return f"Mn{name}/Rnk: {values[lo]:.2f}{unit}/{lo} | Mx{name}/Rnk: {values[hi]:.2f}{unit}/{hi}"
+
+    zero = {0: 0.0}
+    parts = [
+        mm("Rtt", rtt_ms, "ms"),
+        mm("Pwr", zero, "W"),
+        mm("Tmp", zero, "C"),
+        mm("Utl", zero, "%"),
+        mm("Clk", zero, "MHz"),
+        mm("DRtt", drtt, "ms"),
+        mm("Etpt", etpt_tf, "TF"),
+    ]
+    out = [f"{STRAGGLER_LOGGER}[{now}] | " + " | ".join(parts)]
+    if 1 < minmax_count < len(etpt_tf):
+        order = sorted(etpt_tf, key=etpt_tf.get)
+        low = "".join(f" {etpt_tf[r]:.2f}/{r}," for r in order[:minmax_count])
+        high = "".join(f" {etpt_tf[r]:.2f}/{r}," for r in order[-minmax_count:])
+        out.append(f"{STRAGGLER_LOGGER}^^^^ Bottom {minmax_count} Ranks with lowest  Etpt(TF):{low}")
+        out.append(f"{STRAGGLER_LOGGER}^^^^ Top    {minmax_count} Ranks with highest Etpt(TF):{high}")
+    return out
+
+
 def loading_line(load_dir: str, iteration: int) -> str:
     """Rank 0, MB checkpointing.py:3728-3733 (torch_dist: "distributed ")."""
     return f" loading distributed checkpoint from {load_dir} at iteration {iteration}"
@@ -467,7 +532,8 @@ ZERO_SKIPPED = f"{FIELD_SKIPPED}:   0 |"
 ZERO_NAN = f"{FIELD_NAN}:   0 |"
 ZERO_COUNTERS = f"{ZERO_SKIPPED} {ZERO_NAN}"
 # A loss ("lm loss: ", "load_balancing_loss: ", "mtp_1 loss: ") or a norm ("grad norm: ", "params
-# norm: ") whose value is not finite; as str and as bytes patterns.
+# norm: ") whose value is not finite; as str and as bytes patterns. Two patterns, each with a literal
+# start re can search for fast: one alternation "(?:loss|norm): ..." is 7x slower over a long log.
 NONFINITE_RES = tuple(
     (re.compile(p), re.compile(p.encode()))
     for p in (r"loss: [-+]?(?:nan|inf|NAN|INF)\b", r"norm: [-+]?(?:nan|inf|NAN|INF)\b")

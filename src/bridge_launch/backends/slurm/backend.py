@@ -48,6 +48,8 @@ def _measured(text: str | None, job_lead) -> dict | None:
     return {"step_s": step, "save_s": save, "lead_s": need, "job_lead_s": job_lead}
 
 
+# What the GPU-hour account reads of each job and step (sacct -o; allocations()).
+ALLOCATION_FIELDS = "JobID,State,Submit,Start,End,ElapsedRaw,NNodes,AllocTRES,NodeList"
 _STATES = {
     "PENDING": "PENDING",
     "CONFIGURING": "PENDING",
@@ -501,6 +503,17 @@ class Backend:
             reason = f"exit code {code.split(':')[0]}" if st == "FAILED" else (state if st == "CANCELLED" else "")
             seen[jid] = {"state": st, "reason": reason, "elapsed": elapsed, "nodes": nodelist}
         return seen
+
+    def allocations(self, s, ids) -> str:
+        """sacct's rows of these jobs and their steps (ALLOCATION_FIELDS, `|`-separated, times in epoch
+        seconds): when each allocation started and ended, on how many nodes and GPUs, for the GPU-hour
+        account (runs/accounting.py). LaunchError when sacct cannot answer."""
+        proc = self.command(
+            s, ["env", "SLURM_TIME_FORMAT=%s", "sacct", "-n", "-P", "-j", ",".join(ids), "-o", ALLOCATION_FIELDS]
+        )
+        if proc.returncode:
+            raise LaunchError(f"sacct could not say when the run's jobs ran: {self.first_error(proc)}")
+        return proc.stdout
 
     def read_file(self, s, path: str) -> str | None:
         if not s.get("login_host"):

@@ -183,6 +183,7 @@ def node_launcher(job) -> str:
             "# what this image (or --bridge-src) runs against the recipe's pins, said first (image_revision.py)",
             f'if [ "$SLURM_NODEID" = 0 ]; then {image_revision_command(job, py, report)} >&2 || true; fi',
         ]
+    lines.append(f'echo "{node_facts.NODE_LINE.format(host="$(hostname)")}"  # whose ranks this log holds (node_facts)')
     return "\n".join(lines) + "\n" + _NODE_LAUNCH.format(launcher=launcher, node_args=_node_args(job))
 
 
