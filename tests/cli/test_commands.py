@@ -282,18 +282,18 @@ def test_a_big_submit_on_a_terminal_shows_its_gpu_hours_and_asks(home):
 def test_a_large_sweep_asks_on_a_terminal_and_not_elsewhere(home):
     from conftest import FAST, on_a_terminal, run_cli, write
 
-    write(home / "clusters" / "few.toml", 'name = "few"\nextends = "local"\nconfirm_runs = 2\n')
-    words = ["submit", "smoke", "-c", "few", "--sweep", "train.train_iters=range(1,4)", *FAST]
+    write(home / "clusters" / "few.toml", 'name = "few"\nextends = "local"\nconfirm_runs = 1\n')
+    words = ["submit", "smoke", "-c", "few", "--sweep", "train.train_iters=range(1,3)", *FAST]
     code, out, err = on_a_terminal(words, "n\n")
-    assert code == 1 and "experiment " in out and ": 3 runs on few" in out and "Submit 3 runs?" in out, out + err
+    assert code == 1 and "experiment " in out and ": 2 runs on few" in out and "Submit 2 runs?" in out, out + err
     assert run_cli("status", "-o", "json").json() == []
     code, out, err = on_a_terminal(words, "y\n")
-    assert code == 0 and "3 runs submitted" in out, out + err
+    assert code == 0 and "2 runs submitted" in out, out + err
     r = run_cli(*words)  # off a terminal nothing asks (and --yes is not needed)
-    assert r.code == 0 and "3 runs submitted" in r.out and "Submit" not in r.out, r.out + r.err
+    assert r.code == 0 and "2 runs submitted" in r.out and "Submit" not in r.out, r.out + r.err
     code, out, _ = on_a_terminal([*words, "--yes"], "")
-    assert code == 0 and "Submit 3 runs?" not in out
-    assert len(run_cli("status", "-o", "json").json()) == 9
-    deadline = time.time() + 240  # the nine local runs end before their state dir goes
+    assert code == 0 and "Submit 2 runs?" not in out
+    assert len(run_cli("status", "-o", "json").json()) == 6
+    deadline = time.time() + 240  # the six local runs end before their state dir goes
     while time.time() < deadline and any(x["state"] == "RUNNING" for x in run_cli("status", "-o", "json").json()):
         time.sleep(2)
