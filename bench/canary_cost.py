@@ -33,15 +33,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "scripts" / "bridge"))
 CLI = [sys.executable, "-m", "bridge_launch.cli.app"]
-# the seed's topology is for 32 GB200s; these fit it to the local cluster's 4 ranks
-FIT = [
-    "train.train_iters=2",
-    "model.tensor_model_parallel_size=1",
-    "model.context_parallel_size=1",
-    "model.expert_model_parallel_size=4",
-    "model.sequence_parallel=false",
-    "train.global_batch_size=4",
-]
+import realbridge  # noqa: E402 - scripts/bridge, on the path above
+
+FIT = realbridge.VL_FIT_4_RANKS  # the seed's 32-GPU topology fitted to 4 ranks
 
 
 def cli(*args, env):
@@ -70,8 +64,6 @@ def setup(root: Path) -> tuple[dict, list]:
     (it / "metadata.json").write_text(json.dumps({"sharded_backend": "torch_dist", "sharded_backend_version": 1}))
     (it / ".metadata").write_text("dcp")
     (root / "ckpt" / "latest_checkpointed_iteration.txt").write_text("1")
-    import realbridge
-
     from bridge_launch.core import upstream
 
     realbridge.hf_home(root / "hf")

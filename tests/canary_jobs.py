@@ -18,15 +18,7 @@ from conftest import REPO, WORKLOADS
 
 VL_FUNCTION = "qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config"  # the seed's VL SFT recipe
 VL_MODULE = str(recipes.BRIDGE_RECIPES_DIR / "qwen35_vl_gb200.py")  # its function: bridge-launch ships it
-# the seed's topology is for 32 GB200s; these fit it to 4 ranks (validate() checks them)
-FIT = [
-    "train.train_iters=2",
-    "model.tensor_model_parallel_size=1",
-    "model.context_parallel_size=1",
-    "model.expert_model_parallel_size=4",
-    "model.sequence_parallel=false",
-    "train.global_batch_size=4",
-]
+FIT = realbridge.VL_FIT_4_RANKS  # the seed's 32-GPU topology fitted to 4 ranks
 
 
 @functools.cache

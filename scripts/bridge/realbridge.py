@@ -52,6 +52,17 @@ def image_tree(env: dict, rev: upstream.Revision) -> Path:
 
 STANDINS_IN_CONTAINER = "/opt/bridge-launch-standins"  # scripts/bridge, read-only
 
+# The seed's Qwen3.5-VL SFT topology is for 32 GB200s; these overrides fit it to the local cluster's 4
+# ranks (2 nodes x 2), which validate() checks: the canary's tests and bench/canary_cost.py use them.
+VL_FIT_4_RANKS = [
+    "train.train_iters=2",
+    "model.tensor_model_parallel_size=1",
+    "model.context_parallel_size=1",
+    "model.expert_model_parallel_size=4",
+    "model.sequence_parallel=false",
+    "train.global_batch_size=4",
+]
+
 
 def container(env: dict, rev: upstream.Revision, hf: str | None = None) -> tuple[list[str], dict]:
     """(mounts, environment) that give a job in the local test image the real Megatron-Bridge at

@@ -36,14 +36,14 @@ def test_a_slowed_run_fails_the_timing_rules_and_the_throughput_criterion_not_th
         assert r.code == 1 and j["verdicts"]["loss"] is True and j["verdicts"]["timing"] is False, (rules, j)
         assert next(c for c in j["checks"] if c["rule"] == timing)["status"] == "fail"
     assert run_cli("compare", ref, ref, "--rules", "megatron-bridge").code == 0
-    # check's throughput criterion against the reference's step time, with where the time went
-    ref_step = run_cli("status", ref, "-o", "json").json()[0]["metrics"]["step_time_s"]
-    r = run_cli("check", slow, "--expect-step-time", f"{ref_step}", "--only", "throughput", "-o", "json")
+    # check's throughput criterion against an expected 0.1 s a step (the reference's steps take about 0.05 s,
+    # the slowed run's about 0.3 s), with where the time went
+    r = run_cli("check", slow, "--expect-step-time", "0.1", "--only", "throughput", "-o", "json")
     crit = r.json()["results"][0]["criteria"][0]
     assert r.code == 1 and "slower, more than 20%; where the time went: step " in crit["evidence"], crit
     assert "forward-backward" in crit["evidence"] and "(data wait " in crit["evidence"]
-    r = run_cli("check", ref, "--expect-step-time", f"{ref_step}", "--only", "throughput")
-    assert r.code == 0, r.out
+    r = run_cli("check", ref, "--expect-step-time", "0.1", "--only", "throughput")
+    assert r.code == 0 and "faster" in r.out, r.out
 
 
 @pytest.mark.usefixtures("slurm", "home")
