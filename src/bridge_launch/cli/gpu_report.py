@@ -5,9 +5,6 @@ a chart in the terminal without it."""
 
 from __future__ import annotations
 
-import html
-import io
-import os
 import sys
 import time
 
@@ -259,7 +256,7 @@ def draw(path: str, bars: list, total: dict, title: str) -> None:
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    from bridge_launch.cli.plot import check_path
+    from bridge_launch.cli.plot import check_path, save
 
     ext = check_path(path)
     rows = [("total", total), *bars]
@@ -277,16 +274,4 @@ def draw(path: str, bars: list, total: dict, title: str) -> None:
     ax.grid(True, axis="x", alpha=0.3)
     ax.legend(fontsize=8, ncols=len(CATEGORIES), loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.4 / len(rows)))
     fig.tight_layout()
-    if ext == ".html":
-        buf = io.StringIO()
-        fig.savefig(buf, format="svg")
-        svg = buf.getvalue()
-        svg = svg[svg.index("<svg") :]
-        page = (
-            f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title></head>\n'
-            f"<body>\n<h1>{html.escape(title)}</h1>\n{svg}\n<p>{time.strftime('%Y-%m-%d %H:%M')}</p>\n</body></html>\n"
-        )
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(page)
-    else:
-        fig.savefig(os.fspath(path), format=ext[1:])
+    save(fig, path, ext, title, [time.strftime("%Y-%m-%d %H:%M")])

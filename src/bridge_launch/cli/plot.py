@@ -83,20 +83,26 @@ def draw(path: str, series: list, reference: int, metric: str, rtol: float, titl
     bottom.grid(True, alpha=0.3)
     bottom.legend(fontsize=8)
     fig.tight_layout()
-    if ext == ".html":
-        buf = io.StringIO()
-        fig.savefig(buf, format="svg")
-        svg = buf.getvalue()
-        svg = svg[svg.index("<svg") :]
-        body = "\n".join(f"<li>{html.escape(s)}</li>" for s in summary)
-        page = (
-            f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title></head>\n'
-            f"<body>\n<h1>{html.escape(title)}</h1>\n{svg}\n<ul>\n{body}\n</ul>\n</body></html>\n"
-        )
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(page)
-    else:
-        fig.savefig(path, format=ext[1:])
+    save(fig, path, ext, title, summary)
+
+
+def save(fig, path: str, ext: str, title: str, notes) -> None:
+    """A matplotlib figure to PNG or SVG, or to an HTML page holding the SVG, its title and `notes`
+    as a list (compare's, check's and report's plots)."""
+    if ext != ".html":
+        fig.savefig(os.fspath(path), format=ext[1:])
+        return
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg")
+    svg = buf.getvalue()
+    svg = svg[svg.index("<svg") :]
+    body = "\n".join(f"<li>{html.escape(s)}</li>" for s in notes)
+    page = (
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title></head>\n'
+        f"<body>\n<h1>{html.escape(title)}</h1>\n{svg}\n<ul>\n{body}\n</ul>\n</body></html>\n"
+    )
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(page)
 
 
 def terminal(series: list, reference: int, metric: str, width: int = 72, height: int = 14) -> str:
