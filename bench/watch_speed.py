@@ -6,6 +6,9 @@
   bridge-launch check LOG of a 100,000-iteration log
     (every criterion of the hardware gate)            vs  python -c 're.findall(r"lm loss: (\\S+)", open(LOG).read())'
                                                                                           goal <= 2x
+  bridge-launch compare A B of two 100,000-iteration logs
+    (loss parity, the timing and memory lines)         vs  the same findall over each of A and B, in one process
+                                                                                          goal <= 2x
 
 The logs are what the smoke workload prints on Slurm (trainer_protocol's builders, rank-prefixed):
 a Step Time line and an iteration line every step, a save every 1,000 steps, the post-training
@@ -29,7 +32,8 @@ PY = sys.executable
 BL = [PY, "-m", "bridge_launch.cli.app"]
 
 
-def write_log(path: Path, n: int) -> None:
+def write_log(path: Path, n: int, scale: float = 1.0) -> None:
+    """`scale` multiplies the loss (B of the compare: 0.1% off A, within parity's 2%)."""
     from bridge_launch.workloads import trainer_protocol as P
 
     with open(path, "w") as fh:
@@ -45,7 +49,7 @@ def write_log(path: Path, n: int) -> None:
                     elapsed_ms=1230.4,
                     lr=3e-4,
                     global_batch=512,
-                    losses={"lm loss": 10.0 * math.exp(-s / (n / 4)) + 2.0, "load_balancing_loss": 1.01},
+                    losses={"lm loss": scale * (10.0 * math.exp(-s / (n / 4)) + 2.0), "load_balancing_loss": 1.01},
                     loss_scale=1.0,
                     grad_norm=1.2345,
                     skipped=0,
@@ -101,13 +105,16 @@ def main() -> int:
         run_id = finished_run(one, 10_000)
         big = Path(logs) / "train.log"
         write_log(big, 100_000)
+        ref = Path(logs) / "reference.log"
+        write_log(ref, 100_000, scale=1.001)
         print(
             "(a 10,000-step log: "
             f"{(Path(one) / 'runs' / run_id / 'logs' / (run_id + '.log')).stat().st_size / 1e6:.1f} MB;"
             f" the 100,000-iteration log: {big.stat().st_size / 1e6:.1f} MB)"
         )
         env_many, env_one = bench_env(many), bench_env(one)
-        baseline = [PY, "-c", "import re, sys; re.findall(r'lm loss: (\\S+)', open(sys.argv[1]).read())", str(big)]
+        findall = "import re, sys; [re.findall(r'lm loss: (\\S+)', open(p).read()) for p in sys.argv[1:]]"
+        baseline = [PY, "-c", findall, str(big)]
         t: dict = {}
         for _ in range(args.repeats):  # interleaved, so that load on the machine hits every case alike
             for name, env, cmd in (
@@ -116,6 +123,8 @@ def main() -> int:
                 ("status RUN", env_one, [*BL, "status", run_id]),
                 ("findall", env_one, baseline),
                 ("check", env_one, [*BL, "check", str(big)]),
+                ("findall A B", env_one, [PY, "-c", findall, str(big), str(ref)]),
+                ("compare", env_one, [*BL, "compare", str(big), str(ref)]),
             ):
                 t.setdefault(name, []).append(compare({name: cmd}, 1, env=env)[name])
     med = {k: sorted(v)[len(v) // 2] for k, v in t.items()}
@@ -131,6 +140,13 @@ def main() -> int:
                 "max",
             ),
             ("check, 100,000-iteration log  vs  one re.findall", med["check"], med["findall"], 2.0, "max"),
+            (
+                "compare, two 100,000-iteration logs  vs  re.findall of each",
+                med["compare"],
+                med["findall A B"],
+                2.0,
+                "max",
+            ),
         ]
     )
 

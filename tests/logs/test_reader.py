@@ -248,6 +248,81 @@ def test_segments_and_restarts_are_read_in_order():
     assert [i.step for i in log.iterations] == [1, 2, 3] and log.final().step == 3
 
 
+def _line(s: int, loss: float | None = None, **extra) -> str:
+    return P.iteration_line(
+        iteration=s,
+        train_iters=20,
+        consumed=s * 8,
+        elapsed_ms=100.0 + s,
+        lr=1e-4,
+        global_batch=8,
+        losses={} if loss is None else {"lm loss": loss},
+        loss_scale=1.0,
+        grad_norm=1.0,
+        skipped=0,
+        nan=0,
+        **extra,
+    )
+
+
+def _restarted_texts(binary: bool) -> list:
+    """Three texts: a first attempt to 9; a second that loaded 5 and ran 6..12 (with a requeue in its
+    own file: the step goes back to 8 and on to 14); a third that started again at 12 with a
+    loss that is not a number at 13."""
+    first = "\n".join(_line(s, 10.0 - s / 4) for s in range(1, 10))
+    second = "\n".join(
+        [P.loaded_line("/c", 5)]
+        + [_line(s, 9.0 - s / 4) for s in range(6, 13)]
+        + ["[rank0]: " + P.step_time_line(0.1, 12.5)]
+        + [_line(s, 8.0 - s / 4) for s in range(8, 15)]
+    )
+    third = "\n".join(
+        [P.starting_line(11), _line(12, 7.0), _line(13, 6.0).replace("6.000000E+00", "nan?"), _line(14, 5.0)]
+    )
+    texts = [first, second, third]
+    return [t.encode() for t in texts] if binary else texts
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_columns_read_by_findall_equal_the_line_by_line_reading(binary):
+    """series / float_series / steps read as columns (two findalls per text, the restarts cut alike)
+    give what reading every iteration line gives; a text whose lines do not all carry the field
+    is read line by line."""
+    texts = _restarted_texts(binary)
+    lines = Log(texts)
+    by_line = {k: (lines.iterations and lines.series(k)) for k in ("lm loss", P.FIELD_ELAPSED_MS, "nope")}
+    assert [i.step for i in lines.iterations] == list(range(1, 15))
+    for key, want in by_line.items():
+        col = Log(texts)
+        assert col._column(key) is not None or key == "nope"
+        assert col.series(key) == want, key
+        floats = Log(texts).float_series(key)
+        assert floats.keys() == want.keys()
+        assert all(
+            floats[s] == (v if isinstance(v, float) else math.inf if isinstance(v, str) else float(v))
+            for s, v in want.items()
+        ), key
+    assert Log(texts).steps == list(range(1, 15))
+    assert Log(texts).series()[13] == "nan?" and math.isinf(Log(texts).float_series()[13])
+    # a line without the loss (fp16 skips it until the loss scale settles): line by line, same answer
+    gap = texts[:2] + [texts[2] + (b"\n" if binary else "\n") + (_line(15).encode() if binary else _line(15))]
+    assert Log(gap)._column("lm loss") is None
+    g = Log(gap)
+    assert g.series() == (lambda x: (x.iterations, x.series())[1])(Log(gap)) and 15 not in g.series()
+    assert Log(gap).steps[-1] == 15
+
+
+def test_a_mapped_log_reads_like_a_read_one(tmp_path):
+    text = "\n".join(_line(s, 3.0 - s / 100) for s in range(1, 20)) * 1 + "\n"
+    path = tmp_path / "big.log"
+    path.write_text(text * (1 + (1 << 20) // len(text)))  # over a MiB: mapped
+    mapped, read = Log.of_files([path], mapped=True), Log.of_files([path])
+    assert not isinstance(mapped.raw[0], bytes) and isinstance(read.raw[0], bytes)
+    assert mapped.float_series() == read.float_series() and mapped.keys() == read.keys()
+    assert mapped.texts == read.texts and mapped.final().step == 19
+    assert mapped.tally() == read.tally()
+
+
 def test_the_gate_counts_agree_with_the_lines():
     """The whole-log counts the gate uses on long logs (Log.tally) agree with reading every line."""
     for text in (MB_DOCS_MTP, BIONEMO_1357, MLM_756, NCCL_743, MDS_396, EPFL_11):

@@ -822,6 +822,36 @@ def _with_shells(argv: list[str]) -> list[str]:
     return out
 
 
+# The commands a command reads from the group at run time: diff parses each side with submit's parser.
+_USES = {"diff": ("submit",)}
+
+
+def _app_for(argv: list[str]) -> typer.Typer:
+    """The app holding only the command `argv` names: Typer builds the click parameters of every
+    command it holds on each run (about 8 ms of every command here), and one command is all a run
+    dispatches to. Anything else (no command, an option first, a name that is not a command) gets
+    the whole app, for its help and its "No such command" with the names it knows."""
+    import copy
+
+    from typer.main import get_command_name
+
+    if not argv or argv[0].startswith("-"):
+        return app
+    name = argv[0]
+    wanted = {name, *_USES.get(name, ())}
+    commands = [
+        c
+        for c in app.registered_commands
+        if (c.name or get_command_name(c.callback.__name__)) in wanted  # type: ignore[union-attr]
+    ]
+    groups = [g for g in app.registered_groups if g.name == name]
+    if not commands and not groups:
+        return app
+    narrow = copy.copy(app)
+    narrow.registered_commands, narrow.registered_groups = commands, groups
+    return narrow
+
+
 def main() -> None:
     import json
     import os
@@ -839,8 +869,9 @@ def main() -> None:
         from typer._completion_classes import completion_init
 
         completion_init()  # Typer's bash/zsh/fish/PowerShell completion classes
+    cli = app if os.environ.get("_BRIDGE_LAUNCH_COMPLETE") else _app_for(argv)
     try:
-        code = app(args=argv, prog_name="bridge-launch", standalone_mode=False)
+        code = cli(args=argv, prog_name="bridge-launch", standalone_mode=False)
     except BridgeLaunchError as exc:
         fail(str(exc), exc.exit_code)
     except _ClickException as exc:

@@ -59,9 +59,10 @@ def sources(reg, words: list[str], *, expand_experiments: bool = True) -> tuple[
     return out, group
 
 
-def _log_of(reg, src: Source) -> Log:
+def _log_of(reg, src: Source, *, mapped: bool = False) -> Log:
+    """The source's output; `mapped`: a long log file mapped, not read (compare reads a few columns)."""
     if src.kind == "log":
-        return Log.of_files([src.path])
+        return Log.of_files([src.path], mapped=mapped)
     from bridge_launch.runs import monitor
 
     log = monitor.lineage_log(reg, src.run)
@@ -322,11 +323,11 @@ def compare(
             metrics.append(rulesets.from_golden(src.path, s.values, src.label))
         else:
             label = f"{src.member} [{src.label}]" if src.member else src.label
-            log = _log_of(reg, src)
+            log = _log_of(reg, src, mapped=True)
             _check_metric(log, metric, src.label)
             s = parity.log_series(log, metric, label, src.kind)
             series.append(s)
-            metrics.append(rulesets.from_log(log, metric, label, src.kind, rules=rules, loss=s.values))
+            metrics.append(rulesets.from_log(log, metric, label, src.kind, loss=s.values))
     # A against B; in an experiment every run against its first
     ref = 1 if group is None else 0
     pairs = [(i, ref) for i in range(len(series)) if i != ref]
@@ -464,7 +465,7 @@ def _series(reg, src: Source, metric: str):
     if src.kind == "golden":
         return parity.golden_series(str(src.path), metric, src.label)
     label = f"{src.member} [{src.label}]" if src.member else src.label
-    log = _log_of(reg, src)
+    log = _log_of(reg, src, mapped=True)
     _check_metric(log, metric, src.label)
     return parity.log_series(log, metric, label, src.kind)
 

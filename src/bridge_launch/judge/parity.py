@@ -9,7 +9,9 @@ top of that, the final value within its own tolerance. Defaults: rtol 2%, final 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+import operator
+from dataclasses import dataclass, field, fields
+from itertools import repeat
 
 from bridge_launch.core.errors import UsageError
 from bridge_launch.judge import rulesets
@@ -73,8 +75,7 @@ def golden_series(path: str, metric: str, label: str | None = None) -> Series:
 
 
 def log_series(log, metric: str, label: str, kind: str = "log") -> Series:
-    values = {s: _float(v) for s, v in log.series(metric).items()}
-    return Series(label, values, kind)
+    return Series(label, log.float_series(metric), kind)
 
 
 @dataclass
@@ -94,12 +95,18 @@ class Comparison:
     final: dict | None  # {"step", "a", "b", "rel", "ok"}
     parity: bool
     problems: list = field(default_factory=list)
-    rows: list = field(default_factory=list)  # (step, a, b, rel) for every aligned step
+    aligned: tuple = field(default=((), (), ()), repr=False)  # (steps, A's values, B's values) in step order
+
+    @property
+    def rows(self) -> list:
+        """(step, a, b, rel) for every aligned step."""
+        steps, xs, ys = self.aligned
+        return [(s, x, y, _rel(x, y)) for s, x, y in zip(steps, xs, ys, strict=True)]
 
     def to_dict(self, rows: bool = False) -> dict:
-        d = asdict(self)
-        if not rows:
-            d.pop("rows")
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "aligned"}
+        if rows:
+            d["rows"] = self.rows
         return d
 
 
@@ -112,17 +119,30 @@ def _rel(a: float, b: float) -> float:
 
 
 def _pearson(xs: list, ys: list) -> float | None:
-    pairs = [(x, y) for x, y in zip(xs, ys, strict=False) if finite(x) and finite(y)]
-    n = len(pairs)
+    if not (math.isfinite(sum(xs)) and math.isfinite(sum(ys))):  # a sum is finite only if every term is
+        pairs = [(x, y) for x, y in zip(xs, ys, strict=False) if finite(x) and finite(y)]
+        xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
+    n = len(xs)
     if n < 2:
         return None
-    mx = sum(p[0] for p in pairs) / n
-    my = sum(p[1] for p in pairs) / n
-    sxx = sum((p[0] - mx) ** 2 for p in pairs)
-    syy = sum((p[1] - my) ** 2 for p in pairs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    dx = list(map(operator.sub, xs, repeat(mx)))
+    dy = list(map(operator.sub, ys, repeat(my)))
+    sxx = sum(map(operator.mul, dx, dx))
+    syy = sum(map(operator.mul, dy, dy))
     if sxx == 0 or syy == 0:
         return 1.0 if sxx == syy else None
-    return sum((p[0] - mx) * (p[1] - my) for p in pairs) / math.sqrt(sxx * syy)
+    return sum(map(operator.mul, dx, dy)) / math.sqrt(sxx * syy)
+
+
+def _rels(xs: list, ys: list) -> list:
+    """_rel of every pair: one division each where every value is finite and no reference is 0."""
+    if math.isfinite(sum(xs)) and math.isfinite(sum(ys)):  # a sum is finite only if every term is
+        try:
+            return list(map(operator.truediv, map(operator.sub, xs, ys), map(abs, ys)))
+        except ZeroDivisionError:
+            pass
+    return list(map(_rel, xs, ys))
 
 
 def compare(
@@ -136,27 +156,48 @@ def compare(
     final_rtol: float = 0.03,
 ) -> Comparison:
     """`a` against the reference `b`, on the steps both have."""
-    common = sorted(set(a.values) & set(b.values))
+    av, bv = a.values, b.values
+    common = sorted(bv) if av.keys() == bv.keys() else sorted(av.keys() & bv.keys())
     problems = []
-    if not a.values:
+    if not av:
         problems.append(f"{a.label} has no '{metric}' values")
-    if not b.values:
+    if not bv:
         problems.append(f"{b.label} has no '{metric}' values")
-    rows = [(s, a.values[s], b.values[s], _rel(a.values[s], b.values[s])) for s in common]
-    close = [finite(x) and finite(y) and abs(x - y) <= atol + rtol * abs(y) for _, x, y, _ in rows]
-    n = len(rows)
-    outside = n - sum(close)
+    xs = list(map(av.__getitem__, common))
+    ys = list(map(bv.__getitem__, common))
+    # np.isclose, a value that is not finite never close: |x - y| <= atol + rtol |y| is false for a
+    # NaN on either side and for an infinite x; an infinite y is ruled out by the bounds on y
+    if math.isfinite(sum(xs)) and math.isfinite(sum(ys)):  # every value finite: the bound alone, in C loops
+        close = list(
+            map(
+                operator.le,
+                map(abs, map(operator.sub, xs, ys)),
+                map(operator.add, repeat(atol), map(operator.mul, repeat(rtol), map(abs, ys))),
+            )
+        )
+    else:
+        close = [finite(x) and finite(y) and abs(x - y) <= atol + rtol * abs(y) for x, y in zip(xs, ys, strict=True)]
+    n = len(common)
+    outside = close.count(False)
     limit = allowed if allowed is not None else allowed_outside(n)
-    first = next(
-        ({"step": r[0], "a": r[1], "b": r[2], "rel": r[3]} for r, ok in zip(rows, close, strict=False) if not ok), None
-    )
-    # the largest difference by size, reported with its sign (A below B is negative, as in the rows)
-    worst = max(((abs(r[3]), r[0], r[3]) for r in rows), default=None)
+    first = None
+    if outside:
+        k = close.index(False)
+        first = {"step": common[k], "a": xs[k], "b": ys[k], "rel": _rel(xs[k], ys[k])}
+    # the largest difference by size, reported with its sign (A below B is negative, as in the rows);
+    # of equal sizes, the later step
+    rels = _rels(xs, ys)
+    worst = None
+    if rels:
+        sizes = list(map(abs, rels))
+        top = max(sizes)
+        k = n - 1 - sizes[::-1].index(top)
+        worst = (top, common[k], rels[k])
     final = None
-    if b.values:
-        last_ref = max(b.values)
-        if last_ref in a.values:
-            x, y = a.values[last_ref], b.values[last_ref]
+    if bv:
+        last_ref = max(bv)
+        if last_ref in av:
+            x, y = av[last_ref], bv[last_ref]
             rel = _rel(x, y)
             final = {
                 "step": last_ref,
@@ -166,14 +207,14 @@ def compare(
                 "ok": finite(x) and finite(y) and abs(x - y) <= atol + final_rtol * abs(y),
             }
         else:
-            have = max(a.values) if a.values else None
+            have = max(av) if av else None
             problems.append(
                 f"{a.label} has no value at the reference's last step {last_ref}"
                 + (f" (it ends at {have})" if have is not None else "")
             )
-    if not n and a.values and b.values:
-        problems.append(f"no step in common (A: {min(a.values)}..{max(a.values)}, B: {min(b.values)}..{max(b.values)})")
-    corr = _pearson([r[1] for r in rows], [r[2] for r in rows])
+    if not n and av and bv:
+        problems.append(f"no step in common (A: {min(av)}..{max(av)}, B: {min(bv)}..{max(bv)})")
+    corr = _pearson(xs, ys)
     parity = bool(n) and outside <= limit and final is not None and final["ok"] and not problems
     return Comparison(
         a.label,
@@ -191,7 +232,7 @@ def compare(
         final,
         parity,
         problems,
-        rows,
+        (common, xs, ys),
     )
 
 
@@ -218,12 +259,14 @@ def render(c: Comparison, *, rows: int = 8) -> str:
         )
     for p in c.problems:
         out.append(f"  ! {p}")
-    if c.rows and rows:
+    if c.steps and rows:
+        steps, xs, ys = c.aligned
         pick = _sample(c, rows)
         out.append(f"  {'step':>8}  {'A':>12}  {'B':>12}  {'A vs B':>9}")
         prev = None
         for i in pick:
-            s, x, y, r = c.rows[i]
+            s, x, y = steps[i], xs[i], ys[i]
+            r = _rel(x, y)
             if prev is not None and i != prev + 1:
                 out.append(f"  {'...':>8}")
             out.append(f"  {s:>8}  {_g(x):>12}  {_g(y):>12}  {_pct(r):>9}")
@@ -233,10 +276,12 @@ def render(c: Comparison, *, rows: int = 8) -> str:
 
 
 def _sample(c: Comparison, n: int) -> list[int]:
-    idx = set(range(min(3, len(c.rows)))) | set(range(max(0, len(c.rows) - 3), len(c.rows)))
+    """Indices into the aligned steps: the first and last three, and around the first step outside."""
+    total = c.steps
+    idx = set(range(min(3, total))) | set(range(max(0, total - 3), total))
     if c.first_outside:
-        k = next(i for i, r in enumerate(c.rows) if r[0] == c.first_outside["step"])
-        idx |= {i for i in (k - 1, k, k + 1) if 0 <= i < len(c.rows)}
+        k = c.aligned[0].index(c.first_outside["step"])
+        idx |= {i for i in (k - 1, k, k + 1) if 0 <= i < total}
     return sorted(idx)[: max(n, 9)]
 
 

@@ -55,19 +55,6 @@ RULE_SETS: dict[str, tuple[Rule, ...]] = {
             "outside (or --allowed); the final step within --final-rtol (3%)",
             f"bridge-launch judge/parity.py, after {COMMON}:271-282",
         ),
-        Rule(
-            "timing",
-            "timing",
-            "information, not judged: mean iteration time (and GPU utilization where printed) after the first "
-            "10% of B's steps, A against B",
-            f"bridge-launch; the window is {EVALUATE}:368-373",
-        ),
-        Rule(
-            "memory",
-            "memory",
-            "information, not judged: alloc and max_alloc (first report), max_reserved (largest), A against B",
-            f"bridge-launch; the values are {EVALUATE}:120-132",
-        ),
     ),
     "megatron-bridge": (
         Rule(

@@ -1,6 +1,8 @@
 """Named rule sets for `compare`: A judged against the reference B on loss, timing and memory, the
 way Megatron-Bridge's performance scripts (evaluate.py) and Megatron-LM's functional tests judge a
-run, or by bridge-launch's own loss parity (parity.py) with timing and memory as information.
+run, or by bridge-launch's own loss parity (parity.py), the default: loss alone, as compare judged before
+the rule sets (a loss-parity check should not start failing on a noisy machine's timing, nor read a
+long log's timing and memory lines it does not judge).
 
 Every rule is data (RULE_SETS: what it checks, its thresholds, its source at the pinned commits)
 and the judging is small pure functions over `Metrics` (the per-step values a log or a golden-values
@@ -62,6 +64,16 @@ class Metrics:
     memory_steps: dict = field(default_factory=dict)  # {"mem-allocated-bytes": {step: bytes}, ...}
     totals: dict = field(default_factory=dict)  # {series: N} a golden-values file's (end - start) / interval + 1
     notes: list = field(default_factory=list)
+    # {series name: a function that reads it}: a series read only when a rule asks for it (`get`)
+    loaders: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def get(self, name: str) -> dict:
+        """The series `name` ("iter_ms", ...), read now where it was left to read on demand (one set
+        on the object in the meantime wins)."""
+        load = self.loaders.pop(name, None)
+        if load is not None and not getattr(self, name):
+            setattr(self, name, load())
+        return getattr(self, name)
 
 
 def _f(v) -> float:
@@ -69,10 +81,6 @@ def _f(v) -> float:
         return float(v)
     except (TypeError, ValueError):
         return math.inf  # Megatron-LM's harness: a string ("nan") is inf (common.py:253-265)
-
-
-def _floats(d: dict) -> dict:
-    return {s: _f(v) for s, v in d.items()}
 
 
 # Memory report names: MB train_utils.py:166-177, 1195-1213 (GB, 1e9); MC common_utils.py:320-334 (MB, 1024**2)
@@ -85,29 +93,44 @@ MB_NAMES = {"alloc": "allocated", "max_alloc": "max allocated", "max_reserved": 
 STEP_MEMORY = {"mem-allocated-bytes": "alloc", "mem-max-allocated-bytes": "max_alloc"}
 
 
-def from_log(log, metric: str, label: str, kind: str = "log", *, rules: str | None = None, loss=None) -> Metrics:
-    """What a run's output carries (logs.reader.Log): iteration-line fields, the `GPU utilization:`
-    lines zipped with the iteration lines by position, as evaluate.py does (:135-142), and memory
-    reports (alloc and max_alloc the first, max_reserved the largest: evaluate.py:120-132). With
-    `rules`, only the series that rule set reads; `loss`: the loss values when already read."""
+def from_log(log, metric: str, label: str, kind: str = "log", *, loss=None) -> Metrics:
+    """What a run's output carries (logs.reader.Log), each series read when a rule asks for it
+    (`Metrics.get`): iteration-line fields, the `GPU utilization:` lines zipped with the iteration
+    lines by position, as evaluate.py does (:135-142), and memory reports (alloc and max_alloc the
+    first, max_reserved the largest: evaluate.py:120-132). `loss`: the loss values when already read."""
     from bridge_launch.workloads import trainer_protocol as P
 
     m = Metrics(label, kind)
-    m.loss = dict(loss) if loss is not None else _floats(log.series(metric))
-    m.iter_ms = _floats(log.series(P.FIELD_ELAPSED_MS))
-    if rules in (None, "megatron-lm"):
-        m.num_zeros = _floats(log.series(P.FIELD_NUM_ZEROS))
-    if rules in (None, "megatron-bridge"):
-        m.grad_norm = _floats(log.series(P.FIELD_GRAD_NORM))
-    util = log.step_times
-    if util:
-        its = log.iterations
-        m.gpu_util = {it.step: t for it, (_, t) in zip(its, util, strict=False)}
-        if len(util) != len(its):
-            m.notes.append(
-                f"{len(util)} `GPU utilization:` lines and {len(its)} iteration lines, zipped by position as "
-                "evaluate.py does (:135-142)"
-            )
+    m.loss = dict(loss) if loss is not None else log.float_series(metric)
+    m.loaders.update(
+        iter_ms=lambda: log.float_series(P.FIELD_ELAPSED_MS),
+        num_zeros=lambda: log.float_series(P.FIELD_NUM_ZEROS),
+        grad_norm=lambda: log.float_series(P.FIELD_GRAD_NORM),
+        gpu_util=lambda: _gpu_util(log, m),
+        memory=lambda: _memory(log, m, "memory"),
+        memory_steps=lambda: _memory(log, m, "memory_steps"),
+    )
+    return m
+
+
+def _gpu_util(log, m: Metrics) -> dict:
+    util = log.gpu_utilization
+    if not util:
+        return {}
+    steps = log.steps
+    if len(util) != len(steps):
+        m.notes.append(
+            f"{len(util)} `GPU utilization:` lines and {len(steps)} iteration lines, zipped by position as "
+            "evaluate.py does (:135-142)"
+        )
+    return dict(zip(steps, util, strict=False))
+
+
+def _memory(log, m: Metrics, which: str) -> dict:
+    """The memory reports as `memory` (GB by evaluate.py's keys) and `memory_steps` (bytes per step
+    by Megatron-LM's series names), both read at once."""
+    memory: dict = {}
+    steps: dict = {}
     for rep in log.memory:
         names, scale = (GB_NAMES, 1.0) if rep["unit"] == "GB" else (MB_NAMES, 1024**2 / 1e9)
         for key, name in names.items():
@@ -116,13 +139,15 @@ def from_log(log, metric: str, label: str, kind: str = "log", *, rules: str | No
                 continue
             gb = v * scale
             if key == "max_reserved":
-                m.memory[key] = max(m.memory.get(key, gb), gb)
+                memory[key] = max(memory.get(key, gb), gb)
             else:
-                m.memory.setdefault(key, gb)
+                memory.setdefault(key, gb)
             for series, k in STEP_MEMORY.items():
                 if k == key:
-                    m.memory_steps.setdefault(series, {}).setdefault(rep["step"], gb * 1e9)
-    return m
+                    steps.setdefault(series, {}).setdefault(rep["step"], gb * 1e9)
+    m.loaders.pop("memory_steps" if which == "memory" else "memory", None)
+    m.memory, m.memory_steps = memory, steps
+    return memory if which == "memory" else steps
 
 
 def read_golden(path: str) -> dict:
@@ -254,8 +279,14 @@ def _ok(x) -> bool:
 
 
 def _mean(xs: list) -> float | None:
-    xs = [x for x in xs if _ok(x)]
-    return sum(xs) / len(xs) if xs else None  # np.nanmean
+    try:
+        total = sum(xs)
+    except TypeError:
+        total = math.nan
+    if not math.isfinite(total):  # a value that is not a finite number is left out (np.nanmean)
+        xs = [x for x in xs if _ok(x)]
+        total = sum(xs)
+    return total / len(xs) if xs else None
 
 
 def _median(xs: list) -> float | None:
@@ -383,7 +414,7 @@ def mb_loss(a: Metrics, b: Metrics, rules: str = "megatron-bridge") -> list[Chec
             outliers=outliers,
         )
     )
-    if a.grad_norm:
+    if a.get("grad_norm"):
         bad_gn = next((s for s, v in sorted(a.grad_norm.items()) if not _ok(v)), None)
         out.append(
             _check(
@@ -404,19 +435,25 @@ def timing_window(steps: list) -> list:
     return steps[max(1, int(len(steps) * MB_SKIP_TIME)) :]
 
 
-def mb_timing(a: Metrics, b: Metrics, rules: str = "megatron-bridge", judged: bool = True) -> Check:
+def mb_timing(a: Metrics, b: Metrics, rules: str = "megatron-bridge") -> Check:
     """validate_performance (evaluate.py:331-446): the means over B's steps after the first 10%;
     signed_diff = (A - B) / B beyond ±5% fails (:379-382). Where either side has no `GPU
     utilization:` line, the iteration time in its place (the same window and band)."""
 
     def carries(m: Metrics) -> bool:  # a model too small for the printed precision shows only zeros
-        return any(v for v in m.gpu_util.values() if isinstance(v, (int, float)) and math.isfinite(v))
+        return any(v for v in m.get("gpu_util").values() if isinstance(v, (int, float)) and math.isfinite(v))
 
     if carries(a) and carries(b):
-        what, unit, cur_s, ref_s, higher = "GPU utilization", " MODEL TFLOP/s/GPU", a.gpu_util, b.gpu_util, True
+        what, unit, cur_s, ref_s, higher = (
+            "GPU utilization",
+            " MODEL TFLOP/s/GPU",
+            a.get("gpu_util"),
+            b.get("gpu_util"),
+            True,
+        )
         note = ""
     else:
-        what, unit, cur_s, ref_s, higher = "iteration time", " ms", a.iter_ms, b.iter_ms, False
+        what, unit, cur_s, ref_s, higher = "iteration time", " ms", a.get("iter_ms"), b.get("iter_ms"), False
         lacking = " and ".join(x.label for x in (a, b) if not carries(x)) or "neither"
         note = f"no `GPU utilization:` value above 0 in {lacking}: the iteration time (ms) judged in its place; "
     name = "gpu-utilization" if rules == "megatron-bridge" else "timing"
@@ -430,7 +467,7 @@ def mb_timing(a: Metrics, b: Metrics, rules: str = "megatron-bridge", judged: bo
         return _check(
             rules,
             name,
-            "fail" if judged else "info",
+            "fail",
             f"{note}no {what} of {'A' if cur is None else 'B'} over B's {span}",
             metric=what,
         )
@@ -440,14 +477,13 @@ def mb_timing(a: Metrics, b: Metrics, rules: str = "megatron-bridge", judged: bo
         word = ("dropped" if diff < 0 else "rose") + f" {abs(diff):.2%}"
     else:
         word = f"{abs(diff):.2%} " + ("slower" if diff > 0 else "faster")
-    status = ("fail" if beyond else "pass") if judged else "info"
+    status = "fail" if beyond else "pass"
     band = f"beyond ±{MB_TIMING:.0%}" if beyond else f"within ±{MB_TIMING:.0%}"
     return _check(
         rules,
         name,
         status,
-        f"{note}{what} mean over {span}: A {cur:.4g}{unit}  B {gold:.4g}{unit}: {word}"
-        + (f" ({band})" if judged else ""),
+        f"{note}{what} mean over {span}: A {cur:.4g}{unit}  B {gold:.4g}{unit}: {word}" + f" ({band})",
         metric=what,
         a=cur,
         b=gold,
@@ -456,10 +492,10 @@ def mb_timing(a: Metrics, b: Metrics, rules: str = "megatron-bridge", judged: bo
     )
 
 
-def mb_memory(a: Metrics, b: Metrics, rules: str = "megatron-bridge", judged: bool = True) -> list[Check]:
+def mb_memory(a: Metrics, b: Metrics, rules: str = "megatron-bridge") -> list[Check]:
     """validate_memory (evaluate.py:449-569): |A - B| / B beyond 5% fails, growth and shrinkage alike."""
     name = "memory"
-    if not ("alloc" in b.memory and "max_alloc" in b.memory):
+    if not ("alloc" in b.get("memory") and "max_alloc" in b.memory):
         return [
             _check(
                 rules,
@@ -472,21 +508,19 @@ def mb_memory(a: Metrics, b: Metrics, rules: str = "megatron-bridge", judged: bo
     keys = ["alloc", "max_alloc"] + (["max_reserved"] if "max_reserved" in b.memory else [])
     for key in keys:
         g = b.memory[key]
-        c = a.memory.get(key)
+        c = a.get("memory").get(key)
         if c is None:
-            out.append(
-                _check(rules, name, "fail" if judged else "info", f"{key}: A has no memory report (B {g:.4g} GB)")
-            )
+            out.append(_check(rules, name, "fail", f"{key}: A has no memory report (B {g:.4g} GB)"))
             continue
         diff = abs(c - g) / g if g else 0.0
-        status = ("fail" if diff > MB_MEMORY else "pass") if judged else "info"
+        status = "fail" if diff > MB_MEMORY else "pass"
         out.append(
             _check(
                 rules,
                 name,
                 status,
                 f"{key}: A {c:.4g} GB  B {g:.4g} GB  ({_pct((c - g) / g if g else 0.0)}"
-                + (f", {'beyond' if diff > MB_MEMORY else 'within'} ±{MB_MEMORY:.0%})" if judged else ")"),
+                + f", {'beyond' if diff > MB_MEMORY else 'within'} ±{MB_MEMORY:.0%})",
                 key=key,
                 a=c,
                 b=g,
@@ -546,10 +580,10 @@ def steady_window(b_steps) -> range:
 
 def mlm_iteration_time(a: Metrics, b: Metrics, rules: str = "megatron-lm") -> Check:
     """common.py:239-258: the median of each over the steady window, compared as one value."""
-    if not b.iter_ms:
+    if not b.get("iter_ms"):
         return _check(rules, "iteration-time", "skipped", f"{b.label} carries no iteration time")
     win = steady_window(list(b.iter_ms))
-    cur = _median([v for s, v in a.iter_ms.items() if s in b.iter_ms and s in win])
+    cur = _median([v for s, v in a.get("iter_ms").items() if s in b.iter_ms and s in win])
     gold = _median([v for s, v in b.iter_ms.items() if s in win])
     span = f"steps {win.start}..{win.stop - 1}"
     if cur is None or gold is None:
@@ -573,7 +607,7 @@ def mlm_iteration_time(a: Metrics, b: Metrics, rules: str = "megatron-lm") -> Ch
 # -- the rule sets -------------------------------------------------------------------------------
 def judge(rules: str, a: Metrics, b: Metrics, *, parity=None, deterministic: bool = False) -> Judgement:
     """A against the reference B under a rule set. bridge-launch needs `parity` (parity.compare's
-    Comparison), whose verdict is the whole verdict; its timing and memory are information."""
+    Comparison), whose verdict is the whole verdict."""
     checks: list[Check] = []
     if rules == "bridge-launch":
         c = parity
@@ -587,9 +621,6 @@ def judge(rules: str, a: Metrics, b: Metrics, *, parity=None, deterministic: boo
                 + "".join(f"; {p}" for p in c.problems),
             )
         )
-        checks.append(mb_timing(a, b, rules, judged=False))
-        if "alloc" in b.memory or "alloc" in a.memory:
-            checks += [x for x in mb_memory(a, b, rules, judged=False) if x.status != "skipped"]
     elif rules == "megatron-bridge":
         checks += mb_loss(a, b, rules)
         checks.append(mb_timing(a, b, rules))
@@ -602,8 +633,8 @@ def judge(rules: str, a: Metrics, b: Metrics, *, parity=None, deterministic: boo
             _mlm_check(
                 rules,
                 "num-zeros",
-                a.num_zeros,
-                b.num_zeros,
+                a.get("num_zeros"),
+                b.get("num_zeros"),
                 MLM_NUM_ZEROS_RTOL,
                 b.totals.get("num-zeros"),
                 deterministic,
@@ -616,8 +647,8 @@ def judge(rules: str, a: Metrics, b: Metrics, *, parity=None, deterministic: boo
                 _mlm_check(
                     rules,
                     series,
-                    a.memory_steps.get(series, {}),
-                    b.memory_steps.get(series, {}),
+                    a.get("memory_steps").get(series, {}),
+                    b.get("memory_steps").get(series, {}),
                     MLM_MEMORY_RTOL,
                     b.totals.get(series),
                     False,  # memory has no deterministic test (pipeline :16-17)

@@ -22,10 +22,14 @@ from __future__ import annotations
 
 import bisect
 import math
+import mmap
+import operator
+import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cached_property
+from functools import cached_property, lru_cache
+from itertools import islice
 
 from bridge_launch.logs import failures
 from bridge_launch.workloads import trainer_protocol as P
@@ -100,16 +104,59 @@ def finite(v) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v)
 
 
+class _Mapped(mmap.mmap):
+    """A log file mapped, not copied (Log.of_files(mapped=True)): finds and regexes read the page
+    cache in place; what mmap lacks of bytes (count, decode) works on a copy."""
+
+    def count(self, sub, *args) -> int:
+        return self[:].count(sub, *args)
+
+    def decode(self, *args) -> str:
+        return self[:].decode(*args)
+
+
+_BINARY = (bytes, bytearray, mmap.mmap)
+
+
 def _text(t) -> str:
-    return t.decode("utf-8", "replace") if isinstance(t, (bytes, bytearray)) else t
+    return t.decode("utf-8", "replace") if isinstance(t, _BINARY) else t
 
 
 def _enc(raw, s: str):
-    return s.encode() if isinstance(raw, (bytes, bytearray)) else s
+    return s.encode() if isinstance(raw, _BINARY) else s
 
 
 _ITERATION_HEAD_S = re.compile(P.ITERATION_HEAD)
 _ITERATION_HEAD_B = re.compile(P.ITERATION_HEAD.encode())
+
+
+@lru_cache(maxsize=64)
+def _rx(pattern: str, binary: bool) -> re.Pattern:
+    return re.compile(pattern.encode() if binary else pattern)
+
+
+def _rx_for(pattern: str, raw) -> re.Pattern:
+    """`pattern` compiled for what a text was read as (bytes or str)."""
+    return _rx(pattern, isinstance(raw, _BINARY))
+
+
+def _increasing(xs: list) -> bool:
+    return all(map(operator.lt, xs, islice(xs, 1, None)))
+
+
+def _floats(values: list) -> list:
+    """Field values (bytes or str) as floats; one that is not a number is inf (Megatron-LM's
+    harness turns a string into inf: common.py:253-265)."""
+    try:
+        return list(map(float, values))
+    except ValueError:
+        out = []
+        for v in values:
+            try:
+                out.append(float(v))
+            except ValueError:
+                out.append(math.inf)
+        return out
 
 
 def _line_at(text: str, pos: int) -> tuple[int, str]:
@@ -247,13 +294,16 @@ class Log:
         return [_text(t) for t in self.raw]
 
     @classmethod
-    def of_files(cls, paths) -> "Log":
-        out = []
+    def of_files(cls, paths, *, mapped: bool = False) -> "Log":
+        """The files' texts, as bytes; with `mapped`, a file of a MiB or more is mapped instead of
+        read (for what reads a few columns of long logs: no copy of each file first)."""
+        out: list = []
         for p in paths:
             try:
                 with open(p, "rb") as fh:
-                    out.append(fh.read())
-            except OSError:
+                    size = os.fstat(fh.fileno()).st_size if mapped else 0
+                    out.append(_Mapped(fh.fileno(), 0, access=mmap.ACCESS_READ) if size >= 1 << 20 else fh.read())
+            except (OSError, ValueError):
                 continue
         return cls(out)
 
@@ -291,11 +341,20 @@ class Log:
 
     @cached_property
     def _restart_points(self) -> dict:
-        """{text index: the iteration a load or a (re)start in that text resumed from}."""
+        """{text index: the iteration a load or a (re)start in that text resumed from}: its first
+        such line, found by a substring search. The first text's is never needed (nothing before it)."""
         points = {}
-        for e in self.events:
-            if e.kind in ("loaded", "starting") and e.step is not None:
-                points.setdefault(e.text, e.step)
+        for ti in range(1, len(self.raw)):
+            first = None
+            for mark, rx, group in ((P.LOADED_MARK, P.LOADED_RE, 2), (P.STARTING_MARK, P.STARTING_RE, 1)):
+                for pos in self._raw_positions(ti, mark):
+                    m = rx.search(self._raw_line(ti, pos))
+                    if m:
+                        if first is None or pos < first[0]:
+                            first = (pos, int(m.group(group)))
+                        break
+            if first is not None:
+                points[ti] = first[1]
         return points
 
     @property
@@ -303,11 +362,77 @@ class Log:
         its = self.iterations
         return its[-1] if its else None
 
-    def series(self, key: str = LOSS) -> dict:
-        """{step: value} of one field (a loss key, "grad norm", ...) over every iteration line.
+    # -- whole columns: a findall per text, without an Iteration per line ---------------------------
+    def _text_steps(self, ti: int) -> list[int]:
+        """The step of every iteration line of one text, as printed (restarts not cut)."""
+        cache = self.__dict__.setdefault("_steps_of", {})
+        if ti not in cache:
+            raw = self.raw[ti]
+            cache[ti] = list(map(int, _rx_for(P.ITERATION_STEP, raw).findall(raw)))
+        return cache[ti]
 
-        The value is cut out of each line by two substring searches (the field's `| key: ` and the
-        `|` after it), the same text FIELD_RE gives, without splitting every field of every line."""
+    def _assemble(self, parts: list) -> tuple[list, list]:
+        """(steps, values) of the iteration lines that count, from each text's (steps, values) as
+        printed: the cut of `iterations` (a text that restarts below what came before replaces it
+        from there on)."""
+        steps_out: list = []
+        vals_out: list = []
+        restarts = self._restart_points if len(parts) > 1 else {}
+
+        def cut(step: int) -> None:
+            k = bisect.bisect_left(steps_out, step)
+            del steps_out[k:], vals_out[k:]
+
+        for ti, (steps, vals) in enumerate(parts):
+            if ti in restarts and steps_out:
+                cut(restarts[ti] + 1)
+            if not steps:
+                continue
+            if (not steps_out or steps[0] > steps_out[-1]) and _increasing(steps):
+                steps_out += steps
+                vals_out += vals
+                continue
+            for st, v in zip(steps, vals, strict=True):
+                if steps_out and st <= steps_out[-1]:
+                    cut(st)
+                steps_out.append(st)
+                vals_out.append(v)
+        return steps_out, vals_out
+
+    @cached_property
+    def steps(self) -> list[int]:
+        """The steps of the iteration lines that count, in order (`iterations`' steps, fields unread)."""
+        if "iterations" in self.__dict__:
+            return [it.step for it in self.iterations]
+        parts = [(st, st) for st in map(self._text_steps, range(len(self.raw)))]
+        return self._assemble(parts)[0]
+
+    def _column(self, key: str) -> tuple[list, list] | None:
+        """(steps, raw values) of `key` over the iteration lines that count, by two findalls per text
+        (the steps, the `| key: value |` fields) paired in order; None where a text's two counts
+        differ (a line without the field): then only the line-by-line reading pairs them."""
+        parts = []
+        pattern = P.field_value(key)
+        for ti, raw in enumerate(self.raw):
+            steps = self._text_steps(ti)
+            values = _rx_for(pattern, raw).findall(raw) if steps else []
+            if len(values) != len(steps):
+                return None
+            parts.append((steps, values))
+        return self._assemble(parts)
+
+    def series(self, key: str = LOSS) -> dict:
+        """{step: value} of one field (a loss key, "grad norm", ...) over every iteration line, the
+        value as a number where it is one (`number`).
+
+        Read as a column (`_column`) where every iteration line carries the field; else the value is
+        cut out of each line by two substring searches (the field's `| key: ` and the `|` after it),
+        the same text FIELD_RE gives, without splitting every field of every line."""
+        if "iterations" not in self.__dict__:
+            col = self._column(key)
+            if col is not None:
+                steps, values = col
+                return dict(zip(steps, (number(_text(v)) for v in values), strict=True))
         out = {}
         needle, head = f"| {key}: ", f" {key}: "
         for it in self.iterations:
@@ -328,12 +453,20 @@ class Log:
                 out[it.step] = number(r[i:j])
         return out
 
+    def float_series(self, key: str = LOSS) -> dict:
+        """`series` as floats (a value that is not a number is inf), for long comparisons."""
+        col = None if "iterations" in self.__dict__ else self._column(key)
+        if col is None:
+            return {st: v if isinstance(v, float) else _floats([v])[0] for st, v in self.series(key).items()}
+        steps, values = col
+        return dict(zip(steps, _floats(values), strict=True))
+
     def keys(self) -> list[str]:
-        """The field names the iteration lines carry, in first-seen order."""
+        """The field names the iteration lines carry, in first-seen order: those of the first and the
+        last line (read from each end of the texts)."""
         seen: dict = {}
-        its = self.iterations
-        for it in (its[:1] + its[-1:]) if len(its) > 2 else its:
-            for k in it.fields:
+        for it in (self.initial(), self.final()):
+            for k in it.fields if it is not None else ():
                 seen.setdefault(k, None)
         return list(seen)
 
@@ -363,7 +496,7 @@ class Log:
             if m:
                 rank, bare = strip_prefix(line)
                 out.append(Event("loaded", int(m.group(2)), bare, rank, ti, pos, {"path": m.group(1)}))
-        for ti, pos, _, line in self._find("Starting training loop at iteration"):
+        for ti, pos, _, line in self._find(P.STARTING_MARK):
             m = P.STARTING_RE.search(line)
             if m:
                 rank, bare = strip_prefix(line)
@@ -445,7 +578,17 @@ class Log:
     @cached_property
     def step_times(self) -> list[tuple[float, float]]:
         """Bridge's rank-0 `Step Time : S s GPU utilization: T MODEL_TFLOP/s/GPU` lines: (seconds, TFLOP/s/GPU)."""
-        return [(float(s), float(t)) for text in self.texts for s, t in P.STEP_TIME_RE.findall(text)]
+        return [(float(s), float(t)) for raw in self.raw for s, t in _rx_for(P.STEP_TIME_RE.pattern, raw).findall(raw)]
+
+    @cached_property
+    def gpu_utilization(self) -> list[float]:
+        """The TFLOP/s/GPU of every `Step Time` line, in order (`step_times`' second values)."""
+        if "step_times" in self.__dict__:
+            return [t for _, t in self.step_times]
+        out: list[float] = []
+        for raw in self.raw:
+            out += map(float, _rx_for(P.STEP_TIME_UTIL, raw).findall(raw))
+        return out
 
     @property
     def last_step_time(self) -> tuple[float, float] | None:
@@ -461,8 +604,9 @@ class Log:
     def memory(self) -> list[dict]:
         """Memory reports: {"rank", "step", "unit", "values": {name: number}}."""
         out = []
-        for text in self.texts:
-            for rank, step, unit, rest in P.MEMORY_RE.findall(text):
+        for raw in self.raw:
+            for rank, step, unit, rest in _rx_for(P.MEMORY_RE.pattern, raw).findall(raw):
+                unit, rest = _text(unit), _text(rest)
                 values = {k.strip(): number(v) for k, v in re.findall(r"\|\s*([^|:]+?):\s*([^|]+)", rest)}
                 out.append({"rank": int(rank), "step": int(step), "unit": unit, "values": values})
         return out
@@ -486,7 +630,7 @@ class Log:
     def _step_at(self, ti: int, pos: int) -> int | None:
         """The step of the last iteration line before `pos` (found backwards, line heads only)."""
         raw = self.raw[ti]
-        rx = _ITERATION_HEAD_B if isinstance(raw, (bytes, bytearray)) else _ITERATION_HEAD_S
+        rx = _ITERATION_HEAD_B if isinstance(raw, _BINARY) else _ITERATION_HEAD_S
         needle = _enc(raw, "iteration ")
         lo = max(0, pos - (1 << 20))
         p = raw.rfind(needle, lo, pos)
@@ -623,7 +767,7 @@ class Log:
             zero += raw.count(_enc(raw, P.ZERO_COUNTERS))
             with_metric += raw.count(_enc(raw, f"| {metric}: "))
             for rx in P.NONFINITE_RES:
-                m = (rx[1] if isinstance(raw, (bytes, bytearray)) else rx[0]).search(raw)
+                m = (rx[1] if isinstance(raw, _BINARY) else rx[0]).search(raw)
                 if m:
                     nonfinite.append((ti, m.start()))
         return {
@@ -693,14 +837,15 @@ class Log:
 
     def raw_find(self, mark: str) -> list:
         """(text index, raw position) of each occurrence of `mark` (a substring search per text)."""
-        out = []
-        for ti, raw in enumerate(self.raw):
-            needle = _enc(raw, mark)
-            pos = raw.find(needle)
-            while pos >= 0:
-                out.append((ti, pos))
-                pos = raw.find(needle, pos + len(needle))
-        return out
+        return [(ti, pos) for ti in range(len(self.raw)) for pos in self._raw_positions(ti, mark)]
+
+    def _raw_positions(self, ti: int, mark: str):
+        raw = self.raw[ti]
+        needle = _enc(raw, mark)
+        pos = raw.find(needle)
+        while pos >= 0:
+            yield pos
+            pos = raw.find(needle, pos + len(needle))
 
     def nan_checks_fast(self) -> list[Event]:
         """The NaN-check errors, found by a substring search of the raw texts."""
@@ -887,7 +1032,7 @@ def first_error_detail(texts) -> ErrorLine | None:
     rank whose error is not a consequence of another's (NCCL aborts, SIGTERM tracebacks, srun
     tearing the step down). Its line: the first known failure (failures.py: out of memory, NCCL
     timeout, ...) among that rank's lines, else its exception's last line, else its first error line."""
-    texts = [t.decode("utf-8", "replace") if isinstance(t, bytes) else t for t in texts if t]
+    texts = [_text(t) for t in texts if t]
     if not texts:
         return None
     # every torchrun (one per node) names its own root cause; a rank that exited 1 because a peer

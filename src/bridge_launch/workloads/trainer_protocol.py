@@ -288,16 +288,29 @@ def iteration_line(
 # training/training.py:2960; the head alone is what the reader scans a whole log for.
 ITERATION_HEAD = r"iteration +(\d+)/ *(\d+) \|"
 ITERATION_RE = re.compile(ITERATION_HEAD + r"([^\n]*)")
+ITERATION_STEP = r"iteration +(\d+)/ *\d+ \|"  # the head capturing the step alone (a whole log's steps)
+
+
+def field_value(key: str) -> str:
+    """One field's value on an iteration line, found anywhere in a text: `| {key}: VALUE |` (every
+    field, the first too, follows a `|`: the head ends with one), the text FIELD_RE reads as its value."""
+    return r"\| " + re.escape(key) + r": ([^|\n]*)\|"
+
+
 FIELD_RE = re.compile(r"\s*([^|:]+?):\s*([^|]*?)\s*\|")
+
+
+_STEP_TIME = "Step Time : {seconds}s GPU utilization: {tflops}MODEL_TFLOP/s/GPU"
 
 
 def step_time_line(seconds: float, tflops: float) -> str:
     """Rank 0, just before the iteration line, when the model config has kv_channels and
     num_attention_heads (MB train_utils.py:1036-1051)."""
-    return f"Step Time : {seconds:.2f}s GPU utilization: {tflops:.1f}MODEL_TFLOP/s/GPU"
+    return _STEP_TIME.format(seconds=f"{seconds:.2f}", tflops=f"{tflops:.1f}")
 
 
-STEP_TIME_RE = re.compile(r"Step Time : ([\d.]+)s GPU utilization: ([\d.]+)MODEL_TFLOP/s/GPU")
+STEP_TIME_RE = re.compile(_STEP_TIME.format(seconds=r"([\d.]+)", tflops=r"([\d.]+)"))
+STEP_TIME_UTIL = _STEP_TIME.format(seconds=r"[\d.]+", tflops=r"([\d.]+)")  # the utilization alone
 
 
 def validation_lines(prefix: str, losses: dict) -> list:
@@ -562,7 +575,8 @@ NAN_CHECK_RE = re.compile(
 # 2a75ac12 training/checkpointing.py:1053-1059 puts a stamp in front of "successfully saved".
 SAVED_MARK = "successfully saved"
 LOADED_MARK = "successfully loaded checkpoint"
-STARTING_RE = re.compile(r"Starting training loop at iteration (\d+)")  # MB train.py:337
+STARTING_MARK = "Starting training loop at iteration"
+STARTING_RE = re.compile(STARTING_MARK + r" (\d+)")  # MB train.py:337
 VALIDATION_MARK = " loss at iteration "
 # "exiting program ..." (MB train.py:1426,1490,1509) and "Exiting program due to straggler detection."
 EXIT_MARK = "xiting program"
