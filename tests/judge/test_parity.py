@@ -94,3 +94,49 @@ def test_a_metric_the_logs_do_not_have_is_a_usage_error(cli, tmp_path):
     r = cli("check", a, "--metric", "lm losss")
     assert r.code == 2 and "did you mean 'lm loss'?" in r.err, r.out + r.err
     assert cli("compare", a, b, "--metric", "grad norm").code == 0
+
+
+def _by_definition(a: dict, b: dict, rtol: float, atol: float) -> tuple:
+    """np.isclose step by step (a value that is not finite is never close), the largest |A - B| / |B|
+    (later step on a tie) and the Pearson correlation of the finite pairs: the harness's definitions."""
+    import math
+
+    steps = sorted(a.keys() & b.keys())
+    fin = [s for s in steps if math.isfinite(a[s]) and math.isfinite(b[s])]
+    bad = [s for s in steps if s not in fin or not abs(a[s] - b[s]) <= atol + rtol * abs(b[s])]
+
+    def rel(s):
+        if s not in fin:
+            return math.inf
+        return (0.0 if a[s] == 0 else math.inf) if b[s] == 0 else (a[s] - b[s]) / abs(b[s])
+
+    worst = max(steps, key=lambda s: (abs(rel(s)), s))
+    xs, ys = [a[s] for s in fin], [b[s] for s in fin]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+    sxx, syy = sum((x - mx) ** 2 for x in xs), sum((y - my) ** 2 for y in ys)
+    return len(bad), bad[0] if bad else None, worst, rel(worst), sxy / (sxx * syy) ** 0.5
+
+
+@pytest.mark.parametrize(
+    "tweak",
+    [
+        {},  # every value finite, no zero: the C-loop path
+        {7: 0.0},  # a reference of 0: the sizes step by step
+        {9: float("nan")},  # a value that is not finite: step by step
+        {11: float("inf")},
+    ],
+)
+@pytest.mark.parametrize("atol", [0.0, 0.05])
+def test_the_fast_comparison_keeps_the_definitions(tweak, atol):
+    b = {s: 3.0 + (s % 7) * 0.1 for s in range(1, 201)}
+    a = {s: v * (1.0 + (0.03 if s % 13 == 0 else 0.001) * (-1) ** s) for s, v in b.items()}
+    a[50] = b[50] * 1.03  # a tie in size with the 13th steps: the later step wins
+    b.update(tweak)
+    a.pop(3)  # A lacks a step: the common steps only
+    c = parity.compare(parity.Series("a", a), parity.Series("b", b), rtol=0.02, atol=atol)
+    outside, first, worst, worst_rel, corr = _by_definition(a, b, 0.02, atol)
+    assert (c.outside, c.first_outside and c.first_outside["step"]) == (outside, first)
+    assert (c.max_rel_step, c.max_rel) == (worst, worst_rel)
+    assert c.correlation == pytest.approx(corr, rel=1e-12)
+    assert c.steps == 199 and [r[0] for r in c.rows] == sorted(a.keys() & b.keys())

@@ -8,7 +8,6 @@ import os
 import sys
 from dataclasses import dataclass
 
-from bridge_launch.cli import views
 from bridge_launch.core.errors import UsageError
 from bridge_launch.logs.reader import LOSS, Log
 
@@ -219,6 +218,8 @@ def check(
         )
     if output == "json":
         results = [{**v.to_dict(), "stragglers": st.to_dict()} for v, st in zip(verdicts, slow, strict=True)]
+        from bridge_launch.cli import views  # lazy: it loads backends.base, which text output does without
+
         views.dump_json({"passed": passed, "results": results, "plot": plot if plot and not chart else None})
         if chart:
             sys.stderr.write(chart)
@@ -359,6 +360,8 @@ def compare(
         for c, j in results:
             d = j.to_dict()
             comparisons.append({**c.to_dict(), **d} if rules == "bridge-launch" else {**d, "metric": metric})
+        from bridge_launch.cli import views  # lazy: it loads backends.base, which text output does without
+
         views.dump_json(
             {
                 "parity": ok,
@@ -439,6 +442,7 @@ def _golden_expectation(path: str):
 
 
 def _plan_expectation(reg, run):
+    from bridge_launch.cli import views  # lazy: it loads backends.base, which text output does without
     from bridge_launch.runs import lifecycle as launch
 
     exp, why = views.plan_expectation(launch.load_job(reg, run))
@@ -555,6 +559,8 @@ def _compare_bands(words, *, metric, allowed, multiplier, plot, output) -> int:
         summary = [f"{c.outside}/{c.steps} steps outside (allowed {c.allowed})"]
         chart = plotting.draw_or_chart(plot, drawn, 1, metric, band.tolerance["relative_tolerance"], title, summary)
     if output == "json":
+        from bridge_launch.cli import views  # lazy: it loads backends.base, which text output does without
+
         views.dump_json(
             {
                 "parity": c.parity,

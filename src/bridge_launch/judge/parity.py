@@ -15,7 +15,7 @@ from itertools import repeat
 
 from bridge_launch.core.errors import UsageError
 from bridge_launch.judge import rulesets
-from bridge_launch.logs.reader import LOSS, finite
+from bridge_launch.logs.reader import LOSS, finite, increasing
 
 # The harness's metric names (golden files) for the iteration-line fields, and back.
 GOLDEN_NAMES = {"lm loss": LOSS, "num-zeros": "num zeros", "iteration-time": "elapsed time per iteration (ms)"}
@@ -118,8 +118,12 @@ def _rel(a: float, b: float) -> float:
     return (a - b) / abs(b)
 
 
-def _pearson(xs: list, ys: list) -> float | None:
-    if not (math.isfinite(sum(xs)) and math.isfinite(sum(ys))):  # a sum is finite only if every term is
+def _all_finite(xs: list, ys: list) -> bool:
+    return math.isfinite(sum(xs)) and math.isfinite(sum(ys))  # a sum is finite only if every term is
+
+
+def _pearson(xs: list, ys: list, all_finite: bool | None = None) -> float | None:
+    if not (_all_finite(xs, ys) if all_finite is None else all_finite):
         pairs = [(x, y) for x, y in zip(xs, ys, strict=False) if finite(x) and finite(y)]
         xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
     n = len(xs)
@@ -135,16 +139,6 @@ def _pearson(xs: list, ys: list) -> float | None:
     return sum(map(operator.mul, dx, dy)) / math.sqrt(sxx * syy)
 
 
-def _rels(xs: list, ys: list) -> list:
-    """_rel of every pair: one division each where every value is finite and no reference is 0."""
-    if math.isfinite(sum(xs)) and math.isfinite(sum(ys)):  # a sum is finite only if every term is
-        try:
-            return list(map(operator.truediv, map(operator.sub, xs, ys), map(abs, ys)))
-        except ZeroDivisionError:
-            pass
-    return list(map(_rel, xs, ys))
-
-
 def compare(
     a: Series,
     b: Series,
@@ -157,24 +151,28 @@ def compare(
 ) -> Comparison:
     """`a` against the reference `b`, on the steps both have."""
     av, bv = a.values, b.values
-    common = sorted(bv) if av.keys() == bv.keys() else sorted(av.keys() & bv.keys())
+    common = list(bv)
+    if common == list(av) and increasing(common):  # the same steps, in order (two logs of one run length)
+        xs, ys = list(av.values()), list(bv.values())
+    else:
+        common = sorted(av.keys() & bv.keys())
+        xs = list(map(av.__getitem__, common))
+        ys = list(map(bv.__getitem__, common))
     problems = []
     if not av:
         problems.append(f"{a.label} has no '{metric}' values")
     if not bv:
         problems.append(f"{b.label} has no '{metric}' values")
-    xs = list(map(av.__getitem__, common))
-    ys = list(map(bv.__getitem__, common))
-    # np.isclose, a value that is not finite never close: |x - y| <= atol + rtol |y| is false for a
-    # NaN on either side and for an infinite x; an infinite y is ruled out by the bounds on y
-    if math.isfinite(sum(xs)) and math.isfinite(sum(ys)):  # every value finite: the bound alone, in C loops
-        close = list(
-            map(
-                operator.le,
-                map(abs, map(operator.sub, xs, ys)),
-                map(operator.add, repeat(atol), map(operator.mul, repeat(rtol), map(abs, ys))),
-            )
-        )
+    # np.isclose, a value that is not finite never close; where every value is finite, in C loops
+    all_finite = _all_finite(xs, ys)
+    sizes = None  # |A - B| / |B| of every step, where no B is 0
+    if all_finite:
+        dist = list(map(abs, map(operator.sub, xs, ys)))
+        of_b = list(map(abs, ys))
+        bound = map(operator.mul, repeat(rtol), of_b)
+        close = list(map(operator.le, dist, map(operator.add, repeat(atol), bound) if atol else bound))
+        if 0.0 not in of_b:
+            sizes = list(map(operator.truediv, dist, of_b))
     else:
         close = [finite(x) and finite(y) and abs(x - y) <= atol + rtol * abs(y) for x, y in zip(xs, ys, strict=True)]
     n = len(common)
@@ -186,13 +184,13 @@ def compare(
         first = {"step": common[k], "a": xs[k], "b": ys[k], "rel": _rel(xs[k], ys[k])}
     # the largest difference by size, reported with its sign (A below B is negative, as in the rows);
     # of equal sizes, the later step
-    rels = _rels(xs, ys)
+    if sizes is None:
+        sizes = [abs(_rel(x, y)) for x, y in zip(xs, ys, strict=True)]
     worst = None
-    if rels:
-        sizes = list(map(abs, rels))
+    if sizes:
         top = max(sizes)
         k = n - 1 - sizes[::-1].index(top)
-        worst = (top, common[k], rels[k])
+        worst = (top, common[k], _rel(xs[k], ys[k]))
     final = None
     if bv:
         last_ref = max(bv)
@@ -214,7 +212,7 @@ def compare(
             )
     if not n and av and bv:
         problems.append(f"no step in common (A: {min(av)}..{max(av)}, B: {min(bv)}..{max(bv)})")
-    corr = _pearson(xs, ys)
+    corr = _pearson(xs, ys, all_finite)
     parity = bool(n) and outside <= limit and final is not None and final["ok"] and not problems
     return Comparison(
         a.label,

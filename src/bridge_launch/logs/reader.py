@@ -140,7 +140,8 @@ def _rx_for(pattern: str, raw) -> re.Pattern:
     return _rx(pattern, isinstance(raw, _BINARY))
 
 
-def _increasing(xs: list) -> bool:
+def increasing(xs: list) -> bool:
+    """Each item above the one before."""
     return all(map(operator.lt, xs, islice(xs, 1, None)))
 
 
@@ -388,7 +389,7 @@ class Log:
                 cut(restarts[ti] + 1)
             if not steps:
                 continue
-            if (not steps_out or steps[0] > steps_out[-1]) and _increasing(steps):
+            if (not steps_out or steps[0] > steps_out[-1]) and increasing(steps):
                 steps_out += steps
                 vals_out += vals
                 continue
