@@ -98,7 +98,12 @@ def test_bad_expectations_are_one_line(cli, tmp_path):
     from conftest import write
 
     log = str(write(tmp_path / "run.log", training_log(10)))
+    loss_only = write(
+        tmp_path / "loss.json",
+        '{"lm loss": {"start_step": 1, "end_step": 2, "step_interval": 1, "values": {"1": 3.0, "2": 2.9}}}',
+    )
     for args, said in (
+        (["--expect-golden", str(loss_only)], f"--expect-golden {loss_only}: no 'iteration-time' in this golden"),
         (["--expect-tflops", "0"], "--expect-tflops 0: expected a positive number (e.g. 700)"),
         (["--expect-tflops", "5", "--expect-step-time", "1"], "give one expectation for the throughput criterion"),
         (["--expect-golden", log], ": not a golden-values file (check --export-golden writes one)"),

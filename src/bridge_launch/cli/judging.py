@@ -4,6 +4,7 @@ turned into logs and series, judged by gate.py and parity.py, shown as text, JSO
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -425,20 +426,22 @@ def _expectation(reg, src, expect: dict):
 
 
 def _golden_expectation(path: str):
-    """The median iteration-time of a golden-values file (seconds, Megatron-LM's layout)."""
+    """The median iteration-time of a golden-values file after its warm-up (parity's golden reader:
+    Megatron-LM's layout in seconds, read as ms)."""
     import statistics
 
+    from bridge_launch.judge import parity
     from bridge_launch.judge import throughput as T
 
-    with open(path, encoding="utf-8") as fh:
-        data = json.load(fh)
-    entry = data.get("iteration-time") if isinstance(data, dict) else None
-    values = [v for v in (entry or {}).get("values", {}).values() if isinstance(v, (int, float))]
-    if not values:
+    try:
+        ms = parity.golden_series(path, "iteration-time").values
+    except UsageError as exc:
+        raise UsageError(f"--expect-golden {exc}") from None
+    steps = sorted(s for s, v in ms.items() if math.isfinite(v))
+    if not steps:
         raise UsageError(f"--expect-golden {path}: no iteration-time values in it")
-    steps = sorted((entry or {}).get("values", {}), key=int)
-    steady = [entry["values"][k] for k in steps[max(1, int(len(steps) * T.WARMUP_FRACTION)) :]] or values
-    return T.Expectation(step_s=statistics.median(v for v in steady if isinstance(v, (int, float))), source=path)
+    steady = steps[max(1, int(len(steps) * T.WARMUP_FRACTION)) :] or steps
+    return T.Expectation(step_s=statistics.median(ms[s] for s in steady) / 1000.0, source=path)
 
 
 def _plan_expectation(reg, run):
