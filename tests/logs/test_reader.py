@@ -307,6 +307,12 @@ def test_columns_read_by_findall_equal_the_line_by_line_reading(binary):
     # a line without the loss (fp16 skips it until the loss scale settles): line by line, same answer
     gap = texts[:2] + [texts[2] + (b"\n" if binary else "\n") + (_line(15).encode() if binary else _line(15))]
     assert Log(gap)._column("lm loss") is None
+    # a field no line of a text carries: that text gives no values, its lines still cut the earlier ones
+    other = (b" lm loss: ", b" other: ") if binary else (" lm loss: ", " other: ")
+    none = [texts[0], texts[2].replace(*other)]
+    want = (lambda x: (x.iterations, x.series())[1])(Log(none))
+    assert Log(none)._column("lm loss") is not None and Log(none).series() == want
+    assert max(want) == 9 and 12 not in want and Log(none).steps[-1] == 14
     g = Log(gap)
     assert g.series() == (lambda x: (x.iterations, x.series())[1])(Log(gap)) and 15 not in g.series()
     assert Log(gap).steps[-1] == 15

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 from dataclasses import asdict, dataclass, field
+from itertools import repeat
 
 from bridge_launch.judge.rule_sources import (  # noqa: F401 - the rule data, re-exported
     COMMON,
@@ -540,8 +542,19 @@ def mlm_series(a: dict, b: dict, rtol: float, total: float | None = None) -> dic
     (the harness's arrays would not even line up)."""
     steps = sorted(b)
     n = total if total else len(steps)
-    close = [_ok(a.get(s)) and _ok(b[s]) and abs(a[s] - b[s]) <= rtol * abs(b[s]) for s in steps]
-    equal = [_ok(a.get(s)) and a.get(s) == b[s] for s in steps]
+    xs, ys = [a.get(s) for s in steps], [b[s] for s in steps]
+    try:
+        every_finite = math.isfinite(sum(xs)) and math.isfinite(sum(ys))  # a sum is finite only if every term is
+    except TypeError:  # a step A lacks (None)
+        every_finite = False
+    if every_finite:  # in C loops
+        close = list(
+            map(operator.le, map(abs, map(operator.sub, xs, ys)), map(operator.mul, repeat(rtol), map(abs, ys)))
+        )
+        equal = list(map(operator.eq, xs, ys))
+    else:
+        close = [_ok(x) and _ok(y) and abs(x - y) <= rtol * abs(y) for x, y in zip(xs, ys, strict=True)]
+        equal = [_ok(x) and x == y for x, y in zip(xs, ys, strict=True)]
     allowed = allowed_outside(n)
     share = sum(close) / len(close) if close else 0.0
     first = next((s for s, ok in zip(steps, close, strict=True) if not ok), None)

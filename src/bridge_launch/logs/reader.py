@@ -411,16 +411,24 @@ class Log:
     def _column(self, key: str) -> tuple[list, list] | None:
         """(steps, raw values) of `key` over the iteration lines that count, by two findalls per text
         (the steps, the `| key: value |` fields) paired in order; None where a text's two counts
-        differ (a line without the field): then only the line-by-line reading pairs them."""
+        differ (some lines without the field): then only the line-by-line reading pairs them. A text
+        none of whose lines carries the field gives no values (its lines still cut what they rerun)."""
         parts = []
         pattern = P.field_value(key)
+        lacking = False
         for ti, raw in enumerate(self.raw):
             steps = self._text_steps(ti)
             values = _rx_for(pattern, raw).findall(raw) if steps else []
-            if len(values) != len(steps):
+            if not values and steps:
+                values, lacking = [None] * len(steps), True
+            elif len(values) != len(steps):
                 return None
             parts.append((steps, values))
-        return self._assemble(parts)
+        steps, values = self._assemble(parts)
+        if lacking:
+            kept = [(st, v) for st, v in zip(steps, values, strict=True) if v is not None]
+            steps, values = [st for st, _ in kept], [v for _, v in kept]
+        return steps, values
 
     def series(self, key: str = LOSS) -> dict:
         """{step: value} of one field (a loss key, "grad norm", ...) over every iteration line, the
