@@ -46,7 +46,9 @@ def _submit(*args, timeout=120):
 def _wait_state(run_id, states, timeout=240):
     deadline = time.time() + timeout
     while time.time() < deadline:
-        st = run_cli("status", run_id, "-o", "json").json()[0]
+        r = run_cli("status", run_id, "-o", "json")
+        assert r.out.strip(), f"status {run_id} printed nothing (exit {r.code}): {r.err}"
+        st = r.json()[0]
         if st["state"] in states:
             return st
         time.sleep(1)

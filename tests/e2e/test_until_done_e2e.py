@@ -87,12 +87,16 @@ def _segment_text(sub, job_id):
 
 @pytest.mark.usefixtures("home")
 def test_time_limited_segments_reach_the_target(cluster):
+    """1-minute segments told to save 30 s before their limit reach train_iters through at least three
+    of them. Slurm signals when at most lead + 30 s remain, at its 30 s time-limit check, so a segment
+    is signalled at most 30 s in and trains at most ~25 steps of 1 s (the first often far fewer):
+    60 steps take three segments or more, each ~30 s."""
     sub = _chain(
         "--time",
         "00:01:00",
         "--signal-lead",
         "30",
-        "train.train_iters=110",
+        "train.train_iters=60",
         "smoke.step_sleep=1.0",
         "checkpoint.save_interval=5",
     )
@@ -104,7 +108,7 @@ def test_time_limited_segments_reach_the_target(cluster):
     for a, b in zip(ran, ran[1:], strict=False):  # never two segments at once
         assert a["end"] <= b["start"], (a, b)
     runs = _steps_by_job(sub, [s["job_id"] for s in ran])
-    assert runs[-1][1][-1] == 110
+    assert runs[-1][1][-1] == 60
     for (_, before), (_, after) in zip(runs, runs[1:], strict=False):  # resumes lose at most one checkpoint interval
         assert 0 <= before[-1] - (after[0] - 1) <= 5, (before[-1], after[0])
     assert st["info"]["restarts"] == 0
@@ -181,22 +185,45 @@ def test_cancel_cancels_pending_segments(cluster):
     assert (Path(sub["run_dir"]) / "chain" / sub["run_id"] / "stopped").read_text().strip() == "cancelled by user"
 
 
-@pytest.mark.usefixtures("cluster", "home")
-def test_steps_and_saves_longer_than_torchruns_timeout():
-    """Steps and saves of 32 s each (longer than torchrun's 30 s shutdown timeout): every segment
-    gets the whole lead to finish its step and save, and the next one resumes exactly there."""
-    sub = _chain(
-        "--time",
-        "00:03:00",
-        "--signal-lead",
-        "110",
-        "train.train_iters=4",
-        "smoke.step_sleep=32",
-        "smoke.save_sleep=32",
-        "~checkpoint.save_interval",
-        "validation.eval_iters=1",
-    )
-    st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=1200)
+@pytest.fixture(scope="module")
+def long_steps(cluster, tmp_path_factory):  # noqa: ARG001 - the cluster is up
+    """One chain for the two tests of steps and saves longer than a lead or a timeout allows (one
+    run of ~4 minutes instead of two of ~3): --step-time says 1 s and --signal-lead 30 s, but every
+    step takes 40 s and every save 32 s, both longer than torchrun's 30 s shutdown timeout. The
+    first segment measures its steps and asks for the save itself ~90 s in (its 3-minute limit less
+    the 60 s it then needs and its watcher's 30 s period), after step 2 or during step 3: it finishes
+    that step and saves within the limit; the second resumes and reaches train_iters=4. Returns
+    submit's answer, the chain's final status, and the environment naming its state dir."""
+    root = tmp_path_factory.mktemp("long-steps")
+    env = {"BRIDGE_LAUNCH_HOME": str(root / "state"), "XDG_CONFIG_HOME": str(root / "config")}
+    for sub_dir in ("clusters", "recipes/overlays"):
+        (root / "config" / "bridge-launch" / sub_dir).mkdir(parents=True)
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in env.items():
+            mp.setenv(name, value)
+        sub = _chain(
+            "--time",
+            "00:03:00",
+            "--signal-lead",
+            "30",
+            "--step-time",
+            "1",
+            "train.train_iters=4",
+            "smoke.step_sleep=40",
+            "smoke.save_sleep=32",
+            "~checkpoint.save_interval",
+            "validation.eval_iters=1",
+        )
+        st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=1200)
+    return sub, st, env
+
+
+def test_steps_and_saves_longer_than_torchruns_timeout(long_steps):
+    """Steps of 40 s and saves of 32 s (both longer than torchrun's 30 s shutdown timeout): every
+    segment gets the whole lead it asked for to finish its step and save (the launcher signals the
+    training processes, never torchrun), and the next one resumes exactly there (the chain of the
+    long_steps fixture)."""
+    sub, st, _ = long_steps
     assert st["state"] == "COMPLETED", st
     ran = [s for s in _segments(sub) if "end" in s]
     assert len(ran) >= 2, ran
@@ -217,15 +244,17 @@ def test_steps_and_saves_longer_than_torchruns_timeout():
 
 @pytest.mark.usefixtures("cluster", "home")
 def test_a_save_that_cannot_finish_in_the_lead_stops_the_chain():
-    """Each segment is told to save 60 s before its limit, but the save takes 300 s: no segment
-    publishes a checkpoint, and the chain stops after two of them, saying why. The limit is 3
-    minutes: Slurm sends the signal up to 30 s early, and it must find the trainers in their loop
-    (a trainer signalled during its setup dies without saving, which the chain reports as such)."""
+    """Each segment is told to save 30 s before its limit, but the save takes 300 s: no segment
+    publishes a checkpoint, and the chain stops after two of them, saying why. Each segment lasts
+    to its limit, 2 minutes: the signal must find the trainers in their loop (a trainer signalled
+    during its setup dies without saving, which the chain reports as such), and slurmctld's 30 s
+    time-limit check sends it once at most lead + 30 s remain, 60-90 s in (sbatch(1) allows 30 s
+    in), while the trainers are in their loop ~10 s in."""
     sub = _chain(
         "--time",
-        "00:03:00",
+        "00:02:00",
         "--signal-lead",
-        "60",
+        "30",
         "train.train_iters=1000",
         "smoke.step_sleep=1",
         "smoke.save_sleep=300",
@@ -234,7 +263,7 @@ def test_a_save_that_cannot_finish_in_the_lead_stops_the_chain():
     st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=900)
     assert st["state"] == "FAILED", st
     assert (
-        st["reason"] == "no progress in 2 segments in a row: the save did not finish within the signal lead of 60 s"
+        st["reason"] == "no progress in 2 segments in a row: the save did not finish within the signal lead of 30 s"
     ), st
     segs = st["info"]["segments"]
     assert [s.get("outcome") for s in segs[:2]] == ["no-progress", "no-progress"], segs
@@ -244,7 +273,7 @@ def test_a_save_that_cannot_finish_in_the_lead_stops_the_chain():
     assert len([s for s in _segments(sub) if "start" in s]) in (2, 3)
     assert not list((Path(sub["run_dir"]) / "logs").glob(f"{segs[2]['job_id']}-*.log")) if len(segs) > 2 else True
     shown = run_cli("status", sub["run_id"]).out
-    assert "no progress: the save did not finish within the signal lead of 60 s" in shown
+    assert "no progress: the save did not finish within the signal lead of 30 s" in shown
 
 
 @pytest.mark.usefixtures("cluster", "home")
@@ -298,8 +327,10 @@ def test_a_plain_job_saves_at_its_time_limit_and_resume_continues():
     before the limit (--signal=B:USR1@30, train.exit_signal_handler on). status says STOPPED at
     iteration N, not COMPLETED and not TIMEOUT; resume starts at N+1 with the samples consumed.
     Slurm may send the signal up to 60 s before lead (sbatch(1) 22.05, --signal: "due to the
-    resolution of event handling"): with a 3-minute limit it comes 90-150 s in, after the trainer
-    has started even on a loaded machine (with 1 minute it could come before, and nothing saves)."""
+    resolution of event handling"): with a 2-minute limit it comes 30-90 s in (60-90 s as
+    slurmctld's 30 s time-limit check sends it, once at most lead + 30 s remain), after the
+    trainer has started (~10 s in) even on a loaded machine (with 1 minute it could come before,
+    and nothing saves)."""
     r = run_cli(
         "submit",
         "smoke",
@@ -309,7 +340,7 @@ def test_a_plain_job_saves_at_its_time_limit_and_resume_continues():
         "json",
         *FAST,
         "--time",
-        "00:03:00",
+        "00:02:00",
         "--signal-lead",
         "30",
         "train.train_iters=400",
@@ -404,24 +435,13 @@ def test_a_node_set_down_mid_segment_leaves_one_chain(cluster):
     assert int((Path(sub["run_dir"]) / "checkpoints" / "latest_checkpointed_iteration.txt").read_text()) == 40
 
 
-@pytest.mark.usefixtures("home")
-def test_a_chain_measures_steps_far_longer_than_its_estimate_and_adapts(cluster):  # noqa: ARG001
+def test_a_chain_measures_steps_far_longer_than_its_estimate_and_adapts(long_steps):
     """--step-time says 1 s and the lead is 30 s, but every step takes about 40 s: a trainer told
     30 s before the limit could be mid-step with no time to finish it and save. The segment reads
     its own step times from the log (workloads/step_times.py), finds it needs a lead of 60 s, asks
-    for the save that early itself, and the chain reaches train_iters; status shows the figures."""
-    sub = _chain(
-        "--time",
-        "00:03:00",
-        "--signal-lead",
-        "30",
-        "--step-time",
-        "1",
-        "train.train_iters=5",
-        "smoke.step_sleep=40",
-        "~checkpoint.save_interval",
-    )
-    st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=1200)
+    for the save that early itself, and the chain reaches train_iters; status shows the figures
+    (the chain of the long_steps fixture)."""
+    sub, st, env = long_steps
     assert st["state"] == "COMPLETED", st
     first = st["job_ids"][0]
     out = (Path(sub["run_dir"]) / "logs" / f"sbatch-{first}.out").read_text()
@@ -434,7 +454,7 @@ def test_a_chain_measures_steps_far_longer_than_its_estimate_and_adapts(cluster)
     measured = st["info"]["measured"]
     assert measured["step_s"] >= 40 and measured["save_s"] > 0 and measured["lead_s"] >= 60, measured
     assert measured["job_lead_s"] == 30
-    text = run_cli("status", sub["run_id"]).out
+    text = run_cli("status", sub["run_id"], env=env).out
     assert re.search(
         r"measured +step [\d.]+ s, save [\d.]+ s \(the slowest so far\): they need a lead of \d+ s, more "
         r"than the job's 30 s",

@@ -359,6 +359,31 @@ def test_data_check_without_the_sample_type_in_the_image(tmp_path, energon_datas
     assert r["status"] == "fail" and "megatron.bridge" in r["detail"] and "Energon 7.4.1" in r["detail"], r
 
 
+def test_the_trainer_and_data_checks_share_one_process(canary_mod, tmp_path, energon_dataset, monkeypatch):
+    """Both checks that need the image's libraries run in one process (one import of them), each
+    result as its own; a process that dies in the trainer check fails that check alone, and the data
+    check then runs in a process of its own."""
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # no megatron.bridge on the path
+    data = {"kind": "energon", "path": str(energon_dataset)}
+    mine = write(tmp_path / "train_mine.py", "def main():\n    pass\n")
+    path = _spec(tmp_path, entry=str(mine), dataset=data)
+    alone: list = []
+    with monkeypatch.context() as m:
+        m.setattr(canary_mod, "_subprocess_check", lambda name, *_a: alone.append(name))
+        trainer, got = canary_mod._subprocess_checks(["trainer", "data"], json.loads(path.read_text()), str(path))
+    assert trainer["status"] == "skip" and "is not Megatron-Bridge's run_recipe.py" in trainer["detail"], trainer
+    assert got["status"] == "fail" and "megatron.bridge" in got["detail"] and "Energon 7.4.1" in got["detail"], got
+    assert alone == []  # neither ran in a process of its own
+    dies = write(tmp_path / "dies" / "run_recipe.py", "import os\nos._exit(3)\n")
+    path = _spec(tmp_path, entry=str(dies), container="nvcr.io/x", recipe_module="", dataset=data)
+    trainer, got = canary_mod._subprocess_checks(["trainer", "data"], json.loads(path.read_text()), str(path))
+    assert (
+        trainer["status"] == "fail"
+        and "the trainer check's process ended (exit 3) without a result" in (trainer["detail"])
+    ), trainer
+    assert got["status"] == "fail" and "Energon 7.4.1" in got["detail"], got  # its own process still read it
+
+
 def test_lepton_run_with_a_canary_stages_it_and_status_names_the_failing_check(home, tmp_path, monkeypatch):
     """Through the Lepton contract server: the canary's files reach the run dir, the job's script
     runs it first, and a job its canary stopped is FAILED with the check in `status`."""

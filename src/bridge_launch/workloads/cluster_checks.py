@@ -23,7 +23,8 @@ bandwidth. Checks, in report order:
   bridge-launch ships (the spec's recipe_module), the module is first registered in
   megatron.bridge.recipes as the job's entry does it (bridge_recipe_entry.py);
 - data: dataset.path exists in the container; an Energon dataset is opened with the image's own
-  megatron-energon and its dataset.yaml's sample type, and one sample is read (a subprocess);
+  megatron-energon and its dataset.yaml's sample type, and one sample is read (a subprocess: the
+  trainer check's, after it, when both run, so the image's libraries are imported once);
 - checkpoint: checkpoint.pretrained_checkpoint as Bridge opens it (trainer_protocol.py): its tracker,
   the iteration directory it names, the format files and metadata.json;
 - hf_cache: the recipe's HuggingFace model and processor revisions are in the offline cache the
@@ -215,10 +216,15 @@ def _trainer_in_process(spec: dict) -> dict:
     )
 
 
-def check_trainer(spec: dict, spec_path: str) -> dict:
+def _trainer_without_running(spec: dict) -> dict | None:
+    """The trainer check's result where it needs no process of its own (None: it does)."""
     if spec.get("workload") != "megatron-bridge":
         return _result("trainer", "skip", f"the {spec.get('workload')} workload runs no Megatron-Bridge recipe")
-    return _subprocess_check("trainer", spec, spec_path)
+    return None
+
+
+def check_trainer(spec: dict, spec_path: str) -> dict:
+    return _trainer_without_running(spec) or _subprocess_check("trainer", spec, spec_path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -286,7 +292,8 @@ def _data_in_process(spec: dict) -> dict:
     )
 
 
-def check_data(spec: dict, spec_path: str) -> dict:
+def _data_without_opening(spec: dict) -> dict | None:
+    """The data check's result where it needs no process of its own to open the dataset (None: it does)."""
     d = spec.get("dataset") or {}
     path = d.get("path")
     if not path:
@@ -304,7 +311,11 @@ def check_data(spec: dict, spec_path: str) -> dict:
             f"dataset.path {path} is not a prepared Energon dataset (no .nv-meta/); "
             "prepare it with 'bridge-launch data prepare'",
         )
-    return _subprocess_check("data", spec, spec_path)
+    return None
+
+
+def check_data(spec: dict, spec_path: str) -> dict:
+    return _data_without_opening(spec) or _subprocess_check("data", spec, spec_path)
 
 
 def _mounts_hint(spec: dict) -> str:
@@ -616,30 +627,107 @@ def _distributed(spec: dict, rank: int, world: int, local_rank: int):
 # --------------------------------------------------------------------------------------------
 # running a check in a subprocess, and the report
 # --------------------------------------------------------------------------------------------
+def _check_env() -> dict:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC_", "MASTER_", "GROUP_", "ROLE_"))}
+
+
+def _no_result(name: str, code, stdout: str, stderr: str) -> dict:
+    tail = [ln.strip() for ln in (stderr or stdout).splitlines() if ln.strip()]
+    return _result(
+        name,
+        "fail",
+        f"the {name} check's process ended (exit {code}) without a result: {tail[-1] if tail else 'no output'}",
+        output=(stderr or stdout)[-4000:],
+    )
+
+
 def _subprocess_check(name: str, spec: dict, spec_path: str) -> dict:
     timeout = int(spec.get("check_timeout_s") or 600)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC_", "MASTER_", "GROUP_", "ROLE_"))}
     try:
         proc = subprocess.run(
             [sys.executable, os.path.abspath(__file__), "--check", name, spec_path],
             capture_output=True,
             text=True,
             timeout=timeout,
-            env=env,
+            env=_check_env(),
         )
     except subprocess.TimeoutExpired:
         return _result(name, "fail", f"the {name} check did not finish within {timeout} s")
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(RESULT_MARK):
             return json.loads(line[len(RESULT_MARK) :])
-    tail = [ln.strip() for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
-    return _result(
-        name,
-        "fail",
-        f"the {name} check's process ended (exit {proc.returncode}) without a result: "
-        f"{tail[-1] if tail else 'no output'}",
-        output=(proc.stderr or proc.stdout)[-4000:],
-    )
+    return _no_result(name, proc.returncode, proc.stdout, proc.stderr)
+
+
+def _subprocess_checks(names: list, spec: dict, spec_path: str):
+    """The checks in `names`, in order, in ONE process (`--check trainer,data`): the image's
+    libraries (torch, megatron.core, megatron.bridge, megatron.energon) are imported once, not once
+    per check. Yields each check's result as the process prints it, so the report is rewritten after
+    each; each check has its own check_timeout_s from when the one before it ended. A check that
+    outlives its timeout, or a process that ends without its result, fails that check as
+    _subprocess_check says it; the checks after it then run each in a process of its own."""
+    import queue
+    import threading
+
+    if len(names) < 2:
+        for name in names:
+            yield _subprocess_check(name, spec, spec_path)
+        return
+    timeout = int(spec.get("check_timeout_s") or 600)
+    err = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--check", ",".join(names), spec_path],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            errors="replace",
+            env=_check_env(),
+        )
+    except OSError:
+        err.close()
+        for name in names:
+            yield _subprocess_check(name, spec, spec_path)
+        return
+    lines: queue.Queue = queue.Queue()
+    out: list = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for ln in proc.stdout:
+            out.append(ln)
+            if ln.startswith(RESULT_MARK):
+                lines.put(ln)
+        lines.put(None)  # the process closed its output
+
+    threading.Thread(target=read, daemon=True).start()
+    done = 0
+    try:
+        for name in names:
+            try:
+                ln = lines.get(timeout=timeout)
+            except queue.Empty:
+                yield _result(name, "fail", f"the {name} check did not finish within {timeout} s")
+                done += 1
+                break
+            if ln is None:
+                try:
+                    code = proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    code = "?"
+                err.seek(0)
+                yield _no_result(name, code, "".join(out), err.read())
+                done += 1
+                break
+            yield json.loads(ln[len(RESULT_MARK) :])
+            done += 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        err.close()
+    for name in names[done:]:
+        yield _subprocess_check(name, spec, spec_path)
 
 
 def verdict(results: dict) -> dict:
@@ -695,9 +783,12 @@ def run(spec_path: str) -> int:
     record(check_image(spec, hosts))
     record(check_fabric(spec, nodes, cuda))
     record(network)
+    # the trainer and data checks that need the image's libraries share one process (one import)
+    known = {"trainer": _trainer_without_running(spec), "data": _data_without_opening(spec)}
+    opened = _subprocess_checks([n for n, r in known.items() if r is None], spec, spec_path)
     for name, fn in (
-        ("trainer", lambda: check_trainer(spec, spec_path)),
-        ("data", lambda: check_data(spec, spec_path)),
+        ("trainer", lambda: known["trainer"] or next(opened)),
+        ("data", lambda: known["data"] or next(opened)),
         ("checkpoint", lambda: check_checkpoint(spec)),
         ("hf_cache", lambda: check_hf_cache(spec)),
     ):
@@ -719,27 +810,31 @@ def run(spec_path: str) -> int:
     return 1
 
 
-def _check_main(name: str, spec_path: str) -> int:
+def _check_main(names: list, spec_path: str) -> int:
+    """The checks in `names`, in order, in this one process: a result line after each."""
     spec = json.load(open(spec_path, encoding="utf-8"))
     here = os.path.dirname(os.path.abspath(__file__))  # the workload's own modules must not shadow the image's
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    try:
-        result = _trainer_in_process(spec) if name == "trainer" else _data_in_process(spec)
-    except BaseException as exc:  # noqa: BLE001 - reported
-        result = _result(name, "fail", f"the check itself failed: {_error(exc)}")
-    sys.stdout.write("\n" + RESULT_MARK + json.dumps(result, default=str) + "\n")
-    sys.stdout.flush()
+    for name in names:
+        try:
+            result = _trainer_in_process(spec) if name == "trainer" else _data_in_process(spec)
+        except BaseException as exc:  # noqa: BLE001 - reported
+            result = _result(name, "fail", f"the check itself failed: {_error(exc)}")
+        sys.stdout.write("\n" + RESULT_MARK + json.dumps(result, default=str) + "\n")
+        sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # loaders, threads and atexit hooks of the image's libraries are not waited for
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) == 3 and argv[0] == "--check" and argv[1] in ("trainer", "data"):
-        return _check_main(argv[1], argv[2])
+    names = argv[1].split(",") if len(argv) == 3 and argv[0] == "--check" else []
+    if names and all(n in ("trainer", "data") for n in names):
+        return _check_main(names, argv[2])
     if len(argv) != 1:
         print(
-            "usage: cluster_checks.py SPEC.json  (under torchrun)  |  cluster_checks.py --check trainer|data SPEC.json",
+            "usage: cluster_checks.py SPEC.json  (under torchrun)  |  "
+            "cluster_checks.py --check trainer|data|trainer,data SPEC.json",
             file=sys.stderr,
         )
         return 2
