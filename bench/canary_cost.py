@@ -4,6 +4,7 @@ and its Python 3.12 venv through mounts: scripts/bridge/realbridge.py container(
 
   the seed's VL SFT job (qwen35-vl-sft, fitted to 4 ranks; the training loop is the one stand-in,
   scripts/bridge/probe_trainer.py, after Megatron-Bridge's own build and validate) submitted to COMPLETED
+      (--no-canary: the canary is on by default for the VL recipes bridge-launch ships)
       vs  the same job with --canary (canary job, then the real job after it)
   and, with --canary and a dataset.path that does not exist, submit to the run's FAILED verdict
       (the real job never starts).
@@ -106,7 +107,7 @@ def main() -> int:
         bad = ["dataset.path=/nonexistent/clevr2", *good[1:]]
         plain, gated, stopped, own = [], [], [], []
         for _ in range(a.repeats):  # interleaved, so load on the shared machine hits all three alike
-            plain.append(one(env, good, "COMPLETED")[0])
+            plain.append(one(env, ["--no-canary", *good], "COMPLETED")[0])
             t, st = one(env, ["--canary", *good], "COMPLETED")
             gated.append(t)
             own.append(json.loads(Path(st["info"]["canary"]["report"]).read_text()))
