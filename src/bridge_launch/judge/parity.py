@@ -15,7 +15,7 @@ from itertools import repeat
 
 from bridge_launch.core.errors import UsageError
 from bridge_launch.judge import rulesets
-from bridge_launch.logs.reader import LOSS, finite, increasing
+from bridge_launch.logs.reader import LOSS, as_float, finite, increasing
 
 # The harness's metric names (golden files) for the iteration-line fields, and back.
 GOLDEN_NAMES = {"lm loss": LOSS, "num-zeros": "num zeros", "iteration-time": "elapsed time per iteration (ms)"}
@@ -31,15 +31,6 @@ class Series:
 def allowed_outside(n: int) -> int:
     """Megatron-LM's harness: min(max(N // 100, 1), 50) failing steps allowed out of N."""
     return min(max(n // 100, 1), 50)
-
-
-def _float(v) -> float:
-    if isinstance(v, (int, float)):
-        return float(v)
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.inf  # the harness turns strings ("nan") into inf: never close
 
 
 def golden_series(path: str, metric: str, label: str | None = None) -> Series:
@@ -68,7 +59,7 @@ def golden_series(path: str, metric: str, label: str | None = None) -> Series:
             step = int(k)
         except ValueError:
             raise UsageError(f"{path}: '{name}' has a step {k!r} that is not a number") from None
-        values[step] = _float(v)
+        values[step] = as_float(v)
         if name == "iteration-time" and finite(values[step]):
             values[step] *= 1000.0  # seconds in the file, ms on the iteration line
     return Series(label or path, values, "golden")

@@ -46,6 +46,7 @@ from bridge_launch.judge.rule_sources import (  # noqa: F401 - the rule data, re
     help_text,
     rule,
 )
+from bridge_launch.logs.reader import as_float
 
 
 # ------------------------------------------------------------------------------------------------
@@ -78,13 +79,6 @@ class Metrics:
         return getattr(self, name)
 
 
-def _f(v) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.inf  # Megatron-LM's harness: a string ("nan") is inf (common.py:253-265)
-
-
 # Memory report names: MB train_utils.py:166-177, 1195-1213 (GB, 1e9); MC common_utils.py:320-334 (MB, 1024**2)
 GB_NAMES = {
     "alloc": "mem-allocated-gigabytes",
@@ -109,8 +103,8 @@ def from_log(log, metric: str, label: str, kind: str = "log", *, loss=None) -> M
         num_zeros=lambda: log.float_series(P.FIELD_NUM_ZEROS),
         grad_norm=lambda: log.float_series(P.FIELD_GRAD_NORM),
         gpu_util=lambda: _gpu_util(log, m),
-        memory=lambda: _memory(log, m, "memory"),
-        memory_steps=lambda: _memory(log, m, "memory_steps"),
+        memory=lambda: _memory(log)[0],
+        memory_steps=lambda: _memory(log)[1],
     )
     return m
 
@@ -128,9 +122,9 @@ def _gpu_util(log, m: Metrics) -> dict:
     return dict(zip(steps, util, strict=False))
 
 
-def _memory(log, m: Metrics, which: str) -> dict:
-    """The memory reports as `memory` (GB by evaluate.py's keys) and `memory_steps` (bytes per step
-    by Megatron-LM's series names), both read at once."""
+def _memory(log) -> tuple[dict, dict]:
+    """The memory reports (Log.memory) as `memory` (GB by evaluate.py's keys) and `memory_steps`
+    (bytes per step by Megatron-LM's series names)."""
     memory: dict = {}
     steps: dict = {}
     for rep in log.memory:
@@ -147,9 +141,7 @@ def _memory(log, m: Metrics, which: str) -> dict:
             for series, k in STEP_MEMORY.items():
                 if k == key:
                     steps.setdefault(series, {}).setdefault(rep["step"], gb * 1e9)
-    m.loaders.pop("memory_steps" if which == "memory" else "memory", None)
-    m.memory, m.memory_steps = memory, steps
-    return memory if which == "memory" else steps
+    return memory, steps
 
 
 def read_golden(path: str) -> dict:
@@ -186,7 +178,7 @@ BRIDGE_STEP_NAMES = {
 
 def bridge_golden_series(data: dict, name: str) -> dict:
     """{iteration: value} of one per-step name; Bridge's step keys are 0-indexed (step N-1 is iteration N)."""
-    return {int(k) + 1: _f(v[name]) for k, v in data.items() if k.isdigit() and isinstance(v, dict) and name in v}
+    return {int(k) + 1: as_float(v[name]) for k, v in data.items() if k.isdigit() and isinstance(v, dict) and name in v}
 
 
 def from_golden(path: str, loss: dict, label: str) -> Metrics:
@@ -213,7 +205,7 @@ def from_golden(path: str, loss: dict, label: str) -> Metrics:
                 step = int(k)
             except ValueError:
                 continue
-            x = _f(v)
+            x = as_float(v)
             out[step] = x * scale if math.isfinite(x) else x
         try:
             m.totals[name] = (entry["end_step"] - entry["start_step"]) / entry["step_interval"] + 1
@@ -458,7 +450,7 @@ def mb_timing(a: Metrics, b: Metrics, rules: str = "megatron-bridge") -> Check:
         what, unit, cur_s, ref_s, higher = "iteration time", " ms", a.get("iter_ms"), b.get("iter_ms"), False
         lacking = " and ".join(x.label for x in (a, b) if not carries(x)) or "neither"
         note = f"no `GPU utilization:` value above 0 in {lacking}: the iteration time (ms) judged in its place; "
-    name = "gpu-utilization" if rules == "megatron-bridge" else "timing"
+    name = "gpu-utilization"
     window = timing_window(list(ref_s))
     if not window:
         return _check(rules, name, "skipped", f"{note}{b.label} carries no {what}", metric=what)
@@ -485,7 +477,7 @@ def mb_timing(a: Metrics, b: Metrics, rules: str = "megatron-bridge") -> Check:
         rules,
         name,
         status,
-        f"{note}{what} mean over {span}: A {cur:.4g}{unit}  B {gold:.4g}{unit}: {word}" + f" ({band})",
+        f"{note}{what} mean over {span}: A {cur:.4g}{unit}  B {gold:.4g}{unit}: {word} ({band})",
         metric=what,
         a=cur,
         b=gold,
@@ -497,7 +489,8 @@ def mb_timing(a: Metrics, b: Metrics, rules: str = "megatron-bridge") -> Check:
 def mb_memory(a: Metrics, b: Metrics, rules: str = "megatron-bridge") -> list[Check]:
     """validate_memory (evaluate.py:449-569): |A - B| / B beyond 5% fails, growth and shrinkage alike."""
     name = "memory"
-    if not ("alloc" in b.get("memory") and "max_alloc" in b.memory):
+    memory_a, memory_b = a.get("memory"), b.get("memory")
+    if not ("alloc" in memory_b and "max_alloc" in memory_b):
         return [
             _check(
                 rules,
@@ -507,10 +500,10 @@ def mb_memory(a: Metrics, b: Metrics, rules: str = "megatron-bridge") -> list[Ch
             )
         ]
     out = []
-    keys = ["alloc", "max_alloc"] + (["max_reserved"] if "max_reserved" in b.memory else [])
+    keys = ["alloc", "max_alloc"] + (["max_reserved"] if "max_reserved" in memory_b else [])
     for key in keys:
-        g = b.memory[key]
-        c = a.get("memory").get(key)
+        g = memory_b[key]
+        c = memory_a.get(key)
         if c is None:
             out.append(_check(rules, name, "fail", f"{key}: A has no memory report (B {g:.4g} GB)"))
             continue

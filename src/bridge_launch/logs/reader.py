@@ -126,10 +126,6 @@ def _enc(raw, s: str):
     return s.encode() if isinstance(raw, _BINARY) else s
 
 
-_ITERATION_HEAD_S = re.compile(P.ITERATION_HEAD)
-_ITERATION_HEAD_B = re.compile(P.ITERATION_HEAD.encode())
-
-
 @lru_cache(maxsize=64)
 def _rx(pattern: str, binary: bool) -> re.Pattern:
     return re.compile(pattern.encode() if binary else pattern)
@@ -145,19 +141,21 @@ def increasing(xs: list) -> bool:
     return all(map(operator.lt, xs, islice(xs, 1, None)))
 
 
-def _floats(values: list) -> list:
-    """Field values (bytes or str) as floats; one that is not a number is inf (Megatron-LM's
+def as_float(v) -> float:
+    """A value as a float; one that is not a number is inf, never close to anything (Megatron-LM's
     harness turns a string into inf: common.py:253-265)."""
     try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.inf
+
+
+def _floats(values: list) -> list:
+    """as_float of each, in one C loop where every value is a number."""
+    try:
         return list(map(float, values))
-    except ValueError:
-        out = []
-        for v in values:
-            try:
-                out.append(float(v))
-            except ValueError:
-                out.append(math.inf)
-        return out
+    except (TypeError, ValueError):
+        return list(map(as_float, values))
 
 
 def _line_at(text: str, pos: int) -> tuple[int, str]:
@@ -466,7 +464,7 @@ class Log:
         """`series` as floats (a value that is not a number is inf), for long comparisons."""
         col = None if "iterations" in self.__dict__ else self._column(key)
         if col is None:
-            return {st: v if isinstance(v, float) else _floats([v])[0] for st, v in self.series(key).items()}
+            return {st: as_float(v) for st, v in self.series(key).items()}
         steps, values = col
         return dict(zip(steps, _floats(values), strict=True))
 
@@ -639,7 +637,7 @@ class Log:
     def _step_at(self, ti: int, pos: int) -> int | None:
         """The step of the last iteration line before `pos` (found backwards, line heads only)."""
         raw = self.raw[ti]
-        rx = _ITERATION_HEAD_B if isinstance(raw, _BINARY) else _ITERATION_HEAD_S
+        rx = _rx_for(P.ITERATION_HEAD, raw)
         needle = _enc(raw, "iteration ")
         lo = max(0, pos - (1 << 20))
         p = raw.rfind(needle, lo, pos)
