@@ -10,6 +10,10 @@
     (loss parity, the timing and memory lines)         vs  the same findall over each of A and B, in one process
                                                                                           goal <= 2x
 
+check and compare read a long log in two processes where they may use two CPUs or more (logs.reader:
+Log.survey, float_columns_of; core/forked.py); the rows "on one CPU" run them under `taskset -c 0`,
+where they read in one, against the same anchors (information, not a goal).
+
 The logs are what the smoke workload prints on Slurm (trainer_protocol's builders, rank-prefixed):
 a Step Time line and an iteration line every step, a save every 1,000 steps, the post-training
 validation and test lines. Run: .venv/bin/python bench/watch_speed.py [--repeats N]
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -115,20 +120,33 @@ def main() -> int:
         env_many, env_one = bench_env(many), bench_env(one)
         findall = "import re, sys; [re.findall(r'lm loss: (\\S+)', open(p).read()) for p in sys.argv[1:]]"
         baseline = [PY, "-c", findall, str(big)]
+        one_cpu = ["taskset", "-c", "0"] if shutil.which("taskset") else None
+        cases = [
+            ("import typer", env_many, [PY, "-c", "import typer"]),
+            ("status 1k", env_many, [*BL, "status"]),
+            ("status RUN", env_one, [*BL, "status", run_id]),
+            ("findall", env_one, baseline),
+            ("check", env_one, [*BL, "check", str(big)]),
+            ("findall A B", env_one, [PY, "-c", findall, str(big), str(ref)]),
+            ("compare", env_one, [*BL, "compare", str(big), str(ref)]),
+        ]
+        if one_cpu:
+            cases += [
+                ("check 1cpu", env_one, [*one_cpu, *BL, "check", str(big)]),
+                ("compare 1cpu", env_one, [*one_cpu, *BL, "compare", str(big), str(ref)]),
+            ]
         t: dict = {}
         for _ in range(args.repeats):  # interleaved, so that load on the machine hits every case alike
-            for name, env, cmd in (
-                ("import typer", env_many, [PY, "-c", "import typer"]),
-                ("status 1k", env_many, [*BL, "status"]),
-                ("status RUN", env_one, [*BL, "status", run_id]),
-                ("findall", env_one, baseline),
-                ("check", env_one, [*BL, "check", str(big)]),
-                ("findall A B", env_one, [PY, "-c", findall, str(big), str(ref)]),
-                ("compare", env_one, [*BL, "compare", str(big), str(ref)]),
-            ):
+            for name, env, cmd in cases:
                 t.setdefault(name, []).append(compare({name: cmd}, 1, env=env)[name])
     med = {k: sorted(v)[len(v) // 2] for k, v in t.items()}
     print(f"(medians of {args.repeats} interleaved runs)")
+    if one_cpu:
+        for what, case, anchor in (
+            ("check on one CPU (taskset -c 0)  vs  one re.findall", "check 1cpu", "findall"),
+            ("compare on one CPU (taskset -c 0)  vs  re.findall of each", "compare 1cpu", "findall A B"),
+        ):
+            print(f"{what:<58} {med[case]:9.3f} {med[anchor]:9.3f} {med[case] / med[anchor]:7.3f}  information")
     return report(
         [
             ("status, 1,000 runs  vs  import typer", med["status 1k"], med["import typer"], 3.0, "max"),

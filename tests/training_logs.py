@@ -105,3 +105,25 @@ def straggler_line(ms_by_rank: dict, *, minmax_count: int = 1, stamp: str = STAM
     fast = min(ms_by_rank.values())
     etpt = {r: 300.0 * fast / t for r, t in ms_by_rank.items()}
     return "\n[rank0]: ".join(P.straggler_lines(ms_by_rank, etpt, minmax_count=minmax_count, stamp=stamp))
+
+
+def every_pass_log(n: int, **kw) -> str:
+    """Every line the survey's passes look for: a grad norm that is not finite, straggler lines, a
+    timer block and a NaN-check error, in a log of n iterations (`kw`: training_log's)."""
+    text = training_log(
+        n,
+        straggler=lambda s: {r: 1000.0 + (300.0 if r == 5 and s > n // 2 else 0.0) for r in range(8)},
+        gn=lambda s: float("inf") if s == n - 3 else 1.0,
+        save_at={n},
+        **kw,
+    )
+    timers = (
+        "[rank7]: (min, max) time across ranks (ms):\n"
+        "[rank7]:     forward-backward ...............................: (100.00, 131.50)\n"
+    )
+    nan_check = (
+        "[rank5]: RuntimeError: Rank 5, node gpu-node-17, device 5, iteration 30: Unexpected result nan "
+        "(message='found NaN in local forward loss calculation')\n"
+    )
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[: len(lines) // 2]) + timers + nan_check + "".join(lines[len(lines) // 2 :])

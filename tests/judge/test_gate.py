@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
 
 import pytest
 
 from bridge_launch.judge import gate, parity
 from bridge_launch.logs.reader import Log
 from bridge_launch.workloads import trainer_protocol as P
-from conftest import write
-from training_logs import training_log
+from conftest import CLI, REPO, run_cli, write
+from training_logs import every_pass_log, training_log
 
 
 def verdict(text, **kw):
@@ -197,3 +199,28 @@ def test_a_worker_killed_by_a_signal_fails_no_signal(cli, tmp_path):
     assert "torchrun says signal 15 (SIGTERM) killed pid 4242" in r.out, r.out
     before = write(tmp_path / "early.log", summary + training_log(100, save_at={100}))  # an earlier attempt's
     assert cli("check", before, "--only", "no-signal").code == 0
+
+
+def test_long_logs_judged_over_two_processes_answer_as_on_one_cpu(tmp_path):
+    """check and compare of logs over PARALLEL_MIN read in two processes (Log.survey,
+    float_columns_of); under taskset to one CPU they read in one. The answers are the same."""
+    from bridge_launch.core import forked
+    from bridge_launch.logs import reader
+
+    if forked.cpus() < 2:
+        pytest.skip("one CPU: nothing runs in a second process")
+    base = lambda s: 10.0 * math.exp(-s / 40) + 1.0  # noqa: E731
+    a = write(tmp_path / "a.log", every_pass_log(7000))
+    b = write(tmp_path / "b.log", every_pass_log(7000, loss=lambda s: base(s) * (1.05 if s % 1000 == 500 else 1.01)))
+    assert min(os.path.getsize(a), os.path.getsize(b)) >= reader.PARALLEL_MIN
+    for args in (["check", a, "-o", "json"], ["check", a], ["compare", a, b, "-o", "json"], ["compare", a, b]):
+        two = run_cli(*args)
+        one = subprocess.run(["taskset", "-c", "0", *CLI, *map(str, args)], capture_output=True, text=True, cwd=REPO)
+        assert (two.code, two.out, two.err) == (one.returncode, one.stdout, one.stderr), args
+    (res,) = run_cli("check", a, "-o", "json").json()["results"]
+    failed = {c["name"]: c for c in res["criteria"] if not c["passed"]}
+    assert set(failed) == {"finite", "nan"} and failed["finite"]["step"] == 6997, failed
+    assert failed["nan"]["evidence"].startswith("iteration 30: NaN check on rank 5")
+    assert res["stragglers"]["named"] == [5]
+    d = run_cli("compare", a, b, "-o", "json").json()
+    assert d["parity"] and d["comparisons"][0]["outside"] == 7 and d["comparisons"][0]["first_outside"]["step"] == 500

@@ -140,3 +140,23 @@ def test_the_fast_comparison_keeps_the_definitions(tweak, atol):
     assert (c.max_rel_step, c.max_rel) == (worst, worst_rel)
     assert c.correlation == pytest.approx(corr, rel=1e-12)
     assert c.steps == 199 and [r[0] for r in c.rows] == sorted(a.keys() & b.keys())
+
+
+@pytest.mark.parametrize("tweak", [{}, {7: 0.0}, {9: float("nan")}, {200: float("inf")}])
+def test_two_logs_columns_judge_as_their_values_do(tweak):
+    """Two logs of one length come as columns in step order: compared without a dict, the same
+    comparison as from their values taken in another order (the step-by-step alignment)."""
+    b = {s: 3.0 + (s % 7) * 0.1 for s in range(1, 201)}
+    a = {s: v * (1.0 + (0.03 if s % 13 == 0 else 0.001) * (-1) ** s) for s, v in b.items()}
+    b.update(tweak)
+    fast = parity.compare(
+        parity.Series("a", columns=(list(a), list(a.values()))),
+        parity.Series("b", columns=(list(b), list(b.values()))),
+    )
+    shuffled = parity.compare(
+        parity.Series("a", dict(reversed(a.items()))), parity.Series("b", dict(reversed(b.items())))
+    )
+    assert fast.to_dict(rows=True) == shuffled.to_dict(rows=True)
+    assert fast.final["step"] == 200 and fast.steps == 200
+    s = parity.Series("c", columns=([1, 2], [0.5, 0.25]))
+    assert s.values == {1: 0.5, 2: 0.25} and parity.Series("d", {2: 1.0, 1: 2.0}).columns == ([2, 1], [1.0, 2.0])

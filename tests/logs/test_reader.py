@@ -5,12 +5,14 @@ published; where the quote was cut off in the source, it is cut off here too).""
 from __future__ import annotations
 
 import math
+import mmap
 
 import pytest
 
 from bridge_launch.logs import reader as logread
 from bridge_launch.logs.reader import Log, first_error, strip_prefix
 from bridge_launch.workloads import trainer_protocol as P
+from training_logs import every_pass_log, training_log
 
 # NVIDIA-NeMo/Megatron-Bridge docs/training/multi-token-prediction.md:140 (at 067f987): MTP and MoE
 # auxiliary losses, no timestamp.
@@ -168,7 +170,7 @@ def test_nan_check_error_from_megatron_core():
     (ev,) = log.nan_checks
     assert ev.step == -1 and ev.rank == 2 and ev.data["result"] == "nan"
     assert ev.data["message"].startswith("found NaN in local grad norm for bucket #0")
-    assert [e.step for e in log.nan_checks_fast()] == [-1]
+    assert [e.step for e in log.nan_check_errors] == [-1]
     assert first_error([NEMO_14348]).startswith("rank 2: RuntimeError: Rank 2, node dcfai-xe9680-01")
 
 
@@ -398,3 +400,61 @@ def test_timeline_keeps_every_iteration_line_as_printed_with_its_stamp_and_step_
         (2, "2026-01-01 12:01:00", 700.0, 1),
     ]
     assert [it.step for it in Log([first, bare + "\n" + again]).iterations] == [1, 2]  # the reader's own view cuts
+
+
+# ------------------------------------------------------------------------------------------------
+# mapped texts counted piece by piece; the passes of check and compare over two processes
+# ------------------------------------------------------------------------------------------------
+def _mapped(tmp_path, data: bytes):
+    path = tmp_path / "mapped.log"
+    path.write_bytes(data)
+    with open(path, "rb") as fh:
+        return logread._Mapped(fh.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+@pytest.mark.parametrize("piece", [1, 5, 7, 64])
+def test_counts_on_a_mapped_text_equal_bytes_count_across_the_pieces(tmp_path, monkeypatch, piece):
+    monkeypatch.setattr(logread, "COUNT_PIECE", piece)
+    data = b"aaab | lm loss: 1 | x | lm loss: aaaa\n| lm loss: | lm loss: " * 7
+    mm = _mapped(tmp_path, data)
+    needles = [b"| lm loss: ", b"lm", b"a", b"aa", b"aaab", b"\n", b"missing"]
+    assert logread.counts(mm, needles) == [data.count(n) for n in needles]
+    assert mm.count(b"lm loss", 3) == data.count(b"lm loss", 3)
+    assert mm.count(b"aa", 2, 40) == data.count(b"aa", 2, 40)
+
+
+def test_the_survey_in_two_processes_gives_what_reading_each_pass_gives(tmp_path, monkeypatch):
+    from bridge_launch.core import forked
+
+    text = every_pass_log(200)
+    path = tmp_path / "run.log"
+    path.write_text(text)
+    monkeypatch.setattr(forked, "cpus", lambda: 2)
+    monkeypatch.setattr(logread, "PARALLEL_MIN", 1)
+    started = []
+    real = forked.start
+    monkeypatch.setattr(forked, "start", lambda fn: started.append(fn) or real(fn))
+    for log in (Log([text]), Log([text.encode()]), Log.of_files([path], mapped=True)):
+        log.survey("lm loss")
+        each = Log([text])  # every pass read when asked, in this process
+        assert log.tally() == each.tally() and log.tally()["nonfinite"]
+        assert log.nan_check_errors == each.nan_check_errors and log.nan_check_errors
+        assert log.stragglers == each.stragglers and log.stragglers
+        assert log.timer_reports == each.timer_reports and log.timer_reports
+    assert len(started) == 3  # each survey forked once
+    # a log under PARALLEL_MIN is left to read when asked
+    monkeypatch.setattr(logread, "PARALLEL_MIN", len(text) + 1)
+    small = Log([text])
+    small.survey()
+    assert len(started) == 3 and "timer_reports" not in small.__dict__
+
+
+def test_the_columns_of_several_logs_are_read_in_children_alike(monkeypatch):
+    from bridge_launch.core import forked
+
+    monkeypatch.setattr(forked, "cpus", lambda: 2)
+    monkeypatch.setattr(logread, "PARALLEL_MIN", 1)
+    texts = [training_log(50, loss=lambda s, k=k: 5.0 - s / (10 + k)) for k in range(3)]
+    want = [Log([t]).float_columns("lm loss") for t in texts]
+    assert logread.float_columns_of([Log([t]) for t in texts], "lm loss") == want
+    assert logread.float_columns_of([], "lm loss") == []

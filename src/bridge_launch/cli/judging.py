@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 
 from bridge_launch.core.errors import UsageError
-from bridge_launch.logs.reader import LOSS, Log
+from bridge_launch.logs.reader import LOSS, Log, float_columns_of
 
 
 @dataclass
@@ -60,7 +60,8 @@ def sources(reg, words: list[str], *, expand_experiments: bool = True) -> tuple[
 
 
 def _log_of(reg, src: Source, *, mapped: bool = False) -> Log:
-    """The source's output; `mapped`: a long log file mapped, not read (compare reads a few columns)."""
+    """The source's output; `mapped`: a long log file mapped, not read (check and compare search it
+    in place and read a few columns)."""
     if src.kind == "log":
         return Log.of_files([src.path], mapped=mapped)
     from bridge_launch.runs import monitor
@@ -163,9 +164,11 @@ def check(
 
             src.run = launch.refresh(reg, [src.run])[0]
             finished = src.run.finished
-        log = _log_of(reg, src)
+        log = _log_of(reg, src, mapped=True)
         if metric != LOSS:  # a log without Megatron's own loss is the gate's to fail, not a typo
             _check_metric(log, metric, src.label)
+        if gate.reads_lines(only_set, skip_set):
+            log.survey(metric)  # the passes the gate and the straggler report make, over two processes
         label = src.label + (f" ({src.member})" if src.member else "")
         exp = _expectation(reg, src, expect or {})
         verdicts.append(
@@ -317,19 +320,23 @@ def compare(
         raise UsageError(f"{what}: compare A B (runs, log files or golden-values files), or an experiment's name")
     if group is None and len(srcs) > 2:
         raise UsageError("compare takes two sources (A is judged against B), or one experiment's name")
+    logs = {}
+    for i, src in enumerate(srcs):
+        if src.kind != "golden":
+            logs[i] = _log_of(reg, src, mapped=True)
+            _check_metric(logs[i], metric, src.label)
+    columns = dict(zip(logs, float_columns_of(list(logs.values()), metric), strict=True))  # two logs, two cores
     series, metrics = [], []
-    for src in srcs:
+    for i, src in enumerate(srcs):
         if src.kind == "golden":
             s = parity.golden_series(src.path, metric, src.label)
             series.append(s)
             metrics.append(rulesets.from_golden(src.path, s.values, src.label))
         else:
             label = f"{src.member} [{src.label}]" if src.member else src.label
-            log = _log_of(reg, src, mapped=True)
-            _check_metric(log, metric, src.label)
-            s = parity.log_series(log, metric, label, src.kind)
+            s = parity.Series(label, kind=src.kind, columns=columns[i])
             series.append(s)
-            metrics.append(rulesets.from_log(log, metric, label, src.kind, loss=s.values))
+            metrics.append(rulesets.from_log(logs[i], metric, label, src.kind, loss=lambda s=s: s.values))
     # A against B; in an experiment every run against its first
     ref = 1 if group is None else 0
     pairs = [(i, ref) for i in range(len(series)) if i != ref]

@@ -53,6 +53,14 @@ class Verdict:
         }
 
 
+LINE_CRITERIA = {"finite", "skipped", "nan"}  # judged from every iteration line (`_lines`)
+
+
+def reads_lines(only=None, skip=()) -> bool:
+    """Whether a check with these criteria judges every iteration line (not only its ends)."""
+    return bool(LINE_CRITERIA & (set(only) if only else set(CRITERIA)) - set(skip))
+
+
 def _fmt(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
@@ -103,7 +111,7 @@ def check(
         add("steps", False, f"{last.step} iterations, more than the {total} expected", last.step)
 
     # finite, skipped, nan
-    if {"finite", "skipped", "nan"} & set(names):
+    if LINE_CRITERIA & set(names):
         _lines(log, last, metric, add)
 
     # checkpoint: the last save line, read from the end
@@ -158,7 +166,7 @@ def check(
 def _lines(log: Log, last, metric: str, add) -> None:
     """The per-line criteria (finite, skipped, nan): from the tally when it is clean, else line by line."""
     t = log.tally(metric)
-    checks = [ev for ev in log.nan_checks_fast()]
+    checks = [ev for ev in log.nan_check_errors]
     n = t["lines"]
     clean = (
         n > 0 and t["counters"] == n and t["zero_counters"] == n and not t["nonfinite"] and t["with_metric"] in (0, n)

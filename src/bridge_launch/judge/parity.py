@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from itertools import repeat
 
 from bridge_launch.core.errors import UsageError
@@ -21,11 +22,26 @@ from bridge_launch.logs.reader import LOSS, as_float, finite, increasing
 GOLDEN_NAMES = {"lm loss": LOSS, "num-zeros": "num zeros", "iteration-time": "elapsed time per iteration (ms)"}
 
 
-@dataclass
 class Series:
-    label: str
-    values: dict  # step -> float (nan / inf for values that are not finite)
-    kind: str = "log"  # log | run | golden
+    """One metric of a source by step: `values` {step: float} (nan / inf for values that are not
+    finite) or `columns` (steps, values); either gives the other when first asked for. A log's
+    columns come in step order, and parity compares two such without a dict (`compare`)."""
+
+    def __init__(self, label: str, values: dict | None = None, kind: str = "log", *, columns=None):
+        self.label = label
+        self.kind = kind  # log | run | golden
+        if values is not None:
+            self.__dict__["values"] = values
+        if columns is not None:
+            self.__dict__["columns"] = columns
+
+    @cached_property
+    def values(self) -> dict:
+        return dict(zip(*self.columns, strict=True))
+
+    @cached_property
+    def columns(self) -> tuple[list, list]:
+        return list(self.values), list(self.values.values())
 
 
 def allowed_outside(n: int) -> int:
@@ -66,7 +82,7 @@ def golden_series(path: str, metric: str, label: str | None = None) -> Series:
 
 
 def log_series(log, metric: str, label: str, kind: str = "log") -> Series:
-    return Series(label, log.float_series(metric), kind)
+    return Series(label, kind=kind, columns=log.float_columns(metric))
 
 
 @dataclass
@@ -109,6 +125,12 @@ def _rel(a: float, b: float) -> float:
     return (a - b) / abs(b)
 
 
+def _final(x: float, y: float, step: int, atol: float, final_rtol: float) -> dict:
+    """The final value against the reference's, within its own tolerance."""
+    ok = finite(x) and finite(y) and abs(x - y) <= atol + final_rtol * abs(y)
+    return {"step": step, "a": x, "b": y, "rel": _rel(x, y), "ok": ok}
+
+
 def _all_finite(xs: list, ys: list) -> bool:
     return math.isfinite(sum(xs)) and math.isfinite(sum(ys))  # a sum is finite only if every term is
 
@@ -141,18 +163,19 @@ def compare(
     final_rtol: float = 0.03,
 ) -> Comparison:
     """`a` against the reference `b`, on the steps both have."""
-    av, bv = a.values, b.values
-    common = list(bv)
-    if common == list(av) and increasing(common):  # the same steps, in order (two logs of one run length)
-        xs, ys = list(av.values()), list(bv.values())
+    (a_steps, a_vals), (common, b_vals) = a.columns, b.columns
+    same = common == a_steps and increasing(common)  # the same steps, in order (two logs of one run length)
+    if same:
+        xs, ys = a_vals, b_vals
     else:
+        av, bv = a.values, b.values
         common = sorted(av.keys() & bv.keys())
         xs = list(map(av.__getitem__, common))
         ys = list(map(bv.__getitem__, common))
     problems = []
-    if not av:
+    if not a_steps:
         problems.append(f"{a.label} has no '{metric}' values")
-    if not bv:
+    if not b_vals:
         problems.append(f"{b.label} has no '{metric}' values")
     # np.isclose, a value that is not finite never close; where every value is finite, in C loops
     all_finite = _all_finite(xs, ys)
@@ -183,25 +206,21 @@ def compare(
         k = n - 1 - sizes[::-1].index(top)
         worst = (top, common[k], _rel(xs[k], ys[k]))
     final = None
-    if bv:
+    if same and common:
+        final = _final(xs[-1], ys[-1], common[-1], atol, final_rtol)
+    elif b_vals:
+        av, bv = a.values, b.values
         last_ref = max(bv)
         if last_ref in av:
-            x, y = av[last_ref], bv[last_ref]
-            rel = _rel(x, y)
-            final = {
-                "step": last_ref,
-                "a": x,
-                "b": y,
-                "rel": rel,
-                "ok": finite(x) and finite(y) and abs(x - y) <= atol + final_rtol * abs(y),
-            }
+            final = _final(av[last_ref], bv[last_ref], last_ref, atol, final_rtol)
         else:
             have = max(av) if av else None
             problems.append(
                 f"{a.label} has no value at the reference's last step {last_ref}"
                 + (f" (it ends at {have})" if have is not None else "")
             )
-    if not n and av and bv:
+    if not n and a_steps and b_vals:
+        av, bv = a.values, b.values
         problems.append(f"no step in common (A: {min(av)}..{max(av)}, B: {min(bv)}..{max(bv)})")
     corr = _pearson(xs, ys, all_finite)
     parity = bool(n) and outside <= limit and final is not None and final["ok"] and not problems

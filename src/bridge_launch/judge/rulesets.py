@@ -93,12 +93,13 @@ def from_log(log, metric: str, label: str, kind: str = "log", *, loss=None) -> M
     """What a run's output carries (logs.reader.Log), each series read when a rule asks for it
     (`Metrics.get`): iteration-line fields, the `GPU utilization:` lines zipped with the iteration
     lines by position, as evaluate.py does (:135-142), and memory reports (alloc and max_alloc the
-    first, max_reserved the largest: evaluate.py:120-132). `loss`: the loss values when already read."""
+    first, max_reserved the largest: evaluate.py:120-132). `loss`: a function that gives the loss
+    values where they are read already (a parity Series' values)."""
     from bridge_launch.workloads import trainer_protocol as P
 
     m = Metrics(label, kind)
-    m.loss = dict(loss) if loss is not None else log.float_series(metric)
     m.loaders.update(
+        loss=loss or (lambda: log.float_series(metric)),
         iter_ms=lambda: log.float_series(P.FIELD_ELAPSED_MS),
         num_zeros=lambda: log.float_series(P.FIELD_NUM_ZEROS),
         grad_norm=lambda: log.float_series(P.FIELD_GRAD_NORM),
@@ -325,11 +326,12 @@ def pearson(xs: list, ys: list) -> float | None:
 def mb_loss(a: Metrics, b: Metrics, rules: str = "megatron-bridge") -> list[Check]:
     """validate_convergence (evaluate.py:145-328) over B's steps, after skipping the first
     int(N * 0.0) (:197-202); the four checks run on the steps where both are finite."""
-    steps = sorted(b.loss)
+    a_loss, b_loss = a.get("loss"), b.get("loss")
+    steps = sorted(b_loss)
     steps = steps[int(len(steps) * MB_SKIP_LOSS) :]
     if not steps:
         return [_check(rules, "coverage", "fail", f"{b.label} has no loss values")]
-    missing = [s for s in steps if not _ok(a.loss.get(s)) or not _ok(b.loss[s])]
+    missing = [s for s in steps if not _ok(a_loss.get(s)) or not _ok(b_loss[s])]
     out = [
         _check(
             rules,
@@ -343,8 +345,8 @@ def mb_loss(a: Metrics, b: Metrics, rules: str = "megatron-bridge") -> list[Chec
         )
     ]
     both = [s for s in steps if s not in set(missing)]
-    cur = [a.loss[s] for s in both]
-    gold = [b.loss[s] for s in both]
+    cur = [a_loss[s] for s in both]
+    gold = [b_loss[s] for s in both]
     if not both:
         return out
     corr = pearson(cur, gold)
@@ -378,7 +380,7 @@ def mb_loss(a: Metrics, b: Metrics, rules: str = "megatron-bridge") -> list[Chec
     )
     last = steps[-1]
     if last in both:
-        c, g = a.loss[last], b.loss[last]
+        c, g = a_loss[last], b_loss[last]
         rel = abs(c - g) / abs(g) if g else abs(c)
         out.append(
             _check(
@@ -633,7 +635,16 @@ def judge(rules: str, a: Metrics, b: Metrics, *, parity=None, deterministic: boo
         checks += mb_memory(a, b, rules)
     elif rules == "megatron-lm":
         checks.append(
-            _mlm_check(rules, "lm loss", a.loss, b.loss, MLM_LOSS_RTOL, b.totals.get("lm loss"), deterministic, b.label)
+            _mlm_check(
+                rules,
+                "lm loss",
+                a.get("loss"),
+                b.get("loss"),
+                MLM_LOSS_RTOL,
+                b.totals.get("lm loss"),
+                deterministic,
+                b.label,
+            )
         )
         checks.append(
             _mlm_check(

@@ -28,14 +28,18 @@ import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cached_property, lru_cache
+from functools import cached_property, lru_cache, partial
 from itertools import islice
 
+from bridge_launch.core import forked
 from bridge_launch.logs import failures
 from bridge_launch.workloads import trainer_protocol as P
 from bridge_launch.workloads.node_facts import NODE_LINE_MARK, NODE_LINE_RE
 
 LOSS = P.LOSS_KEY
+# Texts this long (bytes) or longer are read by two processes where a pass over them costs more
+# than a fork (Log.survey, float_columns_of): a 100,000-iteration log is 42 MB; a fork, ~2 ms.
+PARALLEL_MIN = 4 << 20
 
 
 # ------------------------------------------------------------------------------------------------
@@ -106,13 +110,41 @@ def finite(v) -> bool:
 
 class _Mapped(mmap.mmap):
     """A log file mapped, not copied (Log.of_files(mapped=True)): finds and regexes read the page
-    cache in place; what mmap lacks of bytes (count, decode) works on a copy."""
+    cache in place; what mmap lacks of bytes works on copies: `count` on one cache-sized piece at a
+    time (`counts`), `decode` on the whole."""
 
-    def count(self, sub, *args) -> int:
-        return self[:].count(sub, *args)
+    def count(self, sub, start: int | None = None, end: int | None = None) -> int:
+        return counts(self if start is None and end is None else self[start:end], [sub])[0]
 
     def decode(self, *args) -> str:
         return self[:].decode(*args)
+
+
+COUNT_PIECE = 1 << 20  # bytes of a mapped text copied at a time to count in (`counts`)
+
+
+def counts(raw, needles: list) -> list[int]:
+    """raw.count of each needle. A mapped text is copied one MiB piece at a time, all the needles
+    counted on each piece: a piece reaches len(needle) - 1 bytes into the next, so that it counts the
+    occurrences that start in it. A needle that can overlap itself ("aa") is counted on one copy."""
+    if not isinstance(raw, _Mapped):
+        return [raw.count(n) for n in needles]
+    whole = [n for n in needles if any(n[:k] == n[-k:] for k in range(1, len(n)))]
+    out = dict.fromkeys(needles, 0)
+    if whole:
+        copy = raw[:]
+        out.update((n, copy.count(n)) for n in whole)
+    pieces = [n for n in needles if n not in whole]
+    if pieces:
+        reach = max(len(n) for n in pieces) - 1
+        step = COUNT_PIECE
+        for lo in range(0, len(raw), step):
+            piece = raw[lo : lo + step + reach]
+            for n in pieces:
+                # occurrences that start in [lo, lo + step): those that end within the piece and
+                # start before its reach (a shorter needle must not be counted in the reach)
+                out[n] += piece.count(n, 0, step + len(n) - 1)
+    return [out[n] for n in needles]
 
 
 _BINARY = (bytes, bytearray, mmap.mmap)
@@ -462,11 +494,16 @@ class Log:
 
     def float_series(self, key: str = LOSS) -> dict:
         """`series` as floats (a value that is not a number is inf), for long comparisons."""
+        return dict(zip(*self.float_columns(key), strict=True))
+
+    def float_columns(self, key: str = LOSS) -> tuple[list, list]:
+        """float_series as (steps, values), in step order."""
         col = None if "iterations" in self.__dict__ else self._column(key)
         if col is None:
-            return {st: as_float(v) for st, v in self.series(key).items()}
+            d = {st: as_float(v) for st, v in self.series(key).items()}
+            return list(d), list(d.values())
         steps, values = col
-        return dict(zip(steps, _floats(values), strict=True))
+        return steps, _floats(values)
 
     def keys(self) -> list[str]:
         """The field names the iteration lines carry, in first-seen order: those of the first and the
@@ -765,25 +802,52 @@ class Log:
     def tally(self, metric: str = LOSS) -> dict:
         """Counts over the raw texts, by substring search alone: iteration lines (by their skipped
         counter, which every Megatron iteration line has), lines whose skipped and NaN counters are
-        both 0, lines carrying `metric`, and where a loss or norm is not finite. Exact for
-        Megatron's formats; a mismatch sends the caller to the line-by-line reading."""
-        counters = zero = with_metric = 0
-        nonfinite = []
+        both 0, lines carrying `metric`; and where a loss or norm is not finite (`nonfinite`). Exact
+        for Megatron's formats; a mismatch sends the caller to the line-by-line reading."""
+        return {**self._counts(metric), "nonfinite": self.nonfinite}
+
+    def _counts(self, metric: str) -> dict:
+        cache = self.__dict__.setdefault("_counts_of", {})
+        if metric not in cache:
+            counters = zero = with_metric = 0
+            for raw in self.raw:
+                c, z, w = counts(raw, [_enc(raw, s) for s in (P.FIELD_SKIPPED + ":", P.ZERO_COUNTERS, f"| {metric}: ")])
+                counters, zero, with_metric = counters + c, zero + z, with_metric + w
+            cache[metric] = {"lines": counters, "counters": counters, "zero_counters": zero, "with_metric": with_metric}
+        return cache[metric]
+
+    @cached_property
+    def nonfinite(self) -> list[tuple[int, int]]:
+        """(text index, raw position) of the first loss and the first norm in each text whose value
+        is not finite."""
+        out = []
         for ti, raw in enumerate(self.raw):
-            counters += raw.count(_enc(raw, P.FIELD_SKIPPED + ":"))
-            zero += raw.count(_enc(raw, P.ZERO_COUNTERS))
-            with_metric += raw.count(_enc(raw, f"| {metric}: "))
             for rx in P.NONFINITE_RES:
                 m = (rx[1] if isinstance(raw, _BINARY) else rx[0]).search(raw)
                 if m:
-                    nonfinite.append((ti, m.start()))
-        return {
-            "lines": counters,
-            "counters": counters,
-            "zero_counters": zero,
-            "with_metric": with_metric,
-            "nonfinite": nonfinite,
-        }
+                    out.append((ti, m.start()))
+        return out
+
+    @property
+    def size(self) -> int:
+        """The length of the texts, in bytes (or characters) as read."""
+        return sum(map(len, self.raw))
+
+    def survey(self, metric: str = LOSS) -> None:
+        """Make now the whole-text passes of `check` (the gate's counts, non-finite values and
+        NaN-check errors, the straggler and timer lines), each cached as when first asked for. On a
+        log of PARALLEL_MIN or more, the non-finite searches and the timer lines run in a forked
+        child (core/forked.py) while this process makes the rest: about half the passes each."""
+        if self.size < PARALLEL_MIN:
+            return
+        there = forked.start(lambda: (self.nonfinite, self.timer_reports))
+        try:
+            self._counts(metric)
+            for name in ("nan_check_errors", "stragglers"):  # cached properties
+                getattr(self, name)
+        finally:
+            nonfinite, timers = there()
+        self.__dict__.update(nonfinite=nonfinite, timer_reports=timers)
 
     def _tail_iterations(self, raw, first: bool = False) -> list:
         """The iteration lines at the end (or, with first, the start) of one raw text: a window
@@ -854,7 +918,8 @@ class Log:
             yield pos
             pos = raw.find(needle, pos + len(needle))
 
-    def nan_checks_fast(self) -> list[Event]:
+    @cached_property
+    def nan_check_errors(self) -> list[Event]:
         """The NaN-check errors, found by a substring search of the raw texts."""
         out = []
         for ti, pos in self.raw_find(P.NAN_CHECK_MARK):
@@ -911,6 +976,20 @@ class Log:
 # ------------------------------------------------------------------------------------------------
 # the old entry points, read through the Log
 # ------------------------------------------------------------------------------------------------
+def float_columns_of(logs: list[Log], key: str = LOSS) -> list[tuple[list, list]]:
+    """Each log's float_columns(key). A log after the first that is PARALLEL_MIN or longer is read
+    in a forked child (core/forked.py) while this process reads the first: two logs, two cores."""
+    waits: list = []
+    try:
+        for log in logs[1:]:
+            columns = partial(log.float_columns, key)
+            waits.append(forked.start(columns) if log.size >= PARALLEL_MIN else columns)
+        first = [logs[0].float_columns(key)] if logs else []
+    finally:
+        rest = [wait() for wait in waits]
+    return first + rest
+
+
 def last_step(text: str):
     """(step, total, loss) of the last iteration line in `text`, or None."""
     hits = P.ITERATION_RE.findall(text) if text else []

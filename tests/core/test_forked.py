@@ -1,0 +1,89 @@
+"""core/forked.py: a result computed in a forked child, or here where the child cannot give it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from bridge_launch.core import forked
+from conftest import REPO
+
+
+@pytest.fixture
+def two_cpus(monkeypatch):
+    monkeypatch.setattr(forked, "cpus", lambda: 2)
+
+
+def no_children_left() -> bool:
+    """No child of this process, running or a zombie (one left would be reaped here)."""
+    try:
+        os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+@pytest.mark.usefixtures("two_cpus")
+def test_the_result_comes_from_a_child_and_the_child_is_reaped():
+    here = os.getpid()
+    wait = forked.start(lambda: (os.getpid(), os.getppid(), list(range(100_000))))
+    pid, parent, big = wait()  # a result larger than a pipe's buffer
+    assert pid != here and parent == here and big == list(range(100_000))
+    assert no_children_left()
+
+
+@pytest.mark.usefixtures("two_cpus")
+@pytest.mark.parametrize("how", ["raises", "killed", "exits", "unpicklable"])
+def test_a_child_that_fails_leaves_the_work_to_this_process(how):
+    here = os.getpid()
+
+    def work():
+        if os.getpid() != here:  # in the child only
+            if how == "raises":
+                raise RuntimeError("boom")
+            if how == "killed":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if how == "exits":
+                sys.exit(3)
+            return lambda: None  # a result that does not pickle
+        return os.getpid()
+
+    assert forked.start(work)() == here
+    assert no_children_left()
+
+
+def test_one_cpu_runs_it_here_when_asked(monkeypatch):
+    monkeypatch.setattr(forked, "cpus", lambda: 1)
+    calls = []
+    wait = forked.start(lambda: calls.append(os.getpid()) or len(calls))
+    assert calls == []  # nothing ran yet: it runs at the wait
+    assert wait() == 1 and calls == [os.getpid()]
+
+
+def test_cpus_is_the_affinity_mask():
+    want = len(os.sched_getaffinity(0))
+    assert forked.cpus() == want
+    out = subprocess.run(
+        ["taskset", "-c", "0", sys.executable, "-c", "from bridge_launch.core import forked; print(forked.cpus())"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    )
+    assert out.stdout.strip() == "1"
+
+
+def test_the_child_writes_none_of_this_processs_buffered_output():
+    """os._exit in the child: what this process printed but had not flushed is printed once."""
+    code = (
+        "import sys; from bridge_launch.core import forked\n"
+        "forked.cpus = lambda: 2\n"
+        "sys.stdout.write('before\\n')\n"  # a pipe: block-buffered, not flushed before the fork
+        "print(forked.start(lambda: 41 + 1)())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert out.stdout == "before\n42\n" and out.stderr == ""
