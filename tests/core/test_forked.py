@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -62,6 +63,19 @@ def test_one_cpu_runs_it_here_when_asked(monkeypatch):
     wait = forked.start(lambda: calls.append(os.getpid()) or len(calls))
     assert calls == []  # nothing ran yet: it runs at the wait
     assert wait() == 1 and calls == [os.getpid()]
+
+
+@pytest.mark.usefixtures("two_cpus")
+def test_a_process_with_another_thread_does_not_fork():
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert forked.start(os.getpid)() == os.getpid()
+    finally:
+        stop.set()
+        other.join()
+    assert forked.start(os.getpid)() != os.getpid()
 
 
 def test_cpus_is_the_affinity_mask():

@@ -320,23 +320,13 @@ def compare(
         raise UsageError(f"{what}: compare A B (runs, log files or golden-values files), or an experiment's name")
     if group is None and len(srcs) > 2:
         raise UsageError("compare takes two sources (A is judged against B), or one experiment's name")
-    logs = {}
-    for i, src in enumerate(srcs):
-        if src.kind != "golden":
-            logs[i] = _log_of(reg, src, mapped=True)
-            _check_metric(logs[i], metric, src.label)
-    columns = dict(zip(logs, float_columns_of(list(logs.values()), metric), strict=True))  # two logs, two cores
-    series, metrics = [], []
-    for i, src in enumerate(srcs):
-        if src.kind == "golden":
-            s = parity.golden_series(src.path, metric, src.label)
-            series.append(s)
-            metrics.append(rulesets.from_golden(src.path, s.values, src.label))
-        else:
-            label = f"{src.member} [{src.label}]" if src.member else src.label
-            s = parity.Series(label, kind=src.kind, columns=columns[i])
-            series.append(s)
-            metrics.append(rulesets.from_log(logs[i], metric, label, src.kind, loss=lambda s=s: s.values))
+    series, logs = _series_of(reg, srcs, metric)
+    metrics = [
+        rulesets.from_log(logs[i], metric, s.label, src.kind, loss=lambda s=s: s.values)
+        if i in logs
+        else rulesets.from_golden(src.path, s.values, src.label)
+        for i, (src, s) in enumerate(zip(srcs, series, strict=True))
+    ]
     # A against B; in an experiment every run against its first
     ref = 1 if group is None else 0
     pairs = [(i, ref) for i in range(len(series)) if i != ref]
@@ -473,15 +463,25 @@ def _is_bands_file(path: str) -> bool:
         return False  # the caller's own reading says what is wrong with it
 
 
-def _series(reg, src: Source, metric: str):
+def _series_of(reg, srcs: list, metric: str) -> tuple[list, dict]:
+    """Each source's series of `metric`, and {index: Log} of the runs and log files among them: the
+    logs read together, each after the first in a child of its own where long (float_columns_of)."""
     from bridge_launch.judge import parity
 
-    if src.kind == "golden":
-        return parity.golden_series(str(src.path), metric, src.label)
-    label = f"{src.member} [{src.label}]" if src.member else src.label
-    log = _log_of(reg, src, mapped=True)
-    _check_metric(log, metric, src.label)
-    return parity.log_series(log, metric, label, src.kind)
+    logs = {}
+    for i, src in enumerate(srcs):
+        if src.kind != "golden":
+            logs[i] = _log_of(reg, src, mapped=True)
+            _check_metric(logs[i], metric, src.label)
+    columns = dict(zip(logs, float_columns_of(list(logs.values()), metric), strict=True))
+    series = []
+    for i, src in enumerate(srcs):
+        if src.kind == "golden":
+            series.append(parity.golden_series(str(src.path), metric, src.label))
+        else:
+            label = f"{src.member} [{src.label}]" if src.member else src.label
+            series.append(parity.Series(label, kind=src.kind, columns=columns[i]))
+    return series, logs
 
 
 def _same(a: Source, b: Source) -> bool:
@@ -537,7 +537,7 @@ def _compare_bands(words, *, metric, allowed, multiplier, plot, output) -> int:
                 f"--golden needs two or more references ({len(refs)} given): the band of one run is that run; "
                 "compare A B judges against one"
             )
-        series = [_series(reg, r, metric) for r in refs]
+        *series, sa = _series_of(reg, [*refs, a], metric)[0]
         for s in series:
             bad = sum(1 for v in s.values.values() if not finite(v))
             if bad:
@@ -552,7 +552,8 @@ def _compare_bands(words, *, metric, allowed, multiplier, plot, output) -> int:
             multiplier=bands.MULTIPLIER if multiplier is None else multiplier,
         )
         band.label = f"experiment {group}" if group else "the references"
-    sa = _series(reg, a, metric)
+    if files:
+        (sa,), _ = _series_of(reg, [a], metric)
     c = bands.judge(sa, band, metric=metric, allowed=allowed)
     c.notes = notes + c.notes
     chart = None

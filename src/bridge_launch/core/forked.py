@@ -4,7 +4,8 @@ run on two cores at once.
 
 The result is the same either way; only the time differs. The function runs here instead, when
 its result is asked for, where this process may use one CPU only (its affinity mask: taskset, a
-cpuset cgroup, Slurm's CPU binding), where the platform has no fork, or where the child fails in
+cpuset cgroup, Slurm's CPU binding), where another thread runs (a fork copies its locks, not the
+thread that holds them), where the platform has no fork, or where the child fails in
 any way (an exception, a kill, a result that does not pickle). The child sends its pickled result
 through a pipe and leaves with os._exit: no atexit handler, no buffered output of the parent and
 no open connection (the run registry's SQLite) is touched twice."""
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -27,10 +29,16 @@ def cpus() -> int:
         return os.cpu_count() or 1
 
 
+def _threads() -> int:
+    """This process's threads, where the threading module is loaded (else one)."""
+    threading = sys.modules.get("threading")
+    return threading.active_count() if threading else 1
+
+
 def start(fn: Callable[[], T]) -> Callable[[], T]:
     """Start `fn` in a forked child; return the function that waits for its result. Call the
     returned function once."""
-    if not hasattr(os, "fork") or cpus() < 2:
+    if not hasattr(os, "fork") or cpus() < 2 or _threads() > 1:
         return fn
     try:
         r, w = os.pipe()
