@@ -31,8 +31,8 @@ def no_children_left() -> bool:
 @pytest.mark.usefixtures("two_cpus")
 def test_the_result_comes_from_a_child_and_the_child_is_reaped():
     here = os.getpid()
-    wait = forked.start(lambda: (os.getpid(), os.getppid(), list(range(100_000))))
-    pid, parent, big = wait()  # a result larger than a pipe's buffer
+    with forked.Child(lambda: (os.getpid(), os.getppid(), list(range(100_000)))) as child:
+        pid, parent, big = child.result()  # a result larger than a pipe's buffer
     assert pid != here and parent == here and big == list(range(100_000))
     assert no_children_left()
 
@@ -53,16 +53,19 @@ def test_a_child_that_fails_leaves_the_work_to_this_process(how):
             return lambda: None  # a result that does not pickle
         return os.getpid()
 
-    assert forked.start(work)() == here
+    with forked.Child(work) as child:
+        assert child.result() == here
     assert no_children_left()
 
 
 def test_one_cpu_runs_it_here_when_asked(monkeypatch):
     monkeypatch.setattr(forked, "cpus", lambda: 1)
     calls = []
-    wait = forked.start(lambda: calls.append(os.getpid()) or len(calls))
-    assert calls == []  # nothing ran yet: it runs at the wait
-    assert wait() == 1 and calls == [os.getpid()]
+    with forked.Child(lambda: calls.append(os.getpid()) or len(calls)) as child:
+        assert calls == []  # nothing ran yet: it runs when its result is asked for
+        assert child.result() == 1 and calls == [os.getpid()]
+    with forked.Child(os.getpid, fork=False) as child:
+        assert child.result() == os.getpid()
 
 
 @pytest.mark.usefixtures("two_cpus")
@@ -71,11 +74,13 @@ def test_a_process_with_another_thread_does_not_fork():
     other = threading.Thread(target=stop.wait)
     other.start()
     try:
-        assert forked.start(os.getpid)() == os.getpid()
+        with forked.Child(os.getpid) as child:
+            assert child.result() == os.getpid()
     finally:
         stop.set()
         other.join()
-    assert forked.start(os.getpid)() != os.getpid()
+    with forked.Child(os.getpid) as child:
+        assert child.result() != os.getpid()
 
 
 def test_cpus_is_the_affinity_mask():
@@ -97,7 +102,22 @@ def test_the_child_writes_none_of_this_processs_buffered_output():
         "import sys; from bridge_launch.core import forked\n"
         "forked.cpus = lambda: 2\n"
         "sys.stdout.write('before\\n')\n"  # a pipe: block-buffered, not flushed before the fork
-        "print(forked.start(lambda: 41 + 1)())\n"
+        "with forked.Child(lambda: 41 + 1) as child:\n"
+        "    print(child.result())\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout == "before\n42\n" and out.stderr == ""
+
+
+@pytest.mark.usefixtures("two_cpus")
+def test_leaving_without_the_result_kills_and_reaps_the_child(tmp_path):
+    """An exception (or Ctrl-C) in this process while the child works: the child is killed, not
+    waited for, and nothing of it is left."""
+    import time
+
+    mark = tmp_path / "finished"
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), forked.Child(lambda: time.sleep(30) or mark.write_text("x")):
+        raise KeyboardInterrupt
+    assert time.monotonic() - t0 < 10 and not mark.exists()
+    assert no_children_left()

@@ -431,9 +431,9 @@ def test_the_survey_in_two_processes_gives_what_reading_each_pass_gives(tmp_path
     path.write_text(text)
     monkeypatch.setattr(forked, "cpus", lambda: 2)
     monkeypatch.setattr(logread, "PARALLEL_MIN", 1)
-    started = []
-    real = forked.start
-    monkeypatch.setattr(forked, "start", lambda fn: started.append(fn) or real(fn))
+    started = []  # the pid of each child forked
+    real = forked.Child._start
+    monkeypatch.setattr(forked.Child, "_start", lambda child: (real(child), started.append(child.pid)))
     for log in (Log([text]), Log([text.encode()]), Log.of_files([path], mapped=True)):
         log.survey("lm loss")
         each = Log([text])  # every pass read when asked, in this process
@@ -441,7 +441,7 @@ def test_the_survey_in_two_processes_gives_what_reading_each_pass_gives(tmp_path
         assert log.nan_check_errors == each.nan_check_errors and log.nan_check_errors
         assert log.stragglers == each.stragglers and log.stragglers
         assert log.timer_reports == each.timer_reports and log.timer_reports
-    assert len(started) == 3  # each survey forked once
+    assert len(started) == 3 and all(started)  # each survey forked once
     # a log under PARALLEL_MIN is left to read when asked
     monkeypatch.setattr(logread, "PARALLEL_MIN", len(text) + 1)
     small = Log([text])

@@ -26,6 +26,7 @@ import mmap
 import operator
 import os
 import re
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property, lru_cache, partial
@@ -840,13 +841,11 @@ class Log:
         child (core/forked.py) while this process makes the rest: about half the passes each."""
         if self.size < PARALLEL_MIN:
             return
-        there = forked.start(lambda: (self.nonfinite, self.timer_reports))
-        try:
+        with forked.Child(lambda: (self.nonfinite, self.timer_reports)) as there:
             self._counts(metric)
             for name in ("nan_check_errors", "stragglers"):  # cached properties
                 getattr(self, name)
-        finally:
-            nonfinite, timers = there()
+            nonfinite, timers = there.result()
         self.__dict__.update(nonfinite=nonfinite, timer_reports=timers)
 
     def _tail_iterations(self, raw, first: bool = False) -> list:
@@ -979,15 +978,13 @@ class Log:
 def float_columns_of(logs: list[Log], key: str = LOSS) -> list[tuple[list, list]]:
     """Each log's float_columns(key). A log after the first that is PARALLEL_MIN or longer is read
     in a forked child (core/forked.py) while this process reads the first: two logs, two cores."""
-    waits: list = []
-    try:
-        for log in logs[1:]:
-            columns = partial(log.float_columns, key)
-            waits.append(forked.start(columns) if log.size >= PARALLEL_MIN else columns)
+    with ExitStack() as stack:
+        rest = [
+            stack.enter_context(forked.Child(partial(log.float_columns, key), fork=log.size >= PARALLEL_MIN))
+            for log in logs[1:]
+        ]
         first = [logs[0].float_columns(key)] if logs else []
-    finally:
-        rest = [wait() for wait in waits]
-    return first + rest
+        return first + [child.result() for child in rest]
 
 
 def last_step(text: str):
