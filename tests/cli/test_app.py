@@ -291,3 +291,30 @@ def test_errors_in_json_mode_are_json_on_stdout(args, code, fragment):
     assert r.code == code
     d = json.loads(r.out)  # the whole of stdout is one JSON document
     assert fragment in d["error"] and d["exit_code"] == code
+
+
+@pytest.mark.usefixtures("home")
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (
+            ["check", "--steps", "x", "a.log"],
+            "Invalid value for '--steps': 'x' is not a valid int. (see 'bridge-launch check -h')",
+        ),
+        (
+            ["compare", "--rules", "nope", "a", "b"],
+            "'nope' is not one of 'bridge-launch', 'megatron-bridge', 'megatron-lm'",
+        ),
+        (["check"], "Missing argument 'sources'. (see 'bridge-launch check -h')"),
+        (["submit", "smoke", "--cluster"], "Option '--cluster' requires an argument."),
+        (["status", "--bogus"], "No such option: --bogus (see 'bridge-launch status -h')"),
+        (["recipes", "lisst"], "No such command 'lisst'. Did you mean 'list'? (see 'bridge-launch recipes -h')"),
+        (["nosuch"], "No such command 'nosuch'. (see 'bridge-launch -h')"),
+    ],
+)
+def test_a_usage_error_of_the_parser_is_one_line(args, fragment):
+    """What click finds wrong in the arguments (a type, a choice, a missing value, an unknown option
+    or command) is one line on stderr, like every other error, with where the help is."""
+    r = run_cli(*args)
+    assert r.code == 2 and r.out == ""
+    assert r.err.count("\n") == 1 and r.err.startswith("bridge-launch: error: ") and fragment in r.err, r.err

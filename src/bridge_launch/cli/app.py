@@ -874,11 +874,10 @@ def main() -> None:
         code = cli(args=argv, prog_name="bridge-launch", standalone_mode=False)
     except BridgeLaunchError as exc:
         fail(str(exc), exc.exit_code)
-    except _ClickException as exc:
-        if json_mode:
-            fail(exc.format_message(), exc.exit_code)
-        exc.show()
-        sys.exit(exc.exit_code)
+    except _ClickException as exc:  # click's usage errors: one line, and where the help is
+        ctx = getattr(exc, "ctx", None)
+        message = exc.format_message().replace("\n", " ")
+        fail(message + (f" (see '{ctx.command_path} -h')" if ctx else ""), exc.exit_code)
     except KeyboardInterrupt:
         sys.stderr.write("bridge-launch: interrupted\n")
         sys.exit(130)
