@@ -318,3 +318,12 @@ def test_a_usage_error_of_the_parser_is_one_line(args, fragment):
     r = run_cli(*args)
     assert r.code == 2 and r.out == ""
     assert r.err.count("\n") == 1 and r.err.startswith("bridge-launch: error: ") and fragment in r.err, r.err
+
+
+@pytest.mark.usefixtures("home")
+@pytest.mark.parametrize(
+    "args,usage", [([], "Usage: bridge-launch [OPTIONS] COMMAND"), (["recipes"], "Usage: bridge-launch recipes")]
+)
+def test_a_group_named_alone_shows_its_help(args, usage):
+    r = run_cli(*args)
+    assert r.code == 2 and r.err.startswith(usage) and "Commands" in r.err and "error" not in r.err, r.err

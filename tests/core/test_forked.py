@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -83,9 +85,17 @@ def test_a_process_with_another_thread_does_not_fork():
         assert child.result() != os.getpid()
 
 
-def test_cpus_is_the_affinity_mask():
+def test_cpus_is_the_affinity_mask_within_the_cgroup_quota(tmp_path):
     want = len(os.sched_getaffinity(0))
-    assert forked.cpus() == want
+    assert forked.cpus(str(tmp_path / "none")) == want
+    quota = tmp_path / "cpu.max"
+    for text, cpus in (("max 100000\n", want), ("150000 100000\n", 1), ("50000 100000\n", 1), ("junk", want)):
+        quota.write_text(text)
+        assert forked.cpus(str(quota)) == min(want, cpus), text
+    quota.write_text(f"{100000 * (want + 4)} 100000\n")
+    assert forked.cpus(str(quota)) == want
+    if not shutil.which("taskset"):
+        pytest.skip("no taskset here")
     out = subprocess.run(
         ["taskset", "-c", "0", sys.executable, "-c", "from bridge_launch.core import forked; print(forked.cpus())"],
         capture_output=True,
@@ -113,11 +123,31 @@ def test_the_child_writes_none_of_this_processs_buffered_output():
 def test_leaving_without_the_result_kills_and_reaps_the_child(tmp_path):
     """An exception (or Ctrl-C) in this process while the child works: the child is killed, not
     waited for, and nothing of it is left."""
-    import time
-
     mark = tmp_path / "finished"
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt), forked.Child(lambda: time.sleep(30) or mark.write_text("x")):
         raise KeyboardInterrupt
+    assert time.monotonic() - t0 < 10 and not mark.exists()
+    assert no_children_left()
+
+
+@pytest.mark.usefixtures("two_cpus")
+def test_ctrl_c_while_waiting_for_the_result_kills_and_reaps_the_child(tmp_path):
+    """The wait for the result is where Ctrl-C lands most often: it propagates as itself, and the
+    child is killed and reaped, not left to finish."""
+    mark = tmp_path / "finished"
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt), forked.Child(lambda: time.sleep(30) or mark.write_text("x")) as child:
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            child.result()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
     assert time.monotonic() - t0 < 10 and not mark.exists()
     assert no_children_left()

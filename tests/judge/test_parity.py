@@ -158,5 +158,7 @@ def test_two_logs_columns_judge_as_their_values_do(tweak):
     )
     assert fast.to_dict(rows=True) == shuffled.to_dict(rows=True)
     assert fast.final["step"] == 200 and fast.steps == 200
+    with pytest.raises(TypeError):
+        parity.Series("neither")
     s = parity.Series("c", columns=([1, 2], [0.5, 0.25]))
     assert s.values == {1: 0.5, 2: 0.25} and parity.Series("d", {2: 1.0, 1: 2.0}).columns == ([2, 1], [1.0, 2.0])

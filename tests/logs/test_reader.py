@@ -423,17 +423,24 @@ def test_counts_on_a_mapped_text_equal_bytes_count_across_the_pieces(tmp_path, m
     assert mm.count(b"aa", 2, 40) == data.count(b"aa", 2, 40)
 
 
-def test_the_survey_in_two_processes_gives_what_reading_each_pass_gives(tmp_path, monkeypatch):
+@pytest.fixture
+def children(monkeypatch):
+    """Two CPUs, PARALLEL_MIN 1 byte, and the exit code of every child forked (core/forked.py)."""
     from bridge_launch.core import forked
 
-    text = every_pass_log(200)
-    path = tmp_path / "run.log"
-    path.write_text(text)
     monkeypatch.setattr(forked, "cpus", lambda: 2)
     monkeypatch.setattr(logread, "PARALLEL_MIN", 1)
-    started = []  # the pid of each child forked
-    real = forked.Child._start
-    monkeypatch.setattr(forked.Child, "_start", lambda child: (real(child), started.append(child.pid)))
+    codes: list = []
+    reap = forked.Child._reap
+    monkeypatch.setattr(forked.Child, "_reap", lambda child: codes.append(reap(child)) or codes[-1])
+    return codes
+
+
+def test_the_survey_in_two_processes_gives_what_reading_each_pass_gives(tmp_path, monkeypatch, children):
+    text = every_pass_log(2000)
+    path = tmp_path / "run.log"
+    path.write_text(text)
+    assert path.stat().st_size >= 1 << 20  # mapped by of_files
     for log in (Log([text]), Log([text.encode()]), Log.of_files([path], mapped=True)):
         log.survey("lm loss")
         each = Log([text])  # every pass read when asked, in this process
@@ -441,20 +448,24 @@ def test_the_survey_in_two_processes_gives_what_reading_each_pass_gives(tmp_path
         assert log.nan_check_errors == each.nan_check_errors and log.nan_check_errors
         assert log.stragglers == each.stragglers and log.stragglers
         assert log.timer_reports == each.timer_reports and log.timer_reports
-    assert len(started) == 3 and all(started)  # each survey forked once
+    assert isinstance(log.raw[0], logread._Mapped)
+    assert children == [0, 0, 0]  # each survey forked one child, which sent its result
     # a log under PARALLEL_MIN is left to read when asked
     monkeypatch.setattr(logread, "PARALLEL_MIN", len(text) + 1)
     small = Log([text])
     small.survey()
-    assert len(started) == 3 and "timer_reports" not in small.__dict__
+    assert children == [0, 0, 0] and "timer_reports" not in small.__dict__
 
 
-def test_the_columns_of_several_logs_are_read_in_children_alike(monkeypatch):
+def test_the_columns_of_several_logs_are_dealt_to_one_child_per_further_cpu(monkeypatch, children):
     from bridge_launch.core import forked
 
-    monkeypatch.setattr(forked, "cpus", lambda: 2)
-    monkeypatch.setattr(logread, "PARALLEL_MIN", 1)
-    texts = [training_log(50, loss=lambda s, k=k: 5.0 - s / (10 + k)) for k in range(3)]
+    texts = [training_log(50, loss=lambda s, k=k: 5.0 - s / (10 + k)) for k in range(5)]
     want = [Log([t]).float_columns("lm loss") for t in texts]
     assert logread.float_columns_of([Log([t]) for t in texts], "lm loss") == want
+    assert children == [0]  # two CPUs: this process and one child
+    monkeypatch.setattr(forked, "cpus", lambda: 3)
+    assert logread.float_columns_of([Log([t]) for t in texts], "lm loss") == want
+    assert children == [0, 0, 0]  # three CPUs: two children
+    assert logread.float_columns_of([Log([texts[0]])], "lm loss") == want[:1] and children == [0, 0, 0]
     assert logread.float_columns_of([], "lm loss") == []

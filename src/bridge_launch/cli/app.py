@@ -12,8 +12,10 @@ from typer.core import TyperCommand as _TyperCommand
 
 try:  # typer >= 0.20 carries its own copy of click
     from typer._click.exceptions import ClickException as _ClickException
+    from typer._click.exceptions import NoArgsIsHelpError as _NoArgsIsHelp
 except ImportError:  # pragma: no cover - older typer, click installed beside it
     from click.exceptions import ClickException as _ClickException
+    from click.exceptions import NoArgsIsHelpError as _NoArgsIsHelp
 
 from bridge_launch import __version__
 from bridge_launch.core.errors import BridgeLaunchError
@@ -874,6 +876,9 @@ def main() -> None:
         code = cli(args=argv, prog_name="bridge-launch", standalone_mode=False)
     except BridgeLaunchError as exc:
         fail(str(exc), exc.exit_code)
+    except _NoArgsIsHelp as exc:  # a group named alone (`recipes`, or nothing): its help, not an error
+        exc.show()
+        sys.exit(exc.exit_code)
     except _ClickException as exc:  # click's usage errors: one line, and where the help is
         ctx = getattr(exc, "ctx", None)
         message = exc.format_message().replace("\n", " ")

@@ -23,12 +23,21 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 
-def cpus() -> int:
-    """The CPUs this process may run on."""
+def cpus(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
+    """The CPUs this process may run on: its affinity mask, and at most its cgroup's CPU quota
+    (cgroup v2 cpu.max, "QUOTA PERIOD" or "max PERIOD": `docker run --cpus`, a systemd CPUQuota)."""
     try:
-        return len(os.sched_getaffinity(0))
+        n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        n = os.cpu_count() or 1
+    try:
+        with open(cpu_max) as fh:
+            quota, period = fh.read().split()[:2]
+        if quota != "max":
+            n = min(n, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return n
 
 
 def _threads() -> int:
@@ -53,6 +62,7 @@ class Child(Generic[T]):
             r, w = os.pipe()
         except OSError:
             return
+        code = 1  # the child's exit code until it has sent its result
         try:
             pid = os.fork()
         except OSError:
@@ -60,7 +70,6 @@ class Child(Generic[T]):
             os.close(w)
             return
         if pid == 0:  # the child: never returns
-            code = 1
             try:
                 os.close(r)
                 data = pickle.dumps(self.fn(), protocol=pickle.HIGHEST_PROTOCOL)
@@ -76,9 +85,9 @@ class Child(Generic[T]):
         """The child's result (waiting for it), or fn() run here where there is none."""
         if not self.pid:
             return self.fn()
-        with os.fdopen(self.pipe, "rb") as inp:
+        fd, self.pipe = self.pipe, -1  # the file object owns it now, and closes it however it ends
+        with os.fdopen(fd, "rb") as inp:
             data = inp.read()
-        self.pipe = -1
         ok = self._reap() == 0 and data
         return pickle.loads(data) if ok else self.fn()  # what the same code pickled a moment ago
 

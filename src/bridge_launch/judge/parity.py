@@ -24,10 +24,13 @@ GOLDEN_NAMES = {"lm loss": LOSS, "num-zeros": "num zeros", "iteration-time": "el
 
 class Series:
     """One metric of a source by step: `values` {step: float} (nan / inf for values that are not
-    finite) or `columns` (steps, values); either gives the other when first asked for. A log's
-    columns come in step order, and parity compares two such without a dict (`compare`)."""
+    finite) or `columns` (steps, values); either gives the other when first asked for, so both are
+    read-only once built. A log's columns come in step order, and parity compares two such without a
+    dict (`compare`)."""
 
     def __init__(self, label: str, values: dict | None = None, kind: str = "log", *, columns=None):
+        if values is None and columns is None:
+            raise TypeError("Series: give its values or its columns")
         self.label = label
         self.kind = kind  # log | run | golden
         if values is not None:

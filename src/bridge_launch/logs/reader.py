@@ -38,8 +38,9 @@ from bridge_launch.workloads import trainer_protocol as P
 from bridge_launch.workloads.node_facts import NODE_LINE_MARK, NODE_LINE_RE
 
 LOSS = P.LOSS_KEY
-# Texts this long (bytes) or longer are read by two processes where a pass over them costs more
-# than a fork (Log.survey, float_columns_of): a 100,000-iteration log is 42 MB; a fork, ~2 ms.
+# Texts this long (bytes) or longer are read by more than one process where the CPUs allow, a
+# pass over them costing more than a fork (Log.survey, float_columns_of): a 100,000-iteration log
+# is 42 MB; a fork, ~2 ms.
 PARALLEL_MIN = 4 << 20
 
 
@@ -130,12 +131,12 @@ def counts(raw, needles: list) -> list[int]:
     occurrences that start in it. A needle that can overlap itself ("aa") is counted on one copy."""
     if not isinstance(raw, _Mapped):
         return [raw.count(n) for n in needles]
-    whole = [n for n in needles if any(n[:k] == n[-k:] for k in range(1, len(n)))]
-    out = dict.fromkeys(needles, 0)
+    out = dict.fromkeys(needles, 0)  # each needle once
+    whole = [n for n in out if any(n[:k] == n[-k:] for k in range(1, len(n)))]
     if whole:
         copy = raw[:]
         out.update((n, copy.count(n)) for n in whole)
-    pieces = [n for n in needles if n not in whole]
+    pieces = [n for n in out if n not in whole]
     if pieces:
         reach = max(len(n) for n in pieces) - 1
         step = COUNT_PIECE
@@ -835,10 +836,11 @@ class Log:
         return sum(map(len, self.raw))
 
     def survey(self, metric: str = LOSS) -> None:
-        """Make now the whole-text passes of `check` (the gate's counts, non-finite values and
-        NaN-check errors, the straggler and timer lines), each cached as when first asked for. On a
-        log of PARALLEL_MIN or more, the non-finite searches and the timer lines run in a forked
-        child (core/forked.py) while this process makes the rest: about half the passes each."""
+        """On a log of PARALLEL_MIN or more, make now the whole-text passes of `check` (the gate's
+        counts, non-finite values and NaN-check errors, the straggler and timer lines), each cached
+        as when first asked for: the non-finite searches and the timer lines in a forked child
+        (core/forked.py) while this process makes the rest, about half the passes each. A shorter
+        log is left to read each when asked for."""
         if self.size < PARALLEL_MIN:
             return
         with forked.Child(lambda: (self.nonfinite, self.timer_reports)) as there:
@@ -976,15 +978,29 @@ class Log:
 # the old entry points, read through the Log
 # ------------------------------------------------------------------------------------------------
 def float_columns_of(logs: list[Log], key: str = LOSS) -> list[tuple[list, list]]:
-    """Each log's float_columns(key). A log after the first that is PARALLEL_MIN or longer is read
-    in a forked child (core/forked.py) while this process reads the first: two logs, two cores."""
+    """Each log's float_columns(key). The logs are dealt in turn to this process and to one forked
+    child per further CPU (core/forked.py: cpus()), each reading its share one log after another; a
+    share under PARALLEL_MIN is read here. Two logs on two CPUs: one each."""
+    ways = max(1, min(forked.cpus(), len(logs)))
+    shares = [range(k, len(logs), ways) for k in range(ways)]
+
+    def read(share: range) -> list:
+        return [logs[i].float_columns(key) for i in share]
+
+    out: list = [None] * len(logs)
     with ExitStack() as stack:
-        rest = [
-            stack.enter_context(forked.Child(partial(log.float_columns, key), fork=log.size >= PARALLEL_MIN))
-            for log in logs[1:]
+        children = [
+            (share, stack.enter_context(forked.Child(partial(read, share), fork=_size(logs, share) >= PARALLEL_MIN)))
+            for share in shares[1:]
         ]
-        first = [logs[0].float_columns(key)] if logs else []
-        return first + [child.result() for child in rest]
+        for share, columns in [(shares[0], read(shares[0]))] + [(sh, child.result()) for sh, child in children]:
+            for i, col in zip(share, columns, strict=True):
+                out[i] = col
+    return out
+
+
+def _size(logs: list[Log], share: range) -> int:
+    return sum(logs[i].size for i in share)
 
 
 def last_step(text: str):
