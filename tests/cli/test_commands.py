@@ -107,6 +107,16 @@ def test_submit_dry_run_never_raises(targets, data):
 
 
 @pytest.mark.usefixtures("home")
+def test_an_eval_batch_still_to_interpolate_leaves_the_eval_estimate_unknown():
+    """Found by the fuzz above: validation.eval_global_batch_size=${oc.env:X} is a string until the
+    job interpolates it, and the time-limit estimate multiplied by it (a TypeError)."""
+    r = run_cli(
+        "submit", "qwen35-vl-sft-mxfp8", "-c", "gb200-32", "validation.eval_global_batch_size=${oc.env:X}", "--dry-run"
+    )
+    assert r.code == 0 and "Traceback" not in r.err, r.err
+
+
+@pytest.mark.usefixtures("home")
 @pytest.mark.timeout(180)
 @settings(max_examples=1000, **SETTINGS)
 @given(data=st.data())

@@ -425,10 +425,12 @@ def test_counts_on_a_mapped_text_equal_bytes_count_across_the_pieces(tmp_path, m
 
 @pytest.fixture
 def children(monkeypatch):
-    """Two CPUs, PARALLEL_MIN 1 byte, and the exit code of every child forked (core/forked.py)."""
+    """Two CPUs, no other thread, PARALLEL_MIN 1 byte, and the exit code of every child forked
+    (core/forked.py)."""
     from bridge_launch.core import forked
 
     monkeypatch.setattr(forked, "cpus", lambda: 2)
+    monkeypatch.setattr(forked, "_threads", lambda: 1)  # a thread another test left running: fork all the same
     monkeypatch.setattr(logread, "PARALLEL_MIN", 1)
     codes: list = []
     reap = forked.Child._reap

@@ -77,6 +77,7 @@ def estimate(job) -> dict:
     evaluation = None
     interval, eval_iters = cfg.get("validation.eval_interval"), cfg.get("validation.eval_iters", 100)
     gbs = cfg.get("train.global_batch_size")
+    eval_gbs = cfg.get("validation.eval_global_batch_size") or gbs  # a value still to interpolate: unknown
     if (
         step
         and isinstance(interval, int)
@@ -84,8 +85,8 @@ def estimate(job) -> dict:
         and isinstance(eval_iters, int)
         and isinstance(gbs, int)
         and gbs
+        and isinstance(eval_gbs, int)
     ):
-        eval_gbs = cfg.get("validation.eval_global_batch_size") or gbs
         evaluation = eval_iters * step * FORWARD_SHARE * eval_gbs / gbs
     return {
         "step_s": round(step, 3) if step else None,
