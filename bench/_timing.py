@@ -51,12 +51,16 @@ def compare(cases: dict[str, list[str]], repeats: int, env: dict | None = None, 
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def report(rows: list[tuple[str, float, float, float, str]]) -> int:
-    """rows: (what, seconds, anchor seconds, goal ratio, 'max'|'min'). Prints; returns failures."""
+def report(rows: list[tuple[str, float, float, float | None, str]]) -> int:
+    """rows: (what, seconds, anchor seconds, goal ratio, 'max'|'min'); a goal of None is a row
+    shown for information. Prints; returns failures."""
     bad = 0
     print(f"{'measurement':<58} {'median s':>9} {'anchor s':>9} {'ratio':>7}  goal")
     for what, t, anchor, goal, kind in rows:
         ratio = t / anchor
+        if goal is None:
+            print(f"{what:<58} {t:9.3f} {anchor:9.3f} {ratio:7.3f}  information")
+            continue
         ok = ratio <= goal if kind == "max" else ratio >= goal
         bad += not ok
         print(

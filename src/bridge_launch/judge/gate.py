@@ -56,9 +56,17 @@ class Verdict:
 LINE_CRITERIA = {"finite", "skipped", "nan"}  # judged from every iteration line (`_lines`)
 
 
+def selected(only=None, skip=(), expect=None) -> list[str]:
+    """The criteria a check judges, in report order: all (or `only`) minus `skip`; throughput only
+    with an expectation."""
+    return [
+        n for n in CRITERIA if (not only or n in only) and n not in skip and (n != "throughput" or expect is not None)
+    ]
+
+
 def reads_lines(only=None, skip=()) -> bool:
     """Whether a check with these criteria judges every iteration line (not only its ends)."""
-    return bool(LINE_CRITERIA & (set(only) if only else set(CRITERIA)) - set(skip))
+    return bool(LINE_CRITERIA & set(selected(only, skip)))
 
 
 def _fmt(v) -> str:
@@ -85,9 +93,7 @@ def check(
     A long clean log is judged from substring counts over the raw text (logread.Log.tally: every
     iteration line's counters 0, no loss or norm that is not finite, the metric on every line) and
     its first and last lines; anything else is read line by line for the step where it failed."""
-    names = [
-        n for n in CRITERIA if (not only or n in only) and n not in skip and (n != "throughput" or expect is not None)
-    ]
+    names = selected(only, skip, expect)
     last = log.final()
     total = steps if steps is not None else (last.total if last else None)
     out: list[Criterion] = []
