@@ -1,6 +1,9 @@
 """The run registry and the commands on runs: lineage, concurrent resumes, the Energon DP
 rule, diff, status filters, prune."""
 
+import multiprocessing
+import sqlite3
+
 import pytest
 
 from bridge_launch.core import paths
@@ -70,6 +73,36 @@ def test_registry_ids_are_unique_and_chains_exclusive():
     nxt = reg.reserve("smoke", "local", "local", resumed_from=first.run_id, chain=first.chain)
     assert nxt.chain == first.chain and nxt.resumed_from == first.run_id
     assert [r.run_id for r in reg.chain(first.chain)] == [first.run_id, nxt.run_id]
+
+
+def _open_and_reserve(root, barrier, results):
+    barrier.wait()
+    try:
+        reg = Registry(root)
+        reg.reserve("smoke", "local", "local")
+        reg.close()
+        results.put("")
+    except sqlite3.Error as e:  # the test shows which
+        results.put(repr(e))
+
+
+def test_twenty_processes_open_a_fresh_registry_at_once(tmp_path):
+    """The first opens of a state dir race to switch it to WAL; before the switch was retried,
+    one of 20 failed with "database is locked" in 25 of 160 tries (the CI run of stop 34 too)."""
+    ctx = multiprocessing.get_context("fork")
+    for trial in range(40):
+        root = tmp_path / str(trial)
+        barrier, results = ctx.Barrier(20), ctx.Queue()
+        procs = [ctx.Process(target=_open_and_reserve, args=(root, barrier, results)) for _ in range(20)]
+        for p in procs:
+            p.start()
+        errors = [e for e in (results.get(timeout=60) for _ in procs) if e]
+        for p in procs:
+            p.join(60)
+        assert not errors, (trial, errors)
+        reg = Registry(root)
+        assert reg.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal" and len(reg.recent(100)) == 20
+        reg.close()
 
 
 @pytest.mark.usefixtures("home")

@@ -55,6 +55,26 @@ CREATE TABLE IF NOT EXISTS experiment_runs (
 """
 
 
+def _wal(db: sqlite3.Connection, wait: float = 30.0) -> None:
+    """Put the registry in WAL mode, once, whoever gets there first.
+
+    Switching needs the file to itself, and SQLite answers "database is locked" at once, without
+    its busy handler, when another process opened the new file in the meantime: of 20 submits
+    into a fresh state dir, one failed like this in 25 of 160 tries. So the switch is retried
+    (short random sleeps, `wait` seconds in all); by then the file is usually WAL already, which
+    `PRAGMA journal_mode` reads from its header."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005 + _random.randbelow(45) / 1000)
+
+
 class ChainBusy(UsageError):
     """A resume was asked for while a run of the same chain is queued or running."""
 
@@ -67,8 +87,7 @@ class Registry:
         self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA busy_timeout = 30000")
-        if self.db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            self.db.execute("PRAGMA journal_mode = WAL")
+        _wal(self.db)
         self.db.executescript(_SCHEMA)
         self.db.executescript(_EXPERIMENTS)
 
