@@ -11,6 +11,7 @@ import base64
 import io
 import json
 import re
+import socket
 import tarfile
 import threading
 import time
@@ -328,11 +329,43 @@ def _handler(contract: Contract):
     return H
 
 
+class _Httpd(ThreadingHTTPServer):
+    """Knows its open connections, so that leaving the server ends them: a client's kept-alive
+    connection would otherwise hold a handler thread in the test process for as long as that client
+    lives, and the fork tests would find another thread running."""
+
+    daemon_threads = True
+
+    def __init__(self, address, handler):
+        super().__init__(address, handler)
+        self.open: dict[socket.socket, threading.Thread] = {}
+        self.open_lock = threading.Lock()
+
+    def process_request_thread(self, request, client_address):
+        with self.open_lock:
+            self.open[request] = threading.current_thread()
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self.open_lock:
+                self.open.pop(request, None)
+
+    def end_connections(self, wait: float = 5.0) -> None:
+        with self.open_lock:
+            live = list(self.open.items())
+        for sock, _ in live:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # the handler closed it meanwhile
+                pass
+        for _, thread in live:
+            thread.join(wait)
+
+
 class Server:
     def __init__(self):
         self.contract = Contract()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self.contract))
-        self.httpd.daemon_threads = True
+        self.httpd = _Httpd(("127.0.0.1", 0), _handler(self.contract))
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
@@ -342,4 +375,5 @@ class Server:
 
     def __exit__(self, *exc):
         self.httpd.shutdown()
+        self.httpd.end_connections()
         self.httpd.server_close()

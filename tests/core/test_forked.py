@@ -18,7 +18,7 @@ from conftest import REPO
 
 @pytest.fixture
 def two_cpus(monkeypatch):
-    """Two CPUs and no other thread (a thread another test left running in this process must not
+    """Two CPUs and no other thread (a thread another test may leave running in this process must not
     decide whether these fork)."""
     monkeypatch.setattr(forked, "cpus", lambda: 2)
     monkeypatch.setattr(forked, "_threads", lambda: 1)

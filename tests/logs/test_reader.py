@@ -430,7 +430,7 @@ def children(monkeypatch):
     from bridge_launch.core import forked
 
     monkeypatch.setattr(forked, "cpus", lambda: 2)
-    monkeypatch.setattr(forked, "_threads", lambda: 1)  # a thread another test left running: fork all the same
+    monkeypatch.setattr(forked, "_threads", lambda: 1)  # a thread another test may leave running: fork all the same
     monkeypatch.setattr(logread, "PARALLEL_MIN", 1)
     codes: list = []
     reap = forked.Child._reap
