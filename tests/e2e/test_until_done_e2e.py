@@ -460,3 +460,26 @@ def test_a_chain_measures_steps_far_longer_than_its_estimate_and_adapts(long_ste
         r"than the job's 30 s",
         text,
     ), text
+
+
+@pytest.mark.usefixtures("home")
+def test_a_chain_s_verdict_waits_for_its_last_running_segment_to_end(cluster):
+    """A segment writes `done` (or `stopped`) and runs a moment longer: its last lines, the epilog,
+    Slurm's COMPLETING. Until that job has ended the run is RUNNING, saying why, so its terminal
+    record (never read again) holds every segment's final state. `done` is written here by hand
+    while the first segment trains, which makes the moment as long as the test needs."""
+    sub = _chain("--time", "00:05:00", "train.train_iters=400", "smoke.step_sleep=0.3")
+    first = sub["job_ids"][0]
+    chain_dir = Path(sub["run_dir"]) / "chain" / sub["run_id"]
+    env = dict(os.environ, SLURM_CONF=cluster)
+    try:
+        _wait(sub["run_id"], {"RUNNING"}, timeout=180)
+        (chain_dir / "done").write_text("")
+        st = run_cli("status", sub["run_id"], "-o", "json").json()[0]
+        assert st["state"] == "RUNNING" and st["reason"] == f"the chain is done; job {first} is ending", st
+    finally:
+        later = (chain_dir / "jobs").read_text().split() if (chain_dir / "jobs").exists() else []
+        subprocess.run(["scancel", first, *later], env=env, check=False)
+    st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=120)
+    assert st["state"] == "COMPLETED", st
+    assert all(s["state"] not in ("PENDING", "RUNNING") for s in st["info"]["segments"]), st["info"]["segments"]

@@ -451,7 +451,14 @@ class Backend:
         if saved:
             out["checkpoint"] = saved[-1]
         active = [x for x in segments if x["state"] in ("PENDING", "RUNNING")]
-        if done:
+        ending = [x["job_id"] for x in active if x["state"] == "RUNNING"]
+        if (done or stopped is not None) and ending:
+            # The segment that wrote the verdict has yet to end (its last lines, the epilog, Slurm's
+            # COMPLETING): it still holds its nodes, and the terminal record, which is not read
+            # again, must show every segment's final state. So the verdict waits for it.
+            verdict = "done" if done else "stopped"
+            out.update(state="RUNNING", reason=f"the chain is {verdict}; job {', '.join(ending)} is ending")
+        elif done:
             out.update(state="COMPLETED", reason="")
         elif stopped is not None:
             out.update(state="CANCELLED" if run.info.get("cancelled") else "FAILED", reason=stopped.strip())
