@@ -56,6 +56,36 @@ def test_the_reader_parses_minmax_max_and_all_timer_blocks():
     assert reps[2].timers == {"forward-backward": {0: 100.0, 1: 131.5}, "optimizer": {0: 10.0}}
 
 
+def test_a_timer_block_keeps_its_lines_when_other_ranks_lines_fall_between_them():
+    # torchrun's tail threads copy each rank's output line by line (torch tail_log.py:130), so rank
+    # 0's straggler line can land inside rank 7's timer block (CI of stop 34 met it)
+    text = "\n".join(
+        [
+            training_log(2, validation=False, test=False).rstrip("\n"),
+            "[rank7]: (min, max) time across ranks (ms):",
+            "[rank7]:     forward-backward ...............................: (100.00, 131.50)",
+            "[rank0]: " + straggler_line({0: 100.0, 1: 131.5}, minmax_count=1),
+            "[rank3]: some other line",
+            "[rank7]:     optimizer ......................................: (10.00, 10.50)",
+            "[rank7]:     batch-generator ................................: (1.00, 2.00)",
+            "[rank7]: something else",
+            "[rank7]:     late-timer .....................................: (1.00, 2.00)",
+            "(min, max) time across ranks (ms):",
+            "    forward-backward ...............................: (100.00, 131.50)",
+            "[rank0]: not a timer line",
+            "    optimizer ......................................: (10.00, 10.50)",
+        ]
+    )
+    reps = Log([text + "\n"]).timer_reports
+    assert reps[0].timers == {
+        "forward-backward": (100.0, 131.5),
+        "optimizer": (10.0, 10.5),
+        "batch-generator": (1.0, 2.0),
+    }
+    # without prefixes the lines cannot be told apart: the block ends at the first other line
+    assert reps[1].timers == {"forward-backward": (100.0, 131.5)} and len(reps) == 2
+
+
 def test_a_rank_slowed_on_purpose_is_named_with_its_node_and_an_even_run_names_none(cli, tmp_path):
     nan_check = (
         "[rank5]: RuntimeError: Rank 5, node gpu-node-17, device 5, iteration 30: Unexpected result nan "

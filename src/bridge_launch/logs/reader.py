@@ -279,6 +279,7 @@ def _nan_event(line: str, ti: int, pos: int) -> Event | None:
 STRAGGLER_MARK, STRAGGLER_FIELD_RE = P.STRAGGLER_MARK, P.STRAGGLER_FIELD_RE
 STRAGGLER_RANKS_MARK, STRAGGLER_RANKS_RE, VALUE_RANK_RE = P.STRAGGLER_RANKS_MARK, P.STRAGGLER_RANKS_RE, P.VALUE_RANK_RE
 TIMERS_MARK, TIMERS_HEAD_RE, TIMER_OPTIONS = P.TIMERS_MARK, P.TIMERS_HEAD_RE, P.TIMER_OPTIONS
+_OTHER_SOURCE_LINES = 256  # other ranks' lines passed over in a row inside one rank's block
 TIMER_MAX_RE, TIMER_ALL_NAME_RE, TIMER_ALL_RANK_RE = P.TIMER_MAX_RE, P.TIMER_ALL_NAME_RE, P.TIMER_ALL_RANK_RE
 RANK_AT_LINE_START_RE = re.compile(r"^\[rank(\d+)\]: ", re.M)  # backends/base.py RANK_PREFIX_TEMPLATE
 # Where a line names a rank's host: the NaN check's RuntimeError "Rank R, node N, device D, iteration I: ..."
@@ -658,14 +659,31 @@ class Log:
         return out
 
     # -- straggler and timer lines: found by a substring search of the raw texts ----------------------
-    def _raw_lines(self, ti: int, pos: int):
-        """The line holding `pos` and the lines after it, one by one, decoded, without rank prefixes."""
+    def _raw_lines(self, ti: int, pos: int, one_source: bool = False):
+        """The line holding `pos` and the lines after it, one by one, decoded, without rank prefixes.
+        With `one_source`, only the lines with the first line's prefixes: a block one rank prints
+        (a Timers.log block) reaches the log line by line, each rank's lines through its own tail
+        thread, so another rank's lines can fall between its lines (T tail_log.py:130). Lines without
+        prefixes cannot be told apart and are all yielded; at most _OTHER_SOURCE_LINES of other
+        sources are passed over in a row."""
         raw = self.raw[ti]
         nl = _enc(raw, "\n")
         start = raw.rfind(nl, 0, pos) + 1
+        source, skipped = None, 0
         while start < len(raw):
             stop = raw.find(nl, start)
-            yield strip_prefix(_text(raw[start : stop if stop >= 0 else len(raw)]).rstrip("\r"))[1]
+            line = _text(raw[start : stop if stop >= 0 else len(raw)]).rstrip("\r")
+            bare = strip_prefix(line)[1]
+            head = line[: len(line) - len(bare)]
+            if source is None:
+                source = head
+            if not one_source or not source or head == source:
+                skipped = 0
+                yield bare
+            elif skipped < _OTHER_SOURCE_LINES:
+                skipped += 1
+            else:
+                return
             if stop < 0:
                 return
             start = stop + 1
@@ -715,7 +733,7 @@ class Log:
         """Every Timers.log block (--timing-log-option minmax, max or all), in order."""
         out: list[TimerReport] = []
         for ti, pos in self.raw_find(TIMERS_MARK):
-            lines = self._raw_lines(ti, pos)
+            lines = self._raw_lines(ti, pos, one_source=True)
             m = TIMERS_HEAD_RE.search(next(lines))
             if not m:
                 continue

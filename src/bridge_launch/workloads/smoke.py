@@ -507,8 +507,7 @@ class Smoke:
         hi = lo.clone()
         dist.all_reduce(lo, op=dist.ReduceOp.MIN)
         dist.all_reduce(hi, op=dist.ReduceOp.MAX)
-        for line in P.timers_minmax_lines({name: (lo.item(), hi.item())}):
-            self.print_rank_last(line)
+        self.print_rank_last("\n".join(P.timers_minmax_lines({name: (lo.item(), hi.item())})))
 
     def _log_timers_and_stragglers(self, traced: dict, steps: int, flops_per_step: float) -> None:
         """The interval's timers (last rank) and straggler line (rank 0), as Bridge logs them."""
@@ -522,8 +521,7 @@ class Smoke:
             if cfg["timing_log_level"] >= 2:
                 names.append(("batch-generator", "data"))
             times = {n: (min(r[k] for r in ranks), max(r[k] for r in ranks)) for n, k in names}
-            for line in P.timers_minmax_lines(times):
-                self.print_rank_last(line)
+            self.print_rank_last("\n".join(P.timers_minmax_lines(times)))  # one call, as MC timers.py:450
         if cfg["log_straggler"]:
             rtt = {r: d["fwd"] for r, d in enumerate(ranks)}
             drtt = {r: d["data"] for r, d in enumerate(ranks)}
