@@ -57,7 +57,7 @@ def test_the_reader_parses_minmax_max_and_all_timer_blocks():
 
 
 def test_a_timer_block_keeps_its_lines_when_other_ranks_lines_fall_between_them():
-    # torchrun's tail threads copy each rank's output line by line (torch tail_log.py:130), so rank
+    # torchrun's tail threads copy each rank's output line by line (torch tail_log.py:42-46), so rank
     # 0's straggler line can land inside rank 7's timer block (CI of stop 34 met it)
     text = "\n".join(
         [
@@ -84,6 +84,11 @@ def test_a_timer_block_keeps_its_lines_when_other_ranks_lines_fall_between_them(
     }
     # without prefixes the lines cannot be told apart: the block ends at the first other line
     assert reps[1].timers == {"forward-backward": (100.0, 131.5)} and len(reps) == 2
+    # another rank's lines are passed over 256 in a row at most: then the block has ended
+    for others, seen in ((256, {"forward-backward", "optimizer"}), (257, {"forward-backward"})):
+        block = ["[rank7]: (min, max) time across ranks (ms):", "[rank7]:     forward-backward ....: (1.00, 2.00)"]
+        block += ["[rank0]: another rank's line"] * others + ["[rank7]:     optimizer ....: (1.00, 2.00)"]
+        assert set(Log(["\n".join(block) + "\n"]).timer_reports[0].timers) == seen
 
 
 def test_a_rank_slowed_on_purpose_is_named_with_its_node_and_an_even_run_names_none(cli, tmp_path):

@@ -279,9 +279,9 @@ def _nan_event(line: str, ti: int, pos: int) -> Event | None:
 STRAGGLER_MARK, STRAGGLER_FIELD_RE = P.STRAGGLER_MARK, P.STRAGGLER_FIELD_RE
 STRAGGLER_RANKS_MARK, STRAGGLER_RANKS_RE, VALUE_RANK_RE = P.STRAGGLER_RANKS_MARK, P.STRAGGLER_RANKS_RE, P.VALUE_RANK_RE
 TIMERS_MARK, TIMERS_HEAD_RE, TIMER_OPTIONS = P.TIMERS_MARK, P.TIMERS_HEAD_RE, P.TIMER_OPTIONS
-_OTHER_SOURCE_LINES = 256  # other ranks' lines passed over in a row inside one rank's block
 TIMER_MAX_RE, TIMER_ALL_NAME_RE, TIMER_ALL_RANK_RE = P.TIMER_MAX_RE, P.TIMER_ALL_NAME_RE, P.TIMER_ALL_RANK_RE
 RANK_AT_LINE_START_RE = re.compile(r"^\[rank(\d+)\]: ", re.M)  # backends/base.py RANK_PREFIX_TEMPLATE
+_OTHER_SOURCE_LINES = 256  # other ranks' lines passed over in a row inside one rank's block
 # Where a line names a rank's host: the NaN check's RuntimeError "Rank R, node N, device D, iteration I: ..."
 # (MC core/rerun_state_machine.py:518-535) and torchrun's failure summary "  host      : H" above
 # "  rank      : R (local_rank: L)" (T distributed/elastic/multiprocessing/errors/__init__.py:184-202).
@@ -662,8 +662,10 @@ class Log:
     def _raw_lines(self, ti: int, pos: int, one_source: bool = False):
         """The line holding `pos` and the lines after it, one by one, decoded, without rank prefixes.
         With `one_source`, only the lines with the first line's prefixes: a block one rank prints
-        (a Timers.log block) reaches the log line by line, each rank's lines through its own tail
-        thread, so another rank's lines can fall between its lines (T tail_log.py:130). Lines without
+        (a Timers.log block) reaches the log line by line, one tail thread a rank copying
+        `header + line` (T distributed/elastic/multiprocessing/tail_log.py:42-46, :128-140), so
+        other ranks' lines can fall between its lines. The prefix text is compared, not the rank:
+        `[defaultN]` is local to a node, and srun's label tells the nodes apart. Lines without
         prefixes cannot be told apart and are all yielded; at most _OTHER_SOURCE_LINES of other
         sources are passed over in a row."""
         raw = self.raw[ti]

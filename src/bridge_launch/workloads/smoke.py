@@ -501,13 +501,18 @@ class Smoke:
         if self.rank == self.last_rank:
             _log(msg)
 
+    def _log_timers(self, times_ms: dict) -> None:
+        """A Timers.log block, {name: (min, max)} in ms, on the last rank in one call, as MC
+        core/timers.py:445-450 logs it (`logger.info(output_string)`)."""
+        self.print_rank_last("\n".join(P.timers_minmax_lines(times_ms)))
+
     def _log_timer(self, name: str, seconds: float) -> None:
         """One timer's (min, max) across ranks, logged by the last rank (trainer_protocol)."""
         lo = torch.tensor([seconds * 1000.0], dtype=torch.float64, device=self.device)
         hi = lo.clone()
         dist.all_reduce(lo, op=dist.ReduceOp.MIN)
         dist.all_reduce(hi, op=dist.ReduceOp.MAX)
-        self.print_rank_last("\n".join(P.timers_minmax_lines({name: (lo.item(), hi.item())})))
+        self._log_timers({name: (lo.item(), hi.item())})
 
     def _log_timers_and_stragglers(self, traced: dict, steps: int, flops_per_step: float) -> None:
         """The interval's timers (last rank) and straggler line (rank 0), as Bridge logs them."""
@@ -521,7 +526,7 @@ class Smoke:
             if cfg["timing_log_level"] >= 2:
                 names.append(("batch-generator", "data"))
             times = {n: (min(r[k] for r in ranks), max(r[k] for r in ranks)) for n, k in names}
-            self.print_rank_last("\n".join(P.timers_minmax_lines(times)))  # one call, as MC timers.py:450
+            self._log_timers(times)
         if cfg["log_straggler"]:
             rtt = {r: d["fwd"] for r, d in enumerate(ranks)}
             drtt = {r: d["data"] for r, d in enumerate(ranks)}
