@@ -27,6 +27,29 @@ def local_slurm(*args, check=True):
     )
 
 
+# The local Slurm cluster is one shared thing: tests that use it run one after another, in one lane
+# (a test may drain a node, stop slurmctld or slurmdbd, or set a node DOWN, which would fail a
+# neighbour's job). Everything else runs beside them in the other lanes (scripts/test runs pytest
+# with xdist's loadgroup, where a test's group keeps it on one worker in collection order).
+SLURM_LANE = "slurm"
+
+
+def _in_slurm_lane(item) -> bool:
+    return bool(item.get_closest_marker("slurm")) or "cluster" in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `slurm`, and tests that ask for the `cluster` fixture, share the Slurm lane. Under
+    xdist the lane goes first (it is the longest), then the other slow tests, then the fast ones, so
+    the last work handed out is the shortest; a plain run keeps the collection order."""
+    for item in items:
+        if _in_slurm_lane(item):
+            item.add_marker(pytest.mark.xdist_group(SLURM_LANE))
+            item.user_properties.append(("lane", SLURM_LANE))  # for scripts/test-times, in .test-times.xml
+    if hasattr(config, "workerinput"):  # an xdist worker: every worker sorts alike, as xdist requires
+        items.sort(key=lambda item: 0 if _in_slurm_lane(item) else 1 if item.get_closest_marker("slow") else 2)
+
+
 @pytest.fixture(scope="module")
 def cluster():
     """The local Slurm cluster, started (or found running) once per module: its SLURM_CONF."""

@@ -16,7 +16,7 @@ from test_until_done_e2e import _steps_by_job, kill_node_when
 
 from conftest import FAST, run_cli
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 if os.geteuid() != 0:
     pytest.skip("the local Slurm cluster needs root", allow_module_level=True)

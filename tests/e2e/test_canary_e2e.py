@@ -17,7 +17,7 @@ from test_containers_e2e import STATE, _submit, _wait, cluster, mb_profile, real
 from canary_jobs import FIT, VL_FUNCTION, _spec, real_bridge, run_env
 from conftest import WORKLOADS, run_cli, write
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 
 VL = "qwen35-vl-sft-4"  # the seed's VL SFT recipe (its function: workloads/bridge_recipes/qwen35_vl_gb200.py) on 4 GPUs

@@ -19,7 +19,7 @@ from bridge_launch.core import upstream
 from conftest import FAST, REPO, files_holding, run_cli, write
 from launch_checks import check_torchrun_artifacts
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 
 def _sources_missing() -> str | None:

@@ -303,6 +303,7 @@ def test_inspect_refuses_unprepared_dir(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.slurm
 def test_slurm_job_array_writes_the_same_shards(src, tmp_path, monkeypatch):
     pytest.importorskip("submitit")
     pytest.importorskip("megatron.energon")
@@ -317,6 +318,7 @@ def test_slurm_job_array_writes_the_same_shards(src, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.slurm
 def test_slurm_job_array_gets_the_profiles_time_limit_as_slurm_reads_it(src, tmp_path, monkeypatch, home):
     """A profile time of "1-12" is 36 hours for the array's elements (it once became 2 minutes)."""
     import os
@@ -347,6 +349,7 @@ def test_slurm_job_array_gets_the_profiles_time_limit_as_slurm_reads_it(src, tmp
 
 
 @pytest.mark.slow
+@pytest.mark.slurm
 def test_slurm_job_array_interrupted_leaves_nothing_running_or_written(src, tmp_path, monkeypatch):
     """Ctrl-C while the array runs: the elements still queued or running are cancelled and waited
     for before the partial directory is deleted, so nothing writes into it afterwards."""

@@ -11,7 +11,7 @@ from test_bands_e2e import SMALL, _wait, slurm  # noqa: F401 (the fixture)
 
 from conftest import run_cli
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 if os.geteuid() != 0:
     pytest.skip("the local Slurm cluster needs root", allow_module_level=True)

@@ -19,7 +19,7 @@ if os.geteuid() != 0:
     pytest.skip("scripts/local-slurm needs root (network namespaces, apt-get)", allow_module_level=True)
 
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 
 SCRIPT = REPO / "scripts" / "local-slurm"

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import FAST, run_cli, write
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 if os.geteuid() != 0:
     pytest.skip("the local Slurm cluster needs root", allow_module_level=True)

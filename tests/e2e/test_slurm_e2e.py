@@ -15,7 +15,7 @@ import pytest
 from conftest import CLI, FAST, REPO, local_slurm, run_cli, write
 from launch_checks import check_torchrun_artifacts
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 
 if os.geteuid() != 0:

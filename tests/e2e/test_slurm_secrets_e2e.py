@@ -18,7 +18,7 @@ from test_slurm_e2e import _wait_state as _wait
 
 from conftest import FAST, files_holding, run_cli, write
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 
 if os.geteuid() != 0:

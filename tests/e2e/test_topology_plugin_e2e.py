@@ -9,7 +9,7 @@ import pytest
 
 from conftest import FAST, run_cli, write
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 
 def _nvl_sim(home, extra=""):

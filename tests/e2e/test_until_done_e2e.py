@@ -17,7 +17,7 @@ from test_slurm_e2e import _wait_state as _wait
 from conftest import FAST, run_cli
 from launch_checks import check_torchrun_artifacts
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 
 def _chain(*args, timeout=120):

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import CLI, FAST, REPO, run_cli
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 
 if os.geteuid() != 0:
