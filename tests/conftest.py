@@ -1,3 +1,5 @@
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -27,27 +29,69 @@ def local_slurm(*args, check=True):
     )
 
 
-# The local Slurm cluster is one shared thing: tests that use it run one after another, in one lane
-# (a test may drain a node, stop slurmctld or slurmdbd, or set a node DOWN, which would fail a
-# neighbour's job). Everything else runs beside them in the other lanes (scripts/test runs pytest
-# with xdist's loadgroup, where a test's group keeps it on one worker in collection order).
-SLURM_LANE = "slurm"
+# The local Slurm cluster is shared by two lanes of tests (scripts/test runs pytest with xdist's
+# loadgroup: a test's group keeps it on one worker, in collection order). Its nodes have 2 CPUs and
+# a job takes one on each, so two jobs run at once: each lane's tests run one after another, beside
+# the other lane's. A test marked `slurm_alone` (it drains a node, sets one DOWN, stops slurmctld or
+# slurmdbd, fills the queue) has the cluster to itself: it waits for the other lane's test to end,
+# and the other lane waits for it (slurm_hold). Everything else runs beside the lanes.
+SLURM_LANES = ("slurm-1", "slurm-2")
+# Modules of the second lane (about half the lanes' time; docs/test-times.md): the rest are the first's.
+SECOND_LANE = {"test_until_done_e2e"}
+SLURM_HOLD = Path(os.environ.get("BRIDGE_LAUNCH_TEST_HOLD", "/tmp/bridge-launch-tests.slurm-hold"))
 
 
 def _in_slurm_lane(item) -> bool:
-    return bool(item.get_closest_marker("slurm")) or "cluster" in getattr(item, "fixturenames", ())
+    return bool(item.get_closest_marker("slurm") or item.get_closest_marker("slurm_alone")) or "cluster" in getattr(
+        item, "fixturenames", ()
+    )
+
+
+def _lane_of(item) -> str:
+    return SLURM_LANES[1] if item.module.__name__.rsplit(".", 1)[-1] in SECOND_LANE else SLURM_LANES[0]
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `slurm`, and tests that ask for the `cluster` fixture, share the Slurm lane. Under
-    xdist the lane goes first (it is the longest), then the other slow tests, then the fast ones, so
-    the last work handed out is the shortest; a plain run keeps the collection order."""
+    """Tests marked `slurm` or `slurm_alone`, and tests that ask for the `cluster` fixture, go to a
+    Slurm lane. Under xdist the lanes go first (they are the longest), then the other slow tests,
+    then the fast ones, so the last work handed out is the shortest; a plain run keeps its order."""
     for item in items:
         if _in_slurm_lane(item):
-            item.add_marker(pytest.mark.xdist_group(SLURM_LANE))
-            item.user_properties.append(("lane", SLURM_LANE))  # for scripts/test-times, in .test-times.xml
+            lane = _lane_of(item)
+            item.add_marker(pytest.mark.xdist_group(lane))
+            item.user_properties.append(("lane", lane))  # for scripts/test-times, in .test-times.xml
     if hasattr(config, "workerinput"):  # an xdist worker: every worker sorts alike, as xdist requires
         items.sort(key=lambda item: 0 if _in_slurm_lane(item) else 1 if item.get_closest_marker("slow") else 2)
+
+
+@contextlib.contextmanager
+def slurm_hold(alone: bool = False):
+    """Hold the cluster for a test (or a fixture that runs jobs): shared with the other lane, or
+    alone. A test waiting to be alone goes before the other lane's next test: it takes the turnstile
+    first and keeps it, so no new shared holder passes (flock alone would let them overtake it)."""
+    SLURM_HOLD.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{SLURM_HOLD}.turnstile", "a") as turnstile, open(SLURM_HOLD, "a") as hold:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        if not alone:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        fcntl.flock(hold, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(hold, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def _slurm_turn(request):
+    """A Slurm lane's test holds the cluster while it runs (autouse: before the test's own fixtures,
+    which may drain a node); every other test passes straight through."""
+    if not _in_slurm_lane(request.node):
+        yield
+        return
+    with slurm_hold(alone=bool(request.node.get_closest_marker("slurm_alone"))):
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ if os.geteuid() != 0:
     pytest.skip("scripts/local-slurm needs root (network namespaces, apt-get)", allow_module_level=True)
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.slurm]
+pytestmark = [pytest.mark.slow, pytest.mark.slurm_alone]  # it starts the cluster and reads its nodes' states
 
 
 SCRIPT = REPO / "scripts" / "local-slurm"

@@ -92,6 +92,7 @@ def _retried_on_node1(run: dict, resume) -> dict:
     return st
 
 
+@pytest.mark.slurm_alone  # node1 is drained while it runs
 @pytest.mark.usefixtures("home")
 def test_a_failure_injected_on_one_node_retries_without_it_and_later_submits_leave_it_out(node1_drained):
     # the failure carries the CUDA runtime's own text for cudaErrorECCUncorrectable ("uncorrectable ECC
@@ -120,6 +121,7 @@ def test_a_failure_injected_on_one_node_retries_without_it_and_later_submits_lea
     assert run_cli("clusters", "forget-node", "local-slurm", "node2").code == 0
 
 
+@pytest.mark.slurm_alone  # node1 is drained while it runs
 @pytest.mark.usefixtures("home")
 def test_a_chain_segment_failing_on_a_bad_node_has_its_successor_leave_it_out(node1_drained):
     # --until-done: the successor is queued when a segment starts (afterany); the segment that fails on
@@ -157,6 +159,7 @@ def test_a_chain_segment_failing_on_a_bad_node_has_its_successor_leave_it_out(no
     assert run_cli("clusters", "forget-node", "local-slurm", "node2").code == 0
 
 
+@pytest.mark.slurm_alone  # node1 is drained while it runs
 @pytest.mark.usefixtures("cluster")
 def test_the_health_step_finds_the_bad_node_and_the_retry_leaves_it_out(home, tmp_path, node1_drained):
     from gpu_reports import fake_nvidia_smi

@@ -205,6 +205,7 @@ def test_resume_continues_from_the_checkpoint():
     assert s["start_step"] == saved + 1 and s["steps_completed"] == 40 and s["resumed_from"] == saved
 
 
+@pytest.mark.slurm_alone  # slurmdbd is stopped while it runs
 @pytest.mark.usefixtures("cluster", "home")
 def test_status_without_and_with_accounting():
     local_slurm("stop-dbd")
@@ -231,6 +232,7 @@ def test_status_without_and_with_accounting():
     assert Backend().sacct(s, [jid])[jid]["state"] == "FAILED"
 
 
+@pytest.mark.slurm_alone  # 20 jobs fill the queue
 @pytest.mark.usefixtures("home")
 def test_twenty_concurrent_submits(cluster):
     def one(i):
@@ -266,6 +268,7 @@ def test_twenty_concurrent_submits(cluster):
         )
 
 
+@pytest.mark.slurm_alone  # slurmctld is stopped while it runs
 @pytest.mark.usefixtures("cluster", "home")
 def test_submit_while_the_controller_is_down():
     local_slurm("stop-ctld")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_slurm_e2e import _wait_state as _wait
 
-from conftest import FAST, run_cli
+from conftest import FAST, run_cli, slurm_hold
 from launch_checks import check_torchrun_artifacts
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
@@ -198,7 +198,7 @@ def long_steps(cluster, tmp_path_factory):  # noqa: ARG001 - the cluster is up
     env = {"BRIDGE_LAUNCH_HOME": str(root / "state"), "XDG_CONFIG_HOME": str(root / "config")}
     for sub_dir in ("clusters", "recipes/overlays"):
         (root / "config" / "bridge-launch" / sub_dir).mkdir(parents=True)
-    with pytest.MonkeyPatch.context() as mp:
+    with slurm_hold(), pytest.MonkeyPatch.context() as mp:  # a module fixture: before the tests' own hold
         for name, value in env.items():
             mp.setenv(name, value)
         sub = _chain(
@@ -399,6 +399,7 @@ def test_a_requeued_segment_submits_no_second_successor(cluster):
     assert {s["job_id"]: s["state"] for s in st["info"]["segments"]} == {first: "COMPLETED", successor: "CANCELLED"}
 
 
+@pytest.mark.slurm_alone  # node2 is set DOWN while it runs
 @pytest.mark.usefixtures("home")
 def test_a_node_set_down_mid_segment_leaves_one_chain(cluster):
     """A node set DOWN under a running segment: Slurm ends the job on it and requeues it (NODE_FAIL,
