@@ -14,3 +14,25 @@ def _profile(home, name, text):
 
     write(home / "clusters" / f"{name}.toml", f'name = "{name}"\n' + text)
     clusters.catalog.cache_clear()
+
+
+def step_words(text: str, array: str = "train") -> list[str]:
+    """The words of one of a batch script's steps (`train`, `health` or `step`: srun's options for
+    both), as bash splits them with the batch shell's variables left in place, srun's shared options
+    and the container's variable names (env_names) filled in."""
+    import re
+    import shlex
+
+    def body(name):
+        m = re.search(rf"^{name}=\(\n(.*?)\n\)$", text, re.S | re.M)
+        assert m, f"no {name}=( ... ) in the script"
+        return shlex.split(m.group(1))
+
+    names = ",".join(v for _, v in re.findall(r"^env_names(\+?)=,?(\S+)$", text, re.M))
+    out = []
+    for word in body(array):
+        if word == "${step[@]}":
+            out += body("step")
+        else:
+            out.append(word.replace("$env_names", names))
+    return out

@@ -5,7 +5,6 @@ cluster runs them in tests/e2e/test_slurm_e2e.py, test_containers_e2e.py, test_u
 test_rendezvous_e2e.py."""
 
 import os
-import re
 import shlex
 import stat
 import subprocess
@@ -16,7 +15,7 @@ from bridge_launch import backends
 from bridge_launch.backends import torchrun as torchrun_opts
 from bridge_launch.backends.slurm import render as slurm
 from bridge_launch.core.ports import EPHEMERAL_PORTS
-from launch_jobs import _job, _profile
+from launch_jobs import _job, _profile, step_words
 
 
 def _fake_bin(tmp_path, name, body):
@@ -34,7 +33,7 @@ def _node_args(job, tmp_path, node_id):
     bindir = _fake_bin(tmp_path, "torchrun", 'printf "%s\\n" "$@"\n')
     job = job.with_run_id("r-1")
     launcher = tmp_path / "node-launch.sh"
-    launcher.write_text(slurm.node_launcher(job))
+    launcher.write_text(slurm.library(slurm.NODE_LAUNCH))
     staged = f"{job.run_dir}/{slurm.node_launcher_path(job)}"
     words = [str(launcher) if w == staged else w for w in slurm.torchrun_command(job)]
     script = "\n".join(
@@ -64,11 +63,6 @@ def _head(tmp_path, scontrol_node: str, getent: str, rc_node=0):
     return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=True).stdout.strip()
 
 
-def _srun_words(text):
-    body = re.split(r"\n(?:with_secrets )?srun ", text, maxsplit=1)[1].split("\nrc=$?", 1)[0].replace("\\\n", " ")
-    return shlex.split(body)
-
-
 @pytest.mark.usefixtures("home")
 @pytest.mark.parametrize("until_done", [False, True])
 @pytest.mark.parametrize("node_id,is_host", [(0, "1"), (1, "0")])
@@ -91,7 +85,7 @@ def test_join_timeout_follows_the_image_source_and_the_profile(home):
     assert torchrun_opts.join_timeout(_job("smoke", "local-slurm")) == 600  # bare processes
     _profile(home, "slow", 'extends = "gb200-8"\nrdzv_join_timeout = 3600\n')
     art = backends.render(_job("smoke", "slow"))
-    assert "join_timeout=3600,read_timeout=3600" in "".join(art.files.values())
+    assert "join_timeout=3600,read_timeout=3600" in art.text
     for c in ("lepton-gb200", "dgxc-gb200"):  # pods pull the image too
         assert "join_timeout=1800,read_timeout=1800" in backends.render(_job("smoke", c, nodes=2)).text
 
@@ -140,11 +134,11 @@ def test_the_rendezvous_port_stays_below_the_ephemeral_range(home, cli):
 
 
 def test_srun_does_not_let_a_site_bind_the_one_task_to_a_core(home, cli):
-    assert "--cpu-bind=none" in _srun_words(backends.render(_job()).text)
+    assert "--cpu-bind=none" in step_words(backends.render(_job()).text)
     _profile(home, "cores", 'extends = "gb200-8"\n[slurm]\ncpu_bind = "verbose,cores"\n')
-    assert "--cpu-bind=verbose,cores" in _srun_words(backends.render(_job("smoke", "cores")).text)
+    assert "--cpu-bind=verbose,cores" in step_words(backends.render(_job("smoke", "cores")).text)
     _profile(home, "site", 'extends = "gb200-8"\n[slurm]\ncpu_bind = ""\n')
-    assert not any(w.startswith("--cpu-bind") for w in _srun_words(backends.render(_job("smoke", "site")).text))
+    assert not any(w.startswith("--cpu-bind") for w in step_words(backends.render(_job("smoke", "site")).text))
     _profile(home, "twice", 'extends = "gb200-8"\n[slurm]\nsrun_args = ["--cpu-bind=cores"]\n')
     r = cli("submit", "smoke", "-c", "twice", "--dry-run")
     assert r.code == 2 and "cpu_bind" in r.err and "Traceback" not in r.err
@@ -157,7 +151,7 @@ def test_the_flight_recorder_is_on_and_dumps_into_the_run_dir():
     assert "\nexport TORCH_FR_BUFFER_SIZE=2000\n" in text and "\nexport TORCH_NCCL_DUMP_ON_TIMEOUT=1\n" in text
     assert f'\nexport TORCH_NCCL_DEBUG_INFO_TEMP_FILE={job.run_dir}/nccl-trace/"$SLURM_JOB_ID"/rank_\n' in text
     assert f'{job.run_dir}/nccl-trace/"$SLURM_JOB_ID"\n' in text  # created before the step starts
-    env = next(w for w in _srun_words(text) if w.startswith("--container-env=")).split("=", 1)[1].split(",")
+    env = next(w for w in step_words(text) if w.startswith("--container-env=")).split("=", 1)[1].split(",")
     assert {"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"} <= set(env)
     assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in text  # torch 2.13 warns on every rank for that name
 

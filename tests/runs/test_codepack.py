@@ -7,6 +7,7 @@ import pytest
 
 from bridge_launch.runs import codepack
 from conftest import run_cli, write
+from launch_jobs import step_words
 
 
 def _git(repo, *args):
@@ -95,16 +96,29 @@ def test_bridge_src_dry_run_mounts_the_staged_tree(tmp_path):
     text = d["artifact"]["text"]
     assert f"{d['run_dir']}/bridge-src:/opt/Megatron-Bridge" in text
     (launcher,) = (body for rel, body in d["artifact"]["files"].items() if rel.endswith(".node-launch.sh"))
-    assert (
-        "\nexport PYTHONPATH=/opt/Megatron-Bridge/src:/opt/Megatron-Bridge/3rdparty/Megatron-LM"
-        "${PYTHONPATH:+:$PYTHONPATH}\n" in launcher
-    )
-    assert (
-        '\necho "bridge-launch: node $(hostname) starts torchrun"  # whose ranks this log holds (node_facts)\n'
-        "stop=$1 sig=$2\nshift 2\ntorchrun --node-rank" in launcher
-    )
+    words = step_words(text)
+    assert words[words.index("--bridge-src") + 1] == "/opt/Megatron-Bridge"
+    # the launcher puts the checkout's src and Megatron-LM ahead of the image's install, then torchrun
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "torchrun").write_text('#!/bin/bash\necho "PYTHONPATH=$PYTHONPATH"\n')
+    (tmp_path / "bin" / "torchrun").chmod(0o755)
+    (tmp_path / "node-launch.sh").write_text(launcher)
+    out = subprocess.run(
+        ["bash", str(tmp_path / "node-launch.sh"), "--bridge-src", "/opt/Megatron-Bridge", "/none", "TERM"],
+        env={
+            "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin",
+            "PYTHONPATH": "/img",
+            "SLURM_NODEID": "1",
+            "SLURM_JOB_ID": "7",
+        },
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout.splitlines()
+    assert out[-1] == "PYTHONPATH=/opt/Megatron-Bridge/src:/opt/Megatron-Bridge/3rdparty/Megatron-LM:/img", out
+    assert out[0].startswith("bridge-launch: node ") and out[0].endswith(" starts torchrun"), out
     plain = run_cli("submit", "smoke", "-c", "gb200-8", "--dry-run", "-o", "json").json()["artifact"]
-    assert "PYTHONPATH" not in plain["text"] and "PYTHONPATH" not in "".join(plain["files"].values())
+    assert "--bridge-src" not in step_words(plain["text"]) and "PYTHONPATH" not in plain["text"]
 
 
 @pytest.mark.usefixtures("home")

@@ -22,14 +22,17 @@ from bridge_launch.workloads import trainer_protocol as P
 # the chain's publication rule, as rendered into the batch script
 # ----------------------------------------------------------------------------------------------
 def _functions(*overrides) -> str:
+    """The batch script's inputs (its checkpoint settings among them) and the staged resume-point.sh,
+    as a --until-done dry run renders them."""
     from conftest import run_cli
 
     r = run_cli("submit", "smoke", "-c", "local-slurm", "--until-done", "--dry-run", "-o", "json", *overrides)
     assert r.code == 0, r.err
-    text = r.json()["artifact"]["text"]
-    start = text.index("save_dir=")
-    end = text.index("\n}\n", start) + 3
-    return text[start:end]
+    art = r.json()["artifact"]
+    text = art["text"]
+    inputs = text[text.index("\n", text.index("# the batch logic")) + 1 : text.index("\nstop_file=")]
+    (library,) = (body for rel, body in art["files"].items() if rel.endswith(".resume-point.sh"))
+    return inputs + "\n" + library
 
 
 def _resume_point(funcs: str, save: Path, np: Path | None = None) -> tuple[int, str, str, str]:

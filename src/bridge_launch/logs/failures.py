@@ -29,7 +29,7 @@ FLAKY = {
 }
 
 # What names the node a flaky failure came from, as grep -E patterns (the batch script's retry reads
-# them; backends/slurm/attempts.py): a node fault in that node's own log (the FLAKY class above);
+# them; backends/slurm/batch/culprit.sh): a node fault in that node's own log (the FLAKY class above);
 # srun's "Node failure on NODELIST" (src/srun/srun_job.c / step_launch.c `_node_fail_handler`:
 # error("Node failure on %s", msg->nodelist)); and the peer NCCL's remote errors name, as
 # ncclSocketToString prints it, "HOST<PORT>" (a name, or the address with numericHostForm):
@@ -38,10 +38,6 @@ FLAKY = {
 NODE_FAULT = FLAKY["ECC error"]
 LOST_NODE = r"Node failure on [^ ]+"
 NCCL_PEER = r"(Got completion from peer|Connection closed by remote peer) [^ <]+<"
-
-
-def grep_pattern(table: dict) -> str:
-    return "|".join(f"({p})" for p in table.values())
 
 
 def known_re() -> re.Pattern:

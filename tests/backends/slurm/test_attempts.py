@@ -1,4 +1,4 @@
-"""The retry's choice of the node at fault (attempts.culprit), run by bash over logs written the way
+"""The retry's choice of the node at fault (batch/culprit.sh), run by bash over logs written the way
 Slurm writes them (srun --output=%j-%N.log per node, the batch output in sbatch-%j.out), with a stand-in
 scontrol that answers `show hostnames` and `show node` as Slurm does (NodeAddr=...)."""
 
@@ -7,7 +7,8 @@ import subprocess
 
 import pytest
 
-from bridge_launch.backends.slurm import attempts
+from bridge_launch.backends.slurm import attempts, render
+from bridge_launch.logs.failures import LOST_NODE, NCCL_PEER, NODE_FAULT
 
 SCONTROL = """#!/bin/bash
 if [ "$1 $2" = "show hostnames" ]; then printf '%s\\n' node1 node2 node3; exit 0; fi
@@ -31,7 +32,10 @@ def _culprit(tmp_path, logs: dict, batch: str = "") -> tuple[str, str]:
     bin_dir.mkdir()
     (bin_dir / "scontrol").write_text(SCONTROL)
     (bin_dir / "scontrol").chmod(0o755)
-    script = "\n".join([f"logs={d}", *attempts.culprit(), 'printf "%s|%s" "$culprit_node" "$cause"'])
+    inputs = render.assign(logs=str(d), node_fault=NODE_FAULT, lost_node=LOST_NODE, nccl_peer=NCCL_PEER)
+    script = "\n".join(
+        [*inputs, render.library(render.CULPRIT), "find_culprit", 'printf "%s|%s" "$culprit_node" "$cause"']
+    )
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_JOB_ID="42", SLURM_JOB_NODELIST="node[1-3]")
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, check=True).stdout
     node, _, cause = out.partition("|")

@@ -23,6 +23,7 @@ from bridge_launch.backends.slurm.backend import _frames
 from bridge_launch.resolve import resolver as resolve
 from bridge_launch.spec.overrides import OverrideError, parse_override
 from conftest import GOLDEN, REPO, run_cli, write
+from launch_jobs import step_words
 
 # pyxis 0.24.0 + enroot 4.1.2 on the local cluster, --container-image=nvcr.io#nvidia/nemo:26.10 without
 # network: the start of a node's step log, as it was written
@@ -87,15 +88,6 @@ def _normalized(text: str) -> str:
     return text.replace(sys.executable, "<PYTHON>").replace(str(Path(os.environ["BRIDGE_LAUNCH_HOME"])), "<STATE>")
 
 
-def _script_args(text: str) -> list[str]:
-    """The launch command's words, as bash would split them (with the batch shell's
-    variables left in place)."""
-    head = re.search(r"\n(with_secrets )?srun ", text)
-    body = text[head.end() :] if head else text.split("trap ", 1)[1].split("\n", 1)[1]
-    body = body.split("\nrc=$?", 1)[0].replace("\\\n", " ")
-    return shlex.split(body)
-
-
 def _key(word: str):
     try:
         ov = parse_override(word)
@@ -113,11 +105,11 @@ def test_gb200_renders_pyxis_form_workdir_and_no_mpi():
     d = run_cli("submit", "smoke", "-c", "gb200-8", "--dry-run", "-o", "json").json()
     text = d["artifact"]["text"]
     assert d["container"] == "nvcr.io/nvidia/nemo:26.10"  # the job keeps the user's form
-    assert "'--container-image=nvcr.io#nvidia/nemo:26.10' \\" in text  # quoted: '#' starts a shell comment
+    assert "'--container-image=nvcr.io#nvidia/nemo:26.10'" in text  # quoted: '#' starts a shell comment
     assert "--container-image=nvcr.io/" not in text
-    train = text.split("health_rc=$?")[-1]  # the training step, after the health step
-    assert train.count("--mpi=") == 1 and "--mpi=none \\" in train and "pmix" not in text
-    assert f"--container-workdir={d['run_dir']} \\" in text
+    train = step_words(text)  # the training step: srun's shared options and its own
+    assert [w for w in train if w.startswith("--mpi=")] == ["--mpi=none"] and "pmix" not in text
+    assert f"--container-workdir={d['run_dir']}" in train
 
 
 @pytest.mark.usefixtures("home")
@@ -133,8 +125,8 @@ def test_lepton_and_runai_keep_registry_slash_form():
 def test_mpi_comes_from_the_profile(home):
     write(home / "clusters" / "pmix.toml", 'extends = "gb200-8"\n[slurm]\nmpi = "pmix"\n')
     text = run_cli("submit", "smoke", "-c", "pmix", "--dry-run", "-o", "json").json()["artifact"]["text"]
-    train = text.split("health_rc=$?")[-1]  # the training step, after the health step
-    assert train.count("--mpi=") == 1 and "--mpi=pmix \\" in train
+    assert [w for w in step_words(text) if w.startswith("--mpi=")] == ["--mpi=pmix"]
+    assert [w for w in step_words(text, "health") if w.startswith("--mpi=")] == ["--mpi=pmix"]
     write(home / "clusters" / "twice.toml", 'extends = "gb200-8"\n[slurm]\nsrun_args = ["--mpi=pmi2"]\n')
     r = run_cli("submit", "smoke", "-c", "twice", "--dry-run")
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "[slurm] mpi" in r.err, r.err
@@ -159,9 +151,10 @@ def test_local_slurm_pyxis_uses_the_gb200_code_path():
     ):
         assert flag in text, flag
     assert f"{job.job_root}:{job.job_root}" in job.mounts  # the job root is mounted at the same path
-    launcher = backends.render(job).files[slurm_render.node_launcher_path(job)]
-    assert '\ntorchrun --node-rank="$SLURM_NODEID"' in launcher  # the image's torchrun, not this machine's interpreter
-    env_names = text.split("--container-env=")[1].split(" ")[0].split(",")
+    train = step_words(text)
+    launcher = train.index(f"{job.run_dir}/{slurm_render.node_launcher_path(job)}")
+    assert "--python" not in train[launcher:]  # the image's torchrun, not this machine's interpreter
+    env_names = next(w for w in train if w.startswith("--container-env=")).split("=", 1)[1].split(",")
     assert "TOKENIZERS_PARALLELISM" in env_names and "OMP_NUM_THREADS" in env_names
 
 
@@ -240,13 +233,15 @@ def test_script_structure(name):
     job = _job(recipe, cluster, overlays, overrides, *opts)
     art = backends.render(job)
     text = art.text
-    # bash accepts it, and each staged file it calls
-    for body in (text, *art.files.values()):
+    # bash accepts it, and each staged shell file it calls
+    for body in (text, *(v for k, v in art.files.items() if k.endswith(".sh"))):
         subprocess.run(["bash", "-n"], input=body, text=True, check=True)
     for rel in art.files:  # called by name from the script, at their place in the run dir
         assert f"{job.run_dir}/{rel}" in text, rel
     assert not re.search(r"^\s*set -[a-z]*x", text, re.M), "no tracing: it would print values into logs"
-    words = _script_args(text)
+    words = (
+        step_words(text) if job.backend == "slurm" else shlex.split(text.split("' TERM\n", 1)[1].split("\nrc=$?")[0])
+    )
     # every value the job sets is one explicit override word
     for token in job.args:
         assert token in words, token

@@ -15,6 +15,7 @@ from bridge_launch.core import secret_ref
 from bridge_launch.core.errors import UsageError
 from bridge_launch.resolve import resolver as resolve
 from conftest import write
+from launch_jobs import step_words
 
 
 def _file(path: Path, text: str, mode: int) -> str:
@@ -159,7 +160,7 @@ def test_dry_run_shows_each_secrets_source_and_no_value(cli):
     assert "OTHER: no source on cluster 'local-slurm'" in r.out and "hash.N/job.N/environment" in r.out
     assert "# Secrets passed by name from the submitting environment: OTHER\n" in r.out  # TOK is not
     assert 'v=$(bl_secret TOK file "$HOME"/.tok); case $? in 0) export TOK="$v";; 4) ;; *) rc=1;; esac' in r.out
-    assert "\nwith_secrets srun \\\n" in r.out
+    assert "\ntrain=(\n    with_secrets srun " in r.out
     d = cli(
         "submit",
         "smoke",
@@ -368,7 +369,7 @@ def test_status_reads_the_first_lines_failure():
 def test_render_reads_only_sourced_secrets_and_keeps_every_name_in_container_env():
     job = resolve.resolve("smoke", resolve.Options(cluster="gb200-8", secrets=("MINE",)))
     text = backends.render(job).text
-    env_arg = [w for w in text.split() if w.startswith("--container-env=")][-1]  # the training step's
+    env_arg = next(w for w in step_words(text) if w.startswith("--container-env="))  # the training step's
     assert {"HF_TOKEN", "WANDB_API_KEY", "MINE"} <= set(env_arg.split("=", 1)[1].split(","))
     assert "export HF_TOKEN=" in text and "MINE" not in text.split("load_secrets() {")[1].split("}")[0]
     assert "# Secrets passed by name from the submitting environment: MINE\n" in text

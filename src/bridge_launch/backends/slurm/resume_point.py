@@ -1,50 +1,20 @@
 """The batch script's resume point: which checkpoint the trainer will load, decided in bash on the
-batch host by trainer_protocol's publication rule (a chain's segment and a retried attempt alike)."""
+batch host by trainer_protocol's publication rule (a chain's segment and a retried attempt alike).
+The rule is batch/resume-point.sh; this gives it the job's checkpoint settings."""
 
 from __future__ import annotations
 
-from bridge_launch.backends.base import q
 from bridge_launch.workloads import trainer_protocol as P
 
 
-def bash_functions(c: dict) -> list[str]:
-    """Bash functions that apply the publication rule (trainer_protocol): the iteration the
-    trainer will load is the one its trackers name (the non-persistent one when at least as new),
-    if that iteration holds every file a complete checkpoint always has; else the newest complete
-    persistent iteration, loaded with checkpoint.ckpt_step. Sets resume_it (0: none),
-    resume_args and resume_note; returns 1 when a tracker exists but nothing complete does."""
-    files = " ".join(q(f) for f in c["complete_files"])
-    tracker = q(P.TRACKER)
-    return [
-        f"save_dir={q(c['save'])}",
-        f"np_dir={q(c.get('non_persistent_dir') or '')}",
-        f'missing() {{ local f out=""; for f in {files}; do [ -e "$1/$f" ] || out="$out $f"; done; '
-        'echo "${out# }"; }',
-        'complete() { [ -d "$1" ] && [ -z "$(missing "$1")" ]; }',
-        f'tracked() {{ local t; t=$(cat "$1/"{tracker} 2>/dev/null) || return 1; t=${{t//[[:space:]]/}}; '
-        'case $t in ""|*[!0-9]*) return 1;; esac; echo $((10#$t)); }',
-        'iter_of() { printf "%s/iter_%07d" "$1" "$2"; }',
-        'newest_complete() { local d it best=""; for d in "$1"/iter_*; do it=${d##*/iter_}; '
-        'case $it in ""|*[!0-9]*) continue;; esac; it=$((10#$it)); [ "$it" -le "$2" ] || continue; '
-        'complete "$d" || continue; if [ -z "$best" ] || [ "$it" -gt "$best" ]; then best=$it; fi; done; echo '
-        '"$best"; }',
-        "resume_point() {",
-        '    resume_it=0; resume_args=(); resume_note=""',
-        "    local p np choice dir m",
-        '    p=$(tracked "$save_dir") || p=""; np=""',
-        '    if [ -n "$np_dir" ]; then np=$(tracked "$np_dir") || np=""; fi',
-        '    [ -n "$p$np" ] || return 0',
-        '    if [ -n "$np" ] && { [ -z "$p" ] || [ "$np" -ge "$p" ]; }; then choice=$np; dir=$(iter_of "$np_dir" '
-        '"$np");'
-        ' else choice=$p; dir=$(iter_of "$save_dir" "$p"); fi',
-        '    if complete "$dir"; then resume_it=$choice; return 0; fi',
-        '    m=$(newest_complete "$save_dir" "${p:-0}")',
-        '    if [ -z "$m" ]; then',
-        '        resume_note="the checkpoint tracker names iteration $choice, but $dir is incomplete (missing: '
-        '$(missing "$dir"));'
-        ' no earlier complete checkpoint"; return 1',
-        "    fi",
-        f'    resume_it=$m; resume_args=("{P.CKPT_STEP_KEY}=$m")',
-        '    resume_note="iteration $choice is incomplete ($dir is missing: $(missing "$dir")); loading iteration $m"',
-        "}",
-    ]
+def inputs(c: dict) -> dict:
+    """resume-point.sh's inputs, from a job's chain or retry settings: the checkpoint dirs, the
+    tracker's name, the files a complete iteration always has (trainer_protocol) and the override
+    that loads a given iteration."""
+    return {
+        "save_dir": c["save"],
+        "np_dir": c.get("non_persistent_dir") or "",
+        "tracker": P.TRACKER,
+        "complete_files": list(c["complete_files"]),
+        "ckpt_step_key": P.CKPT_STEP_KEY,
+    }

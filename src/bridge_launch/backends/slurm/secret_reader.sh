@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 bl_secret() { # NAME KIND PATH [MACHINE] [optional]: the value on stdout; else why on stderr and 1 (3: missing, 4: optional and missing)
     local name=$1 kind=$2 path=$3 machine=${4:-} mode value="" m="" i
     local -a w
@@ -36,4 +37,21 @@ bl_secret() { # NAME KIND PATH [MACHINE] [optional]: the value on stdout; else w
 bl_absent() { # NAME WHY: an optional secret whose source is not there
     if [ -n "${!1:-}" ]; then echo "bridge-launch: note: secret $1: $2; the value from sbatch's environment is used" >&2
     else echo "bridge-launch: note: secret $1: $2; the job runs without it" >&2; fi
+}
+with_secrets() ( # COMMAND...: COMMAND with the secrets (load_secrets, the batch script's) in its environment
+    load_secrets || exit 1
+    exec "$@"
+)
+check_secrets() { # EXIT_FILE [STOPPED_FILE]: the job's first check, in a subshell so the batch shell never holds a value
+    local why rc
+    why=$( (load_secrets) 2>&1 > /dev/null)
+    rc=$?
+    if [ -n "$why" ]; then printf '%s\n' "$why" >&2; fi
+    [ "$rc" -ne 0 ] || return 0
+    # a source that is missing or open to group or others fails the job here (a chain: its verdict says why)
+    if [ -n "${2:-}" ] && mkdir -p "${2%/*}" && [ ! -e "$2" ]; then
+        printf '%s\n' "$why" | grep -m 1 '^bridge-launch: secret ' | sed 's/^bridge-launch: //' > "$2"
+    fi
+    printf '%s\n' "$rc" > "$1"
+    exit "$rc"
 }

@@ -62,7 +62,8 @@ def reader_path(job) -> str:
 
 
 def reader_file(job) -> str:
-    """The secret reader as the job's staged file (sourced by the batch script): bl_secret, bl_absent."""
+    """The secret reader as the job's staged file (sourced by the batch script): bl_secret, bl_absent,
+    with_secrets and check_secrets."""
     return (
         "#!/bin/bash\n"
         f"# bridge-launch: the secret reader of run {job.run_id}, sourced by its batch script. It reads each\n"
@@ -72,11 +73,11 @@ def reader_file(job) -> str:
 
 
 def script_lines(job) -> list[str]:
-    """The batch script's secret lines (none without sources): the reader (sourced), load_secrets (export
-    each value, in the caller's shell), with_secrets (a subshell that loads them and execs its
-    arguments: the srun of each step), and the check in the job's first lines, in a subshell so
-    that the batch shell itself, and the successor a chain segment submits with sbatch, never hold
-    a value. A source that is missing or open to group or others fails the job there."""
+    """The batch script's secret lines (none without sources): the reader (sourced: with_secrets, a
+    subshell that loads them and execs its arguments, the srun of each step), load_secrets (export
+    each value, in the caller's shell), and the check in the job's first lines (check_secrets), in a
+    subshell so that the batch shell itself, and the successor a chain segment submits with sbatch,
+    never hold a value. A source that is missing or open to group or others fails the job there."""
     sources = getattr(job, "secret_sources", None) or {}
     if not sources:
         return []
@@ -86,13 +87,7 @@ def script_lines(job) -> list[str]:
             f"    v=$({_call(name, spec, optional=spec['optional'])}); "
             f'case $? in 0) export {name}="$v";; 4) ;; *) rc=1;; esac'
         )
-    fail = []
-    if job.chain:  # the chain's own verdict, which status reports
-        chain_dir = q(f"{job.run_dir}/chain/{job.run_id}")
-        fail.append(
-            f"    mkdir -p {chain_dir} && [ ! -e {chain_dir}/stopped ] && printf '%s\\n' \"$why\" "
-            f"| grep -m 1 '^bridge-launch: secret ' | sed 's/^bridge-launch: //' > {chain_dir}/stopped"
-        )
+    stopped = [q(f"{job.run_dir}/chain/{job.run_id}/stopped")] if job.chain else []  # the chain's own verdict
     return [
         "# Secrets: read here, on the cluster, from files only their owner can read, when each job step starts",
         "# (with_secrets); their values are in neither this script, sbatch's environment nor Slurm's job record.",
@@ -102,14 +97,7 @@ def script_lines(job) -> list[str]:
         *loads,
         '    return "$rc"',
         "}",
-        'with_secrets() ( load_secrets || exit 1; exec "$@" )',
-        "why=$( (load_secrets) 2>&1 >/dev/null ); rc=$?",
-        'if [ -n "$why" ]; then printf \'%s\\n\' "$why" >&2; fi',
-        'if [ "$rc" -ne 0 ]; then',
-        *fail,
-        f'    printf \'%s\\n\' "$rc" > {q(job.run_dir + "/exit")}/"$SLURM_JOB_ID"',
-        '    exit "$rc"',
-        "fi",
+        " ".join(["check_secrets", f'{q(job.run_dir + "/exit")}/"$SLURM_JOB_ID"', *stopped]),
     ]
 
 

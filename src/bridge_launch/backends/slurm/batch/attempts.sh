@@ -1,0 +1,128 @@
+# shellcheck shell=bash disable=SC2154,SC2034 # a library: the batch script sets its inputs, reads its outputs
+# Retries for a Slurm job that is not a chain, decided by its own batch script (the launcher is not
+# running then): a flaky failure is resubmitted without the node the health step or the logs name
+# (--exclude), an attempt that saved a newer complete checkpoint does not use up max_restarts and
+# the next one loads it, a deterministic failure never retries. Sourced by the batch script after
+# job.sh, resume-point.sh and culprit.sh (backends/slurm/attempts.py: the record's format).
+#
+# In:  attempts (the record dir), logs (the run's log dir), script (this batch script: the next
+#      attempt), max_restarts, load_from_save (1: an attempt after the first loads save_dir),
+#      own_exclude (array: the job's own --exclude, repeated since a command-line --exclude
+#      replaces the script's), nodes (the job's), node_own_checks (the health checks whose failure
+#      is a node's own, an ERE alternation), deterministic (a file of EREs, one a line:
+#      logs/failures.py's DETERMINISTIC).
+#
+# Each attempt appends one record to $attempts/outcomes, tab-separated:
+#     JOB  ATTEMPT  OUTCOME  FROM  TO  NODES  BAD  DETAIL
+
+# exclusions FILE: the nodes the next job must leave out, one a line (the job's own and FILE's)
+exclusions() { { printf '%s\n' "${own_exclude[@]}"; cat "$1" 2>/dev/null; } | grep -v '^$' | sort -u; }
+
+# Before the health step: this attempt's number, its resume point and what it loads.
+attempt_begin() {
+    attempt=${BRIDGE_LAUNCH_ATTEMPT:-1}
+    mkdir -p "$attempts"
+    if ! resume_point; then echo "bridge-launch: $resume_note" >&2; fi
+    before=$resume_it
+    after=$resume_it
+    if [ "$load_from_save" = 1 ]; then
+        if [ "$attempt" -gt 1 ] && [ "$resume_it" -gt 0 ]; then
+            resume_args=("checkpoint.load=$save_dir" "${resume_args[@]}")
+        elif [ "$attempt" = 1 ]; then
+            resume_args=()
+        fi
+    fi
+    if [ "$attempt" -gt 1 ]; then
+        local from=""
+        [ "$resume_it" -gt 0 ] && from=", from iteration $resume_it"
+        echo "bridge-launch: attempt $attempt on $SLURM_JOB_NODELIST$from" >&2
+    fi
+}
+
+# attempt_end OUTCOME BAD DETAIL...: this attempt's record (status reads it)
+attempt_end() {
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$SLURM_JOB_ID" "$attempt" "$1" "$before" "$after" \
+        "$SLURM_JOB_NODELIST" "${2:--}" "${*:3}" >> "$attempts/outcomes"
+}
+
+# retry RC WHY BAD PROGRESS: resubmit this script without the BAD nodes (comma-separated), or say
+# why not; exits RC either way. PROGRESS 1: it saved a newer checkpoint, which uses up no restart.
+retry() {
+    local rc=$1 why=$2 bad=$3 n out excl what
+    if [ -e "$attempts/stopped" ]; then
+        attempt_end failed "$bad" "$why; not retried: the run was cancelled"
+        exit "$rc"
+    fi
+    # one retry per attempt's job, however often Slurm runs this script under its id (a requeue)
+    if ! mkdir "$attempts/retry-$SLURM_JOB_ID.claim" 2>/dev/null; then
+        echo "bridge-launch: attempt $attempt ran again as job $SLURM_JOB_ID (requeued): its retry was submitted before" >&2
+        exit "$rc"
+    fi
+    n=$(cat "$attempts/restarts" 2>/dev/null || echo 0)
+    if [ "$4" = 0 ]; then n=$((n + 1)); fi
+    if [ "$n" -gt "$max_restarts" ]; then
+        attempt_end failed "$bad" "$why; not retried: --max-restarts $max_restarts used up"
+        exit "$rc"
+    fi
+    if [ -n "$bad" ]; then echo "$bad" | tr , "\n" >> "$attempts/excluded"; fi
+    excl=$(exclusions "$attempts/excluded" | paste -sd, -)
+    if ! out=$(BRIDGE_LAUNCH_ATTEMPT=$((attempt + 1)) sbatch --parsable ${excl:+--exclude="$excl"} "$script" 2>&1); then
+        attempt_end failed "$bad" "$why; not retried: sbatch refused the next attempt${excl:+ without $excl}: $(echo "$out" | tail -n 1)"
+        echo "bridge-launch: no retry: $(echo "$out" | tail -n 1)" >&2
+        exit "$rc"
+    fi
+    out=$(echo "$out" | tail -n 1)
+    out=${out%%;*}
+    echo "$n" > "$attempts/restarts"
+    echo "$out" >> "$attempts/jobs"
+    what="retry $n of $max_restarts"
+    if [ "$4" = 1 ]; then what="retry (it saved iteration $after: no restart used, $n of $max_restarts so far)"; fi
+    attempt_end retried "$bad" "$why; $what as job $out${excl:+ without $excl}"
+    echo "bridge-launch: attempt $attempt failed ($why); $what as job $out${excl:+ without $excl}" >&2
+    exit "$rc"
+}
+
+# The health step failed (job.sh: bad, health_rc): the nodes with a fault of their own are left out
+# of a retry when they are not every node of a larger job (the same failure everywhere is the job's
+# or the profile's, and a retry would meet it again).
+on_health_failure() {
+    local hbad nfail
+    record 1
+    hbad=$(grep -h " FAIL " "$health_out" 2>/dev/null | sed "s/^.*$health_mark //" |
+        awk -v own="^($node_own_checks):" '$3 ~ own {print $1}' | sort -u | paste -sd, -)
+    nfail=$(grep -c " FAIL " "$health_out" 2>/dev/null)
+    nfail=${nfail:-0}
+    if [ -n "$hbad" ] && { [ "$nfail" -lt "$nodes" ] || [ "$nodes" = 1 ]; }; then
+        retry 1 "health step: ${bad:-srun exit $health_rc}" "$hbad" 0
+    fi
+    attempt_end failed - "health step: ${bad:-srun exit $health_rc}; not retried: no node of its own is at fault"
+    exit 1
+}
+
+# After the training step (job.sh: rc): the record, and a retry unless it completed, was stopped (a
+# cancel, the time limit) or failed deterministically; exits.
+attempt_after_step() {
+    local why progress=0
+    resume_point > /dev/null 2>&1 || true
+    after=$resume_it
+    if [ -e "$stop_file" ]; then
+        if [ -s "$stop_file" ]; then
+            attempt_end stopped - "cancelled"
+        else
+            attempt_end stopped - "the time limit (saved, resume continues)"
+        fi
+        exit "$rc"
+    fi
+    if [ "$rc" -eq 0 ]; then
+        attempt_end completed - ""
+        exit 0
+    fi
+    why=$(grep -hE -f "$deterministic" "$logs/sbatch-$SLURM_JOB_ID.out" "$logs/$SLURM_JOB_ID"-*.log 2>/dev/null | head -n 1 | cut -c 1-240)
+    if [ -n "$why" ]; then
+        attempt_end failed - "exit $rc; deterministic, not retried: $why"
+        exit "$rc"
+    fi
+    find_culprit
+    [ "$after" -gt "$before" ] && progress=1
+    retry "$rc" "exit $rc${cause:+: $cause}" "$culprit_node" "$progress"
+}

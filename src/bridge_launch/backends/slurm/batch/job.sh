@@ -1,0 +1,60 @@
+# shellcheck shell=bash disable=SC2154,SC2034 # a library: the batch script sets its inputs, reads its outputs
+# The steps every bridge-launch batch script runs: the health step and the training step. Sourced by
+# the batch script (backends/slurm/render.py), which sets the inputs and calls them.
+#
+# In:  health (array: the health step's srun command), health_out (its output file), health_mark
+#      (node_health.py's line mark), train (array: the training step's srun command),
+#      exit_dir (where each job's exit code is recorded), stop_file (its appearance asks the
+#      training processes to save and exit; 'cancel' in it: stop), signal_lead (seconds; '' for
+#      no save at the time limit), cancel_signal (what `bridge-launch cancel` sends this shell).
+#      attempts.sh and segment.sh redefine on_health_failure (what a failed health step does; it exits).
+
+resume_args=() # the resume point's overrides (resume-point.sh), for a chain's segment or a retried attempt
+
+# record RC: this job's exit code, for clusters where neither squeue nor sacct knows it
+record() { printf '%s\n' "$1" > "$exit_dir/$SLURM_JOB_ID"; }
+
+# The health step: each node checks its GPUs, IMEX channels and the paths of the job, then (several
+# nodes) the fabric with all-reduces (node_health.py); a node that fails it stops the job before
+# torchrun, its line naming the node and the check (bad).
+health_step() {
+    "${health[@]}"
+    health_rc=$?
+    cat "$health_out" 2>/dev/null
+    if [ "$health_rc" -ne 0 ]; then
+        bad=$(grep -h " FAIL " "$health_out" 2>/dev/null | sed "s/^.*$health_mark //" | paste -sd "|" -)
+        echo "bridge-launch: the health step failed: ${bad:-srun exit $health_rc}" >&2
+        on_health_failure
+    fi
+}
+
+# A plain job whose health step failed: its exit code, and no training step.
+on_health_failure() {
+    record 1
+    exit 1
+}
+
+# The training step in the background, waited for through the traps (a trap ends `wait` early; the
+# step is waited for again until it has ended): sets rc, records it.
+train_step() {
+    "${train[@]}" "${resume_args[@]}" &
+    step=$!
+    while :; do
+        wait "$step"
+        rc=$?
+        kill -0 "$step" 2>/dev/null || break
+    done
+    record "$rc"
+}
+
+# One job (not a chain): `bridge-launch cancel` sends cancel_signal to this shell alone (scancel
+# --batch), which has the launcher on every node send SIGTERM to the training processes (torchrun
+# left alone); with a time limit, Slurm's USR1 signal_lead seconds before it has them save and exit
+# the same way (an empty stop file: status reads it as a stop at the time limit, not a completion).
+single_step() {
+    trap 'echo "bridge-launch: cancelled: SIGTERM to the training processes on every node (torchrun is left alone)" >&2; echo cancel > "$stop_file"' "$cancel_signal"
+    if [ -n "$signal_lead" ]; then
+        trap 'echo "bridge-launch: time limit in ${signal_lead}s: the training processes are told to save and exit" >&2; [ -e "$stop_file" ] || : > "$stop_file"' USR1
+    fi
+    train_step
+}

@@ -1,0 +1,97 @@
+"""The batch logic is shell in files of the package (backends/slurm/batch/*.sh), staged beside the
+batch script and sourced by it: every file and every rendered script, with the files it sources,
+is shellcheck clean, and the scripts stay short enough to read."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bridge_launch import backends
+from bridge_launch.backends.slurm import render
+from launch_jobs import _job
+
+SHELL_FILES = sorted([*render.BATCH_DIR.glob("*.sh"), render.BATCH_DIR.parent / "secret_reader.sh"])
+# values in a rendered script are literals, single-quoted on purpose ('[rank${rank}]: ' is torchrun's), and
+# a comma list is one word (--fabric-sizes=1,2,3 in an array is not three elements written wrongly)
+LITERALS = "SC2016,SC2054"
+INPUTS = ("dataset.path=/lustre/fsw/data/clevr2-energon", "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt/q")
+JOBS = {
+    "qwen35-vl-sft on gb200-32 (a retried job with a health step and secrets)": (
+        "qwen35-vl-sft",
+        "gb200-32",
+        INPUTS,
+        {},
+    ),
+    "nemotron-3-nano-pretrain on gb200-64 --until-done (a chain)": (
+        "nemotron-3-nano-pretrain",
+        "gb200-64",
+        (),
+        {"until_done": True},
+    ),
+    "smoke on local-slurm --max-restarts 0 (a plain job, bare processes)": (
+        "smoke",
+        "local-slurm",
+        (),
+        {"max_restarts": 0},
+    ),
+    "smoke on local-slurm --until-done --max-segments 3": (
+        "smoke",
+        "local-slurm",
+        (),
+        {"until_done": True, "max_segments": 3},
+    ),
+}
+
+
+def shellcheck() -> str:
+    found = Path(sys.executable).with_name("shellcheck")
+    return str(found) if found.exists() else shutil.which("shellcheck") or pytest.fail("no shellcheck (dev extra)")
+
+
+def _staged(job, tmp_path) -> Path:
+    """The artifact as submit stages it, in a run dir under tmp_path: the batch script's path."""
+    art = backends.render(job)
+    run_dir = tmp_path / "run"
+
+    def place(text: str) -> str:
+        return text.replace(job.run_dir, str(run_dir))
+
+    for rel, body in {art.filename: art.text, **art.files}.items():
+        (run_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+        (run_dir / rel).write_text(place(body))
+    return run_dir / art.filename
+
+
+def test_the_batch_logic_files_are_shellcheck_clean():
+    assert {p.name for p in SHELL_FILES} >= {render.JOB, render.SEGMENT, render.ATTEMPTS, render.NODE_LAUNCH}
+    r = subprocess.run([shellcheck(), "-s", "bash", *map(str, SHELL_FILES)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
+
+
+@pytest.mark.usefixtures("home")
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_a_rendered_script_and_what_it_sources_are_shellcheck_clean(name, tmp_path):
+    recipe, cluster, overrides, opts = JOBS[name]
+    script = _staged(_job(recipe, cluster, *overrides, **opts), tmp_path)
+    r = subprocess.run(
+        [shellcheck(), "-x", "-s", "bash", "-e", LITERALS, str(script)], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert r.returncode == 0, r.stdout
+    sourced = [line.split()[1] for line in script.read_text().splitlines() if line.startswith(". ")]
+    assert sourced and all(os.path.isfile(p) for p in sourced), sourced  # checked above, not skipped
+
+
+@pytest.mark.usefixtures("home")
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_a_rendered_script_reads_as_shell(name):
+    """At most 160 lines, none of its program over 300 characters (the VL SFT's had 307 and 720)."""
+    recipe, cluster, overrides, opts = JOBS[name]
+    text = backends.render(_job(recipe, cluster, *overrides, **opts)).text
+    lines = text.splitlines()
+    assert len(lines) <= 160, len(lines)
+    longest = max((line for line in lines if not line.startswith("#")), key=len)
+    assert len(longest) <= 300, longest
