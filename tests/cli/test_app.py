@@ -281,6 +281,17 @@ def test_dry_run_says_what_the_job_will_not_do_as_asked(cli):
         (["submit", "nope", "-o", "json"], 2, "unknown recipe 'nope'"),
         (["submit", "smoke", "--bogus", "--output", "json"], 2, "No such option: --bogus"),
         (["submit", "nemotron-3-nano-pretrain", "-o", "json"], 2, "needs 8 GPUs"),
+        # several recipes, and a sweep's dry run, say it as one recipe does (issue 36: stdout was empty)
+        (
+            ["submit", "qwen35-vl-sft", "qwen35-vl-sft-mxfp8", "-c", "gb200-32", "-o", "json"],
+            2,
+            "qwen35-vl-sft: required input dataset.path is not set",
+        ),
+        (
+            ["submit", "nemotron-3-nano-pretrain", "--sweep", "train.train_iters=1,2", "--dry-run", "-o", "json"],
+            2,
+            "needs 8 GPUs",
+        ),
         (["status", "no-such-run", "--output=json"], 2, "no run 'no-such-run'"),
         (["plan", "nemotron-3-nano-pretrain", "-o", "json"], 2, "needs 8 GPUs"),
         (["diff", "smoke", "--", "nope", "-o", "json"], 2, "unknown recipe 'nope'"),

@@ -7,6 +7,8 @@ else, child recipes, resume and prune with safety nets, completion, machine-clea
 suggestions that agree, and the smaller items.
 """
 
+import dataclasses
+import json
 import time
 
 import pytest
@@ -14,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridge_launch.cli import commands
+from bridge_launch.resolve import options
 from bridge_launch.resolve import resolver as resolve
 from bridge_launch.runs import lifecycle as launch
 from bridge_launch.runs.registry import Registry
@@ -84,25 +87,8 @@ def _diff(*args):
 def test_submit_dry_run_never_raises(targets, data):
     recipe, cluster, nodes, ovs = _job_words(data, *targets)
     output = data.draw(st.sampled_from(["text", "json"]))
-    code = _quiet(
-        commands.submit,
-        recipe,
-        ovs,
-        cluster=cluster,
-        overlays=[],
-        nodes=nodes,
-        time=None,
-        partition=None,
-        account=None,
-        container=None,
-        env=[],
-        secrets=[],
-        bridge_src=None,
-        dry_run=True,
-        follow=False,
-        output=output,
-        memory_check=data.draw(st.booleans()),
-    )
+    opts = resolve.Options(cluster=cluster, overrides=tuple(ovs), nodes=nodes, memory_check=data.draw(st.booleans()))
+    code = _quiet(commands.submit, recipe, opts, dry_run=True, follow=False, output=output)
     assert code in (0, 2)
 
 
@@ -153,6 +139,7 @@ def test_diff_never_raises(targets, data):
         all_keys=data.draw(st.booleans()),
         output=data.draw(st.sampled_from(["text", "json"])),
         parse_side=_side_parser(),
+        not_job=(),
     )
     assert code in (0, 2)
 
@@ -181,6 +168,81 @@ def test_diff_sees_every_option_submit_takes(extra, section, key, b):
     assert d[(section, key)]["b"] == b
 
 
+def _submit_command():
+    """The click command behind submit (what the CLI parses with)."""
+    import typer.main
+
+    from bridge_launch.cli import app as cli
+
+    return typer.main.get_command(cli.app).commands["submit"]
+
+
+def test_each_submit_parameter_is_a_job_field_or_named_as_not_one():
+    """submit's parameters are the recipe, the fields of the one declaration of the job-shaping
+    options (resolve/options.py) and the few on cli/app.py's NOT_JOB list (how to submit, not what)."""
+    from bridge_launch.cli import app as cli
+
+    cmd = _submit_command()
+    names = [p.name for p in cmd.params]
+    job = options.param_names()
+    assert [n for n in names if n not in ("recipe", *job, *cli.NOT_JOB)] == []
+    assert [n for n in (*job, *cli.NOT_JOB) if n not in names] == []
+    assert not set(job) & set(cli.NOT_JOB)
+    # every field submit does not spell is one the runs layer fills (the cluster's bad nodes)
+    assert [f.name for f in dataclasses.fields(resolve.Options) if f not in options.flagged()] == ["bad_nodes"]
+    # the command line's defaults are the declaration's: nothing given is Options()
+    params = cmd.make_context("submit", ["smoke"]).params
+    assert options.from_params(params) == resolve.Options()
+
+
+# One change per job field: side B's words after side A's (both after DIFF_BASE). A new field needs one.
+DIFF_BASE = ["smoke", "-c", "gb200-8", "-t", "01:00:00"]
+DIFF_CHANGES = {
+    "cluster": ([], ["-c", "gb200-32"]),
+    "overlays": ([], ["--overlay", "validation-run"]),
+    "overrides": ([], ["train.train_iters=7"]),
+    "nodes": ([], ["-N", "1"]),
+    "time": ([], ["-t", "02:00:00"]),
+    "partition": ([], ["-p", "debug"]),
+    "account": ([], ["-A", "my-acct"]),
+    "container": ([], ["--container", "nvcr.io#nvidia/pytorch:25.01-py3"]),
+    "env": ([], ["-e", "FOO=1"]),
+    "secrets": ([], ["--secret", "MY_TOKEN"]),
+    "bridge_src": ([], ["--bridge-src", "/somewhere/Megatron-Bridge"]),
+    "until_done": ([], ["--until-done"]),
+    "max_restarts": ([], ["--max-restarts", "1"]),
+    "signal_lead": ([], ["--signal-lead", "300"]),
+    "max_segments": (["--until-done"], ["--until-done", "--max-segments", "2"]),
+    "step_time": ([], ["--step-time", "2.5"]),
+    "force": ([], ["--force"]),
+    "canary": (["--canary"], ["--no-canary"]),
+    "memory_check": ([], ["--no-memory-check"]),
+}
+
+
+@pytest.mark.usefixtures("home")
+@pytest.mark.parametrize("field", [f.name for f in options.flagged()])
+def test_changing_each_job_field_changes_diffs_answer(field, capsys):
+    assert field in DIFF_CHANGES, f"give DIFF_CHANGES a change of the new job field {field}"
+    a, b = DIFF_CHANGES[field]
+    code = commands.diff(
+        [*DIFF_BASE, *a, "--", *DIFF_BASE, *a, *b], all_keys=False, output="json", parse_side=_side_parser(), not_job=()
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert json.loads(out)["differences"], f"diff sees no difference for {b}"
+
+
+@pytest.mark.usefixtures("home")
+def test_diff_sees_a_canary_and_the_memory_check():
+    """issue 36: diff's list of submit's options lacked --canary and --no-memory-check ("no differences")."""
+    d = _diff("smoke", "-c", "gb200-8", "--canary", "--", "smoke", "-c", "gb200-8", "--no-canary")
+    assert (d[("job", "canary")]["a"], d[("job", "canary")]["b"]) == (True, False)
+    d = _diff("smoke", "-c", "gb200-8", "--", "smoke", "-c", "gb200-8", "--no-memory-check")
+    row = d[("job", "memory_check")]
+    assert (row["a"], row["b"], row["b_source"]) == (True, False, "off (--no-memory-check)")
+
+
 @pytest.mark.usefixtures("home")
 def test_diff_of_equal_sides_says_so_and_a_side_with_a_bad_option_is_one_line():
     r = run_cli("diff", "smoke", "-c", "gb200-8", "--", "smoke", "-c", "gb200-8")
@@ -189,6 +251,8 @@ def test_diff_of_equal_sides_says_so_and_a_side_with_a_bad_option_is_one_line():
     assert r.code == 2 and "No such option: --bogus" in r.err and "Traceback" not in r.err
     r = run_cli("diff", "smoke", "--", "smoke", "--follow")
     assert r.code == 2 and "--follow does not describe a job" in r.err
+    r = run_cli("diff", "smoke", "--", "smoke", "--sweep")
+    assert r.code == 2 and "--sweep does not describe a job" in r.err
 
 
 @pytest.mark.usefixtures("home")

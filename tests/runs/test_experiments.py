@@ -186,15 +186,27 @@ def test_experiments_show_and_compare_together(cli, tmp_path):
     assert reg.experiment("lr-sweep") is None
 
 
+def test_each_run_of_an_experiment_is_checked_as_one_submit_is(cli, tmp_path):
+    """--bridge-src is checked for each run of several recipes or of a sweep, in the same line as for
+    one recipe (issue 36: the several-recipe path skipped the check)."""
+    nowhere = tmp_path / "nowhere"
+    one = cli("submit", "smoke", "-c", "gb200-8", "--bridge-src", nowhere, "--dry-run")
+    assert one.code == 2 and f"--bridge-src {nowhere}: no such directory" in one.err, one.err
+    for words in (["smoke", "qwen35-9b-pretrain"], ["smoke", "--sweep", "train.train_iters=1,2"]):
+        r = cli("submit", *words, "-c", "gb200-8", "--bridge-src", nowhere, "--dry-run")
+        assert (r.code, r.err) == (one.code, one.err), (words, r.out, r.err)
+
+
 @pytest.mark.usefixtures("home")
 def test_an_experiment_cannot_take_a_runs_name(cli):
     from bridge_launch.runs.registry import Registry
 
     reg = Registry()
     run = _record(reg, "smoke", log=training_log(10, save_at={10}))
-    r = cli("submit", "smoke", "--sweep", "train.train_iters=2,3", "--experiment", run.run_id)
-    assert r.code == 2 and f"--experiment '{run.run_id}' is the id of a run" in r.err, r.err
-    assert len(r.err.strip().splitlines()) == 1
+    for dry in ([], ["--dry-run"]):  # a dry run says what the submit would (issue 36: it went through)
+        r = cli("submit", "smoke", "--sweep", "train.train_iters=2,3", "--experiment", run.run_id, *dry)
+        assert r.code == 2 and f"--experiment '{run.run_id}' is the id of a run" in r.err, (dry, r.err)
+        assert len(r.err.strip().splitlines()) == 1
     assert [x["run_id"] for x in cli("status", "-o", "json").json()] == [run.run_id]  # nothing submitted
     with pytest.raises(UsageError, match="is the id of a run"):
         reg.add_experiment(run.run_id, {})

@@ -1,6 +1,7 @@
 import pytest
 
 from bridge_launch.cli import commands
+from bridge_launch.resolve import resolver as resolve
 from fuzz_values import KEYS, _fitting, _quiet
 
 pytest.importorskip("megatron.core")
@@ -21,31 +22,20 @@ def test_every_integer_key_at_its_extremes(recipe, cluster):
     for key in INT_KEYS:
         for value in EXTREMES:
             ovs = [f"{key}={value}", "dataset.path=/lustre/fsw/d", "checkpoint.pretrained_checkpoint=/lustre/fsw/c"]
-            for fn, kw in (
-                (
-                    commands.submit,
-                    dict(
-                        time=None,
-                        partition=None,
-                        account=None,
-                        container=None,
-                        env=[],
-                        secrets=[],
-                        bridge_src=None,
-                        dry_run=True,
-                        follow=False,
-                        output="json",
-                    ),
-                ),
-                (commands.plan, dict(tflops=None, tokens=None, output="text")),
-            ):
-                code = _quiet(
-                    fn,
+            ovs = ovs if recipe.startswith("qwen35-vl") else ovs[:1]
+            opts = resolve.Options(cluster=cluster, overrides=tuple(ovs))
+            for code in (
+                _quiet(commands.submit, recipe, opts, dry_run=True, follow=False, output="json"),
+                _quiet(
+                    commands.plan,
                     recipe,
-                    ovs if recipe.startswith("qwen35-vl") else ovs[:1],
+                    ovs,
                     cluster=cluster,
                     overlays=[],
                     nodes=None,
-                    **kw,
-                )
+                    tflops=None,
+                    tokens=None,
+                    output="text",
+                ),
+            ):
                 assert code in (0, 2), (key, value)

@@ -3,7 +3,10 @@ the command that needs them, so --help, recipes, status and --dry-run stay fast.
 
 from __future__ import annotations
 
+import inspect
 import sys
+import types
+import typing
 from enum import Enum
 from typing import List, Optional
 
@@ -21,6 +24,7 @@ from bridge_launch import __version__
 from bridge_launch.core.errors import BridgeLaunchError
 from bridge_launch.core.errors import UsageError as BridgeLaunchUsage
 from bridge_launch.judge import rule_sources  # data only (compare --help cites every rule's source)
+from bridge_launch.resolve import options as job_options  # data only: submit's job-shaping options
 
 app = typer.Typer(
     name="bridge-launch",
@@ -156,76 +160,74 @@ def _complete_diff(incomplete: str):
     return completion.runs(incomplete) + completion.recipes(incomplete)
 
 
+_COMPLETE: dict[str, typing.Callable[..., typing.Any]] = {
+    "cluster": _complete_cluster,
+    "overlay": _complete_overlay,
+    "override": _complete_override,
+}
+
+
+def _cli_type(hint):
+    """The annotation Typer reads for a field of resolve.Options: tuple[str, ...] is a repeatable
+    Optional[List[str]], X | None is Optional[X]."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is tuple:
+        return Optional[List[args[0]]]  # type: ignore[valid-type]
+    if origin in (typing.Union, types.UnionType):
+        return Optional[next(a for a in args if a is not type(None))]
+    return hint
+
+
+def _with_job_options(fn):
+    """fn, whose parameter `job` stands for the job-shaping options (resolve/options.py), as a Typer
+    command: one click parameter per field with a flag, in `job`'s place; fn gets them as one Options."""
+    hints = typing.get_type_hints(job_options.Options)
+    job_params = []
+    for f in job_options.flagged():
+        flag = f.metadata["flag"]
+        # a repeatable option is None when not given; a negated flag (--no-memory-check) is off
+        default = False if flag.negated else None if f.default == () else f.default
+        complete = _COMPLETE.get(flag.complete or "")
+        info = (
+            typer.Option(default, *flag.decls, help=flag.help, autocompletion=complete)
+            if flag.decls
+            else typer.Argument(default, help=flag.help, autocompletion=complete)
+        )
+        job_params.append(
+            inspect.Parameter(
+                job_options.param_name(f),
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                default=info,
+                annotation=_cli_type(hints[f.name]),
+            )
+        )
+    names = [p.name for p in job_params]
+    sig = inspect.signature(fn, eval_str=True)
+    params = [q for p in sig.parameters.values() for q in (job_params if p.name == "job" else [p])]
+
+    def command(**kw):
+        return fn(job=job_options.from_params({n: kw.pop(n) for n in names}), **kw)
+
+    command.__name__, command.__doc__ = fn.__name__, fn.__doc__
+    command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    return command
+
+
+# submit's parameters that are not job fields: how to run it, not what runs (diff refuses them on a side)
+NOT_JOB = ("dry_run", "follow", "sweep", "experiment", "yes", "output")
+
+
 @app.command(context_settings={"allow_interspersed_args": True})
+@_with_job_options
 def submit(
     recipe: str = typer.Argument(
         ..., help="Recipe name or alias (see 'recipes list').", autocompletion=_complete_recipe
     ),
-    overrides: Optional[List[str]] = typer.Argument(
-        None, help="Hydra overrides: key=value, +key=value, ++key=value, ~key.", autocompletion=_complete_override
-    ),
-    cluster: str = typer.Option("local", "--cluster", "-c", help="Cluster profile.", autocompletion=_complete_cluster),
-    overlay: Optional[List[str]] = typer.Option(
-        None, "--overlay", help="Overlay to apply (repeatable, in order).", autocompletion=_complete_overlay
-    ),
-    nodes: Optional[int] = typer.Option(None, "--nodes", "-N", help="Node count (overrides the cluster/recipe)."),
-    time: Optional[str] = typer.Option(None, "--time", "-t", help="Slurm time limit, e.g. 04:00:00."),
-    partition: Optional[str] = typer.Option(None, "--partition", "-p", help="Slurm partition."),
-    account: Optional[str] = typer.Option(None, "--account", "-A", help="Slurm account."),
-    container: Optional[str] = typer.Option(
-        None, "--container", help="Container image (overrides recipe and cluster)."
-    ),
-    env: Optional[List[str]] = typer.Option(
-        None, "--env", "-e", help="Extra environment NAME=VALUE (not for secrets)."
-    ),
-    secret: Optional[List[str]] = typer.Option(
-        None,
-        "--secret",
-        help="A secret by name (repeatable); on Slurm NAME=file:PATH or NAME=netrc:MACHINE reads it from a file on "
-        "the cluster, never through sbatch.",
-    ),
-    bridge_src: Optional[str] = typer.Option(
-        None,
-        "--bridge-src",
-        help="A local Megatron-Bridge git checkout: packed (tracked files, uncommitted edits included), staged in the "
-        "run dir and mounted over the container's copy.",
-    ),
-    until_done: bool = typer.Option(
-        False, "--until-done", help="Slurm: continue across time limits and flaky failures until train_iters."
-    ),
-    max_restarts: int = typer.Option(
-        3, "--max-restarts", help="Flaky failures a Slurm job retries (without the node at fault; 0: none)."
-    ),
-    signal_lead: Optional[int] = typer.Option(
-        None,
-        "--signal-lead",
-        help="Slurm: seconds before the time limit that the trainers are told to save (default: 120, or more "
-        "where a step and a save need it).",
-    ),
-    max_segments: Optional[int] = typer.Option(
-        None, "--max-segments", help="With --until-done: stop after this many segments."
-    ),
-    step_time: Optional[float] = typer.Option(
-        None, "--step-time", help="Slurm: seconds per step, for sizing the save before the limit (default: plan's)."
-    ),
-    force: bool = typer.Option(
-        False, "--force", help="Submit even when sizing finds that no save can land before the time limit."
-    ),
-    canary: Optional[bool] = typer.Option(
-        None,
-        "--canary/--no-canary",
-        help="First check on the cluster, in the job's image, what no local check can (recipe and overrides, data, "
-        "checkpoint, HF cache, NVLink, busbw); the job waits for it. Default: the profile's [canary] enabled.",
-    ),
+    job: job_options.Options = None,  # type: ignore[assignment]  # the job-shaping options: resolve/options.py
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print the resolved job and the exact launch artifact; submit nothing."
     ),
     follow: bool = typer.Option(False, "--follow", "-f", help="Stream progress until the job ends (Ctrl-C detaches)."),
-    no_memory_check: bool = typer.Option(
-        False,
-        "--no-memory-check",
-        help="Submit even when plan's memory estimate exceeds the GPU (a warning, not an error).",
-    ),
     sweep: bool = typer.Option(
         False,
         "--sweep",
@@ -249,66 +251,10 @@ def submit(
     Several recipes (RECIPE RECIPE ...) or --sweep submit an experiment: a named group of runs."""
     from bridge_launch.cli import commands
 
-    if sweep or experiment or _more_recipes(overrides or []):
-        raise typer.Exit(
-            commands.submit_group(
-                recipe,
-                overrides or [],
-                sweep=sweep,
-                experiment=experiment,
-                follow=follow,
-                output=output.value,
-                dry_run=dry_run,
-                yes=yes,
-                cluster=cluster,
-                overlays=overlay or [],
-                nodes=nodes,
-                time=time,
-                partition=partition,
-                account=account,
-                container=container,
-                env=env or [],
-                secrets=secret or [],
-                bridge_src=bridge_src,
-                until_done=until_done,
-                max_restarts=max_restarts,
-                signal_lead=signal_lead,
-                max_segments=max_segments,
-                step_time=step_time,
-                force=force,
-                memory_check=not no_memory_check,
-                canary=canary,
-            )
-        )
-
-    raise typer.Exit(
-        commands.submit(
-            recipe,
-            overrides or [],
-            cluster=cluster,
-            overlays=overlay or [],
-            nodes=nodes,
-            time=time,
-            partition=partition,
-            account=account,
-            container=container,
-            env=env or [],
-            secrets=secret or [],
-            bridge_src=bridge_src,
-            until_done=until_done,
-            max_restarts=max_restarts,
-            signal_lead=signal_lead,
-            max_segments=max_segments,
-            step_time=step_time,
-            force=force,
-            dry_run=dry_run,
-            follow=follow,
-            output=output.value,
-            memory_check=not no_memory_check,
-            canary=canary,
-            yes=yes,
-        )
-    )
+    run = dict(dry_run=dry_run, follow=follow, output=output.value, yes=yes)
+    if sweep or experiment or _more_recipes(list(job.overrides)):
+        raise typer.Exit(commands.submit_group(recipe, job, sweep=sweep, experiment=experiment, **run))
+    raise typer.Exit(commands.submit(recipe, job, **run))
 
 
 def _more_recipes(words: list[str]) -> bool:
@@ -598,13 +544,12 @@ class _DiffCommand(_TyperCommand):
     """diff's help lists the options each side takes: submit's own (one list, one parser)."""
 
     def format_epilog(self, ctx, formatter):
-        from bridge_launch.cli import commands
-
         submit_cmd = _submit_command(ctx)
+        job = job_options.param_names()
         records = [
             p.get_help_record(ctx)
             for p in submit_cmd.params
-            if p.name not in commands.NOT_SIDE and getattr(p, "param_type_name", "") == "option"
+            if p.name in job and getattr(p, "param_type_name", "") == "option"
         ]
         with formatter.section("Options of each side (as for submit)"):
             formatter.write_dl([r for r in records if r])
@@ -642,7 +587,13 @@ def diff(
     from bridge_launch.cli import commands
 
     raise typer.Exit(
-        commands.diff(_raw_after("diff"), all_keys=all_keys, output=output.value, parse_side=_side_parser(ctx))
+        commands.diff(
+            _raw_after("diff"),
+            all_keys=all_keys,
+            output=output.value,
+            parse_side=_side_parser(ctx),
+            not_job=[n for n in NOT_JOB if n != "output"],  # diff's own -o is taken off the line first
+        )
     )
 
 

@@ -16,68 +16,12 @@ def _err(msg: str) -> None:
     sys.stderr.write(f"bridge-launch: error: {msg}\n")
 
 
-def submit(
-    recipe,
-    overrides,
-    *,
-    cluster,
-    overlays,
-    nodes,
-    time,
-    partition,
-    account,
-    container,
-    env,
-    secrets,
-    bridge_src,
-    until_done=False,
-    max_restarts=3,
-    signal_lead=None,
-    max_segments=None,
-    step_time=None,
-    force=False,
-    dry_run,
-    follow,
-    output,
-    memory_check=True,
-    canary=None,
-    yes=False,
-) -> int:
+def submit(recipe, opts, *, dry_run, follow, output, yes=False) -> int:
+    """One job: `opts` is resolve.Options (the job-shaping options, resolve/options.py)."""
     from bridge_launch import backends
     from bridge_launch.resolve import resolver as resolve
 
-    opts = resolve.Options(
-        cluster=cluster,
-        overlays=tuple(overlays),
-        overrides=tuple(overrides),
-        nodes=nodes,
-        time=time,
-        partition=partition,
-        account=account,
-        container=container,
-        env=tuple(env),
-        secrets=tuple(secrets),
-        bridge_src=bridge_src,
-        until_done=until_done,
-        max_restarts=max_restarts,
-        signal_lead=signal_lead,
-        max_segments=max_segments,
-        step_time=step_time,
-        force=force,
-        memory_check=memory_check,
-        canary=canary,
-        bad_nodes=_bad_nodes(cluster),
-    )
-    job = resolve.resolve(recipe, opts, for_submit=not dry_run)
-    if job.bridge_src:
-        from bridge_launch.runs import codepack
-
-        # one clear line now, not after the run is reserved; a recipe upstream lacks must be in the checkout
-        codepack.checkout(
-            job.bridge_src,
-            needs=job.upstream if job.upstream_status else None,
-            commit=job.bridge_commit if job.needs_bridge_src else None,
-        )
+    job = _checked(recipe, opts, dry_run)
     if dry_run:
         artifact = backends.render(job)
         if output == "json":
@@ -98,11 +42,7 @@ def submit(
                 sys.stdout.write(_canary.dry_run_text(job))
         return 2 if job.errors else 0
     if job.errors:
-        for e in job.errors:
-            _err(e)
-        if output == "json":
-            views.dump_json({"error": job.errors[0], "errors": job.errors, "exit_code": 2})
-        return 2
+        return _refused(job.errors, output)
     hours, line = views.reservation(job)
     threshold = job.profile.get("confirm_gpu_hours") or 0
     if threshold and hours is not None and hours > threshold and not _confirmed(yes, output, [line], "Submit it?"):
@@ -110,6 +50,37 @@ def submit(
     from bridge_launch.runs import lifecycle as launch
 
     return _submitted(launch.submit(job), job, follow, output)
+
+
+def _checked(recipe, opts, dry_run):
+    """The resolved job, with the cluster's bad nodes left out, and --bridge-src checked: what one
+    submit and each run of an experiment go through alike."""
+    import dataclasses
+
+    from bridge_launch.resolve import resolver as resolve
+
+    opts = dataclasses.replace(opts, bad_nodes=_bad_nodes(opts.cluster))
+    job = resolve.resolve(recipe, opts, for_submit=not dry_run)
+    if job.bridge_src:
+        from bridge_launch.runs import codepack
+
+        # one clear line now, not after the run is reserved; a recipe upstream lacks must be in the checkout
+        codepack.checkout(
+            job.bridge_src,
+            needs=job.upstream if job.upstream_status else None,
+            commit=job.bridge_commit if job.needs_bridge_src else None,
+        )
+    return job
+
+
+def _refused(errors: list, output: str) -> int:
+    """A job that is not submitted: its errors, one line each on stderr, and in JSON mode the
+    object every error is on stdout."""
+    for e in errors:
+        _err(e)
+    if output == "json":
+        views.dump_json({"error": errors[0], "errors": errors, "exit_code": 2})
+    return 2
 
 
 def _bad_nodes(cluster: str) -> tuple:
@@ -667,44 +638,6 @@ def clusters_forget_node(name, node) -> int:
     return 0
 
 
-# submit's parameters that shape the job (all of them but --dry-run, --follow and --output), by
-# the name click gives them -> resolve.Options field. diff parses each side with submit's own
-# parser (cli/app.py), so a side accepts exactly what submit accepts.
-SIDE_FIELDS = {
-    "cluster": "cluster",
-    "overlay": "overlays",
-    "overrides": "overrides",
-    "nodes": "nodes",
-    "time": "time",
-    "partition": "partition",
-    "account": "account",
-    "container": "container",
-    "env": "env",
-    "secret": "secrets",
-    "bridge_src": "bridge_src",
-    "until_done": "until_done",
-    "max_restarts": "max_restarts",
-    "signal_lead": "signal_lead",
-    "max_segments": "max_segments",
-    "step_time": "step_time",
-    "force": "force",
-}
-NOT_SIDE = ("dry_run", "follow", "output", "help")
-
-
-def options_from(params: dict):
-    """resolve.Options from submit's parsed parameters (click names, SIDE_FIELDS)."""
-    from bridge_launch.resolve import resolver as resolve
-
-    kw = {}
-    for name, field in SIDE_FIELDS.items():
-        value = params.get(name)
-        if value is None:
-            continue
-        kw[field] = tuple(value) if isinstance(value, (list, tuple)) else value
-    return resolve.Options(**kw)
-
-
 def _without_run_id(job):
     """The job with its run ids (its own and its run dir's, for a resume) back to the placeholder,
     so two runs compare by what they run, not by their names."""
@@ -764,8 +697,14 @@ def diff_rows(a, b) -> list[tuple]:
 
     pa, pb = a.provenance, b.provenance
 
-    def job(j):
-        return {**{k: getattr(j, k) for k in _JOB_KEYS}, "until_done": j.chain is not None}
+    def job(j):  # and what the job's checks let through, kept in its provenance (resolver.py)
+        checks = {"memory_check": "memory_check" not in j.provenance["job"], "force": "force" in j.provenance["job"]}
+        return {
+            **{k: getattr(j, k) for k in _JOB_KEYS},
+            "until_done": j.chain is not None,
+            "canary": j.canary is not None,
+            **checks,
+        }
 
     def limit(j):  # the save before the time limit and the chain's rules, without the estimates
         out = {k: v for k, v in (j.limit_save or {}).items() if k != "estimate"}
@@ -785,6 +724,9 @@ def diff_rows(a, b) -> list[tuple]:
     add("scheduler", a.scheduler, b.scheduler, pa["job"], pb["job"])
     if a.limit_save and b.limit_save:
         add("time limit", limit(a), limit(b))
+    add("retry", a.retry or {}, b.retry or {}, missing="(no retry)")
+    if a.canary and b.canary:
+        add("canary", a.canary, b.canary)
     add("config", a.config, b.config, pa["config"], pb["config"])
     add(
         "config",
@@ -808,8 +750,10 @@ def diff_rows(a, b) -> list[tuple]:
     return rows
 
 
-def diff(argv, *, all_keys, output, parse_side) -> int:
-    """`parse_side(words)` -> submit's parsed parameters for one side (cli/app.py: submit's own parser)."""
+def diff(argv, *, all_keys, output, parse_side, not_job) -> int:
+    """`parse_side(words)` -> submit's parsed parameters for one side (cli/app.py: submit's own parser);
+    `not_job`: submit's parameters that say how to submit, not what (a side that sets one is refused)."""
+    from bridge_launch.resolve import options
     from bridge_launch.resolve import resolver as resolve
     from bridge_launch.runs import lifecycle as launch
     from bridge_launch.runs.registry import Registry
@@ -833,10 +777,10 @@ def diff(argv, *, all_keys, output, parse_side) -> int:
         if not part:
             raise UsageError(f"diff: side {label} needs a recipe name (RECIPE [OPTIONS] [KEY=VALUE...] -- RECIPE ...)")
         params = parse_side(part)
-        for name in ("dry_run", "follow"):
-            if params.get(name):
+        for name in not_job:
+            if params.get(name) not in (None, False):
                 raise UsageError(f"diff: --{name.replace('_', '-')} does not describe a job (side {label}); drop it")
-        return " ".join(part), resolve.resolve(params["recipe"], options_from(params))
+        return " ".join(part), resolve.resolve(params["recipe"], options.from_params(params))
 
     if "--" in words:
         cut = words.index("--")
@@ -999,36 +943,29 @@ def plan(recipe, overrides, *, cluster, overlays, nodes, tflops, tokens, output)
     return 0
 
 
-def submit_group(recipe, overrides, *, sweep, experiment, follow, output, dry_run, yes=False, **options) -> int:
+def submit_group(recipe, opts, *, sweep, experiment, follow, output, dry_run, yes=False) -> int:
     """An experiment: one run per recipe x combination of swept values, resolved and validated
-    all before any is submitted, recorded as a named group (experiments.py)."""
+    all before any is submitted, recorded as a named group (experiments.py). `opts`: resolve.Options,
+    its overrides the words after the first recipe (more recipes among them)."""
+    import dataclasses
+
     from bridge_launch import backends
     from bridge_launch.resolve import resolver as resolve
     from bridge_launch.runs import experiments
     from bridge_launch.runs import lifecycle as launch
     from bridge_launch.runs.registry import Registry
 
+    overrides = list(opts.overrides)
     recipes_, rest = experiments.split_recipes(recipe, overrides)
     members = experiments.expand(recipes_, rest, sweep=sweep)
     name = experiments.check_name(experiment) if experiment else experiments.new_name(recipes_[0])
-    if experiment and not dry_run:
-        Registry().check_new_name(name)  # before resolving anything; add_experiment checks it again
-    opts = dict(options)
-    base = dict(
-        bad_nodes=_bad_nodes(opts["cluster"]),
-        cluster=opts.pop("cluster"),
-        overlays=tuple(opts.pop("overlays")),
-        env=tuple(opts.pop("env")),
-        secrets=tuple(opts.pop("secrets")),
-        **opts,
-    )
+    if experiment:  # a dry run says what the submit would (add_experiment checks it again)
+        Registry().check_new_name(name)
     jobs = []
     for m in members:
-        job = resolve.resolve(m.recipe, resolve.Options(overrides=tuple(m.overrides), **base), for_submit=not dry_run)
+        job = _checked(m.recipe, dataclasses.replace(opts, overrides=tuple(m.overrides)), dry_run)
         if job.errors:
-            for e in job.errors:
-                _err(f"{m.label}: {e}")
-            return 2
+            return _refused([f"{m.label}: {e}" for e in job.errors], output)
         jobs.append((m, job))
     if dry_run:
         if output == "json":
@@ -1057,7 +994,7 @@ def submit_group(recipe, overrides, *, sweep, experiment, follow, output, dry_ru
             return 1
     reg = Registry()
     reg.add_experiment(
-        name, {"recipes": recipes_, "overrides": list(overrides), "sweep": sweep, "labels": [m.label for m, _ in jobs]}
+        name, {"recipes": recipes_, "overrides": overrides, "sweep": sweep, "labels": [m.label for m, _ in jobs]}
     )
     submitted = []
     try:

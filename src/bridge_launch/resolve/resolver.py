@@ -23,6 +23,7 @@ from bridge_launch.job.resolved import RUN_ID_PLACEHOLDER as RUN_ID_PLACEHOLDER
 from bridge_launch.job.resolved import ResolvedJob as ResolvedJob
 from bridge_launch.plan import findings
 from bridge_launch.resolve import secret_plan
+from bridge_launch.resolve.options import Options as Options
 from bridge_launch.spec import catalog, clusters, recipes, schema
 from bridge_launch.spec.overrides import OverrideError, format_override, parse_override
 from bridge_launch.workloads import smoke_keys
@@ -30,36 +31,6 @@ from bridge_launch.workloads import trainer_protocol as P
 
 _SECRETISH = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL)", re.I)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-@dataclass(frozen=True)
-class Options:
-    """Everything the command line can say about a job besides the recipe name."""
-
-    cluster: str = "local"
-    overlays: tuple[str, ...] = ()
-    overrides: tuple[str, ...] = ()
-    nodes: int | None = None
-    time: str | None = None
-    partition: str | None = None
-    account: str | None = None
-    container: str | None = None
-    env: tuple[str, ...] = ()  # NAME=VALUE
-    secrets: tuple[str, ...] = ()  # NAME
-    bridge_src: str | None = None  # a local Megatron-Bridge git checkout, packed and mounted over the container's copy
-    until_done: bool = False  # keep going across time limits and flaky failures until train_iters
-    # flaky failures retried per Slurm run, chain or not (time-limit continuations and attempts that
-    # saved a newer checkpoint do not count)
-    max_restarts: int = 3
-    # seconds before the time limit that the trainer is told to save; None: sized (plan/sizing.lead)
-    signal_lead: int | None = None
-    max_segments: int | None = None  # --until-done: an optional cap on the number of segments
-    step_time: float | None = None  # seconds per training step, for sizing the save (else plan's estimate)
-    force: bool = False  # submit even when sizing finds that no save can land before the time limit
-    memory_check: bool = True  # plan's memory estimate above 100% of the GPU is an error (else a warning)
-    canary: bool | None = None  # --canary / --no-canary; None: the profile's [canary] enabled
-    # ((node, why), ...): the cluster's bad-node list (runs/bad_nodes.py), excluded on Slurm
-    bad_nodes: tuple[tuple[str, str], ...] = ()
 
 
 # Keys that default into the run directory when no layer sets them, so a run keeps its
@@ -404,7 +375,8 @@ def _signal_name(value) -> str:
     return sig.name[3:]
 
 
-def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = False) -> ResolvedJob:
+def resolve(recipe_name: str, opts: Options | None = None, *, for_submit: bool = False) -> ResolvedJob:
+    opts = opts if opts is not None else Options()
     recipe = recipes.load(recipe_name)
     prof = clusters.load(opts.cluster)
     if prof["abstract"]:
@@ -492,6 +464,8 @@ def resolve(recipe_name: str, opts: Options = Options(), *, for_submit: bool = F
         warnings.append(secret_plan.env_note(through_env, prof["name"]))
     if not opts.memory_check:
         jobsrc["memory_check"] = "off (--no-memory-check)"  # kept for resume, which validates again
+    if opts.force:
+        jobsrc["force"] = "on (--force)"  # what the job's checks let through (diff shows it)
     before = len(errors)
     nodes = _nodes(recipe, overlays, prof, opts, jobsrc, errors, warnings)
     gpu_count_ok = len(errors) == before
