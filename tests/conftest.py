@@ -51,6 +51,7 @@ def _lane_of(item) -> str:
     return SLURM_LANES[1] if item.module.__name__.rsplit(".", 1)[-1] in SECOND_LANE else SLURM_LANES[0]
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     """Tests marked `slurm` or `slurm_alone`, and tests that ask for the `cluster` fixture, go to a
     Slurm lane. Under xdist the lanes go first (they are the longest), then the other slow tests,
