@@ -7,7 +7,6 @@ Slurm cluster with containers in e2e/test_canary_e2e.py."""
 
 import json
 import os
-import shlex
 import subprocess
 import sys
 
@@ -15,6 +14,7 @@ import pytest
 
 from canary_jobs import _spec, subcheck
 from conftest import WORKLOADS, run_cli, write
+from launch_jobs import step_words
 
 VL_ARGS = ["dataset.path=/lustre/clevr2", "checkpoint.pretrained_checkpoint=/lustre/ckpt"]
 
@@ -55,27 +55,29 @@ def test_slurm_canary_is_a_short_job_in_the_same_image_the_real_job_waits_for():
     assert "#SBATCH --nodes=2\n" in text and "#SBATCH --time=00:30:00\n" in text and "--dependency" not in text
     for line in ("#SBATCH --partition=batch", "#SBATCH --exclusive", "#SBATCH --gpus-per-node=4"):
         assert line in main and line in text
+
     # the same container, mounts, environment and srun flags as the job: only the node count differs
-    train = main.split("health_rc=$?")[-1]  # the training step (the health step comes before it)
-    srun = [ln for ln in train.splitlines() if ln.startswith("    --") and "nodes=" not in ln and "--nnodes" not in ln]
-    csrun = [ln for ln in text.splitlines() if ln.startswith("    --") and "nodes=" not in ln and "--nnodes" not in ln]
-    assert [ln for ln in srun if ln.startswith(("    --container", "    --mpi", "    --no-container"))] == [
-        ln for ln in csrun if ln.startswith(("    --container", "    --mpi", "    --no-container"))
-    ]
+    def shared(script):  # srun's options for both steps, and the training step's environment
+        words = [w for w in step_words(script, "step") if not w.startswith("--nodes=")]
+        return words, [w for w in step_words(script) if w.startswith("--container-env=")]
+
+    assert shared(main) == shared(text) and "--container-mounts=/lustre/fsw:/lustre/fsw" in shared(text)[0]
     exports = [ln for ln in main.splitlines() if ln.startswith("export ") and "RUN_ID=" not in ln]
     assert exports and all(ln in text for ln in exports)
-    entry = text.index("    /lustre/fsw/bridge-launch/runs/@RUN_ID@/workload/cluster_checks.py \\\n")
-    assert text[entry:].splitlines()[1] == "    /lustre/fsw/bridge-launch/runs/@RUN_ID@/canary/@RUN_ID@.spec.json &"
+    assert step_words(text)[-2:] == [
+        "/lustre/fsw/bridge-launch/runs/@RUN_ID@/workload/cluster_checks.py",
+        "/lustre/fsw/bridge-launch/runs/@RUN_ID@/canary/@RUN_ID@.spec.json",
+    ]
     spec = c["spec"]
-    tokens = shlex.split(train.split("srun \\\n")[1].split(" &\n")[0].replace("\\\n", " "))
+    tokens = step_words(main)
     at = tokens.index(spec["entry"])
     # bridge-launch's own recipe function: the entry shim and the module it registers come first
     run_dir = "/lustre/fsw/bridge-launch/runs/@RUN_ID@"
     assert tokens[at - 2 : at] == [f"{run_dir}/workload/bridge_recipe_entry.py", spec["recipe_module"]]
     assert spec["recipe_module"] == f"{run_dir}/workload/bridge_recipes/qwen35_vl_gb200.py"
     assert tokens[at + 1 : at + 5] == ["--recipe", spec["recipe"], "--mode", spec["mode"]]
-    # the job's exact overrides, and the retry's resume point (empty on a first attempt) after them
-    assert [*spec["args"], "${resume_args[@]}"] == tokens[at + 5 :]
+    # the job's exact overrides (job.sh's train_step adds the retry's resume point after them)
+    assert spec["args"] == tokens[at + 5 :]
     assert spec["recipe"] == "qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config" and spec["mode"] == "sft"
     assert spec["world_size"] == 32 and spec["dataset"] == {"kind": "energon", "path": "/lustre/clevr2"}
     assert spec["pretrained_checkpoint"] == "/lustre/ckpt"

@@ -31,6 +31,7 @@ from bridge_launch.core.errors import UsageError
 from bridge_launch.core.image_ref import pyxis_ref
 from bridge_launch.core.ports import EPHEMERAL_PORTS
 from bridge_launch.core.upstream import BRIDGE_IN_CONTAINER
+from bridge_launch.job.resolved import RUN_ID_PLACEHOLDER
 from bridge_launch.logs.failures import DETERMINISTIC, LOST_NODE, NCCL_PEER, NODE_FAULT
 from bridge_launch.plan import topology
 from bridge_launch.workloads import node_facts
@@ -220,31 +221,34 @@ def _units(words) -> list[str]:
     return out
 
 
-def wrap(*groups, indent: str = "    ") -> list[str]:
-    """Shell words as lines of at most WIDTH characters, each group from a new line."""
+def wrap(*groups, indent: str = "    ", run_id: str | None = None) -> list[str]:
+    """Shell words as lines of at most WIDTH characters, each group from a new line. With the job's
+    run id, a word is measured as the dry run shows it (the placeholder in the id's place), so the
+    script submit writes breaks its lines where the dry run did."""
     lines = []
     for group in groups:
-        line = ""
+        line, width = "", 0
         for unit in _units(group):
-            if line and len(indent) + len(line) + 1 + len(unit) > WIDTH:
+            size = len(unit.replace(run_id, RUN_ID_PLACEHOLDER)) if run_id else len(unit)
+            if line and len(indent) + width + 1 + size > WIDTH:
                 lines.append(indent + line)
-                line = unit
+                line, width = unit, size
             else:
-                line = f"{line} {unit}" if line else unit
+                line, width = (f"{line} {unit}", width + 1 + size) if line else (unit, size)
         if line:
             lines.append(indent + line)
     return lines
 
 
-def assign(**values) -> list[str]:
-    """NAME=VALUE lines, each value shell-quoted (a list: an array), wrapped at WIDTH."""
+def assign(run_id: str | None = None, /, **values) -> list[str]:
+    """NAME=VALUE lines, each value shell-quoted (a list: an array), wrapped at WIDTH (run_id: as wrap)."""
     words = []
     for name, value in values.items():
         if isinstance(value, list | tuple):
             words.append(Raw(f"{name}=({' '.join(q(v) for v in value)})"))
         else:
             words.append(Raw(f"{name}={_arg(value)}"))
-    return wrap(words, indent="")
+    return wrap(words, indent="", run_id=run_id)
 
 
 def _env_names(names: list[str]) -> list[str]:
@@ -280,7 +284,7 @@ def _steps(job, env: list[str], secret_lines: bool) -> list[str]:
     # and DataLoader process under it, to the task's CPUs before the NUMA wrapper binds each worker
     bind = s.get("cpu_bind", "none")
     common += [*([f"--cpu-bind={bind}"] if bind else []), f"--mpi={s.get('mpi') or 'none'}", *s.get("srun_args", [])]
-    lines += ["step=(", *wrap(common), ")"]
+    lines += ["step=(", *wrap(common, run_id=job.run_id), ")"]
     if s.get("health_check"):
         py = "python3" if job.container else job.python
         lines += [
@@ -292,6 +296,7 @@ def _steps(job, env: list[str], secret_lines: bool) -> list[str]:
                 [py, f"{run_dir}/{WORKLOAD_DIR}/node_health.py"],
                 [Raw(f'--report={q(run_dir + "/health")}/"$SLURM_JOB_ID"')],
                 health_args(job),
+                run_id=job.run_id,
             ),
             ")",
         ]
@@ -310,6 +315,7 @@ def _steps(job, env: list[str], secret_lines: bool) -> list[str]:
             torchrun,
             entry[: len(entry) - len(job.args)],
             job.args,
+            run_id=job.run_id,
         ),
         ")",
     ]
@@ -379,7 +385,7 @@ def _logic(job) -> tuple[list[str], dict[str, str], list[str]]:
         files[staged(job, DETERMINISTIC_FILE)] = "\n".join(DETERMINISTIC.values()) + "\n"
     lines = [
         "# the batch logic (" + ", ".join(names) + "): its inputs and files; the steps; the calls",
-        *assign(**inputs),
+        *assign(job.run_id, **inputs),
         f"stop_file={_arg(stop_file)}",
         *[f". {q(run_dir + '/' + staged(job, n))} || exit 1" for n in names],
     ]
