@@ -1,10 +1,13 @@
 """The command line as a user meets it: exit codes, one-line errors, JSON output."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
-from conftest import run_cli, write
+from cli_inputs import VL_INPUTS
+from conftest import REPO, run_cli, write
 
 ERROR_CASES = [
     # (args, fragment of the one error line)
@@ -155,6 +158,53 @@ def test_dry_run_json_has_the_contract_fields(cli):
     assert d["provenance"]["config"]["model.num_layers"] == "recipe"
     assert d["artifact"]["kind"] == "local-command"
     assert " train.train_iters=7 " in d["artifact"]["text"].replace("\\\n", " ").replace("\n", " ")
+
+
+# What a dry run does without (issue 36): the Slurm backend's submit, status and log code (render.py
+# is what it needs), the log reader and what it brings (its forked readers, pickle, tar), the
+# registry, and the trainer's log patterns compiled (trainer_protocol compiles one when asked).
+NOT_ON_A_DRY_RUN = (
+    "bridge_launch.backends.slurm.backend",
+    "bridge_launch.logs.reader",
+    "bridge_launch.core.forked",
+    "bridge_launch.runs.lifecycle",
+    "bridge_launch.runs.registry",
+    "bridge_launch.cli.gpu_report",
+    "bridge_launch.cli.judging",
+    "pickle",
+    "tarfile",
+    "tempfile",
+    "sqlite3",
+    "rich",
+)
+_LOADED = """
+import json, re, sys
+from bridge_launch.cli import app
+sys.argv = ["bridge-launch", *sys.argv[1:]]
+try:
+    app.main()
+except SystemExit as exc:
+    code = exc.code
+sys.stdout.flush()
+P = sys.modules["bridge_launch.workloads.trainer_protocol"]
+compiled = sorted(n for n, v in vars(P).items() if isinstance(v, re.Pattern))
+sys.stderr.write("\\n" + json.dumps({"code": code, "modules": sorted(sys.modules), "compiled": compiled}))
+"""
+
+
+@pytest.mark.usefixtures("home")
+@pytest.mark.parametrize("output", ["text", "json"])
+def test_a_dry_run_loads_only_what_it_shows(output):
+    """The dry run of a Slurm job with a canary, both forms: the modules it loads in a fresh
+    process (a regression here is what made the JSON dry run 4x `import typer`)."""
+    args = ["submit", "qwen35-vl-sft", "--cluster", "gb200-32", "--dry-run", *VL_INPUTS, "-o", output]
+    proc = subprocess.run([sys.executable, "-c", _LOADED, *args], capture_output=True, text=True, cwd=REPO)
+    seen = json.loads(proc.stderr.rsplit("\n", 1)[-1])
+    assert seen["code"] in (0, None), proc.stderr
+    loaded = set(seen["modules"])
+    assert "bridge_launch.backends.slurm.render" in loaded and "bridge_launch.runs.canary" in loaded  # it ran
+    assert [m for m in NOT_ON_A_DRY_RUN if m in loaded or any(x.startswith(m + ".") for x in loaded)] == []
+    assert seen["compiled"] == []
 
 
 def test_dry_run_with_errors_prints_json_and_exits_2(cli, home):

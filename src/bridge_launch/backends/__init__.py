@@ -7,10 +7,18 @@ from __future__ import annotations
 import importlib
 
 _MODULES = {"local": "local", "slurm": "slurm.backend", "lepton": "lepton", "dgxcloud": "dgxcloud"}
+# Where a platform's render and secret_origins live when not in its module: Slurm's in render.py,
+# which --dry-run loads without the backend's sbatch, sacct and log-reading code (issue 36).
+_RENDER = {"slurm": "slurm.render"}
 
 
 def module(backend: str):
     return importlib.import_module(f".{_MODULES[backend]}", __name__)
+
+
+def _renderer(backend: str):
+    """The module with the platform's render and secret_origins (the same functions module() has)."""
+    return importlib.import_module(f".{_RENDER.get(backend) or _MODULES[backend]}", __name__)
 
 
 def render(job):
@@ -19,7 +27,7 @@ def render(job):
         from bridge_launch.job.derived import JOB_PLACEHOLDER, gated
 
         job = gated(job, JOB_PLACEHOLDER)
-    return module(job.backend).render(job)
+    return _renderer(job.backend).render(job)
 
 
 def backend(name: str):
@@ -29,4 +37,4 @@ def backend(name: str):
 def secret_origins(job) -> dict:
     """{secret name: (where its value comes from, in the platform's own terms, and the layer that set
     that source)}: --dry-run shows them."""
-    return module(job.backend).secret_origins(job)
+    return _renderer(job.backend).secret_origins(job)

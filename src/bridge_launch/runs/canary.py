@@ -32,9 +32,9 @@ from bridge_launch.job.derived import spec_rel as spec_rel
 
 def artifact(job):
     """Slurm: the canary's sbatch script (launch/<run id>-canary.sbatch)."""
-    from bridge_launch.backends.slurm import backend as slurm
+    from bridge_launch.backends.slurm.render import render  # not the backend: --dry-run needs no sbatch code
 
-    return slurm.render(canary_job(job))
+    return render(canary_job(job))
 
 
 def files(job) -> dict:
@@ -55,13 +55,13 @@ def submit(be, job, run, main_artifact, secrets: dict) -> tuple[list, dict]:
     if job.backend != "slurm":
         ids = be.submit(job, run, main_artifact, secrets)
         return ids, {"canary": {"where": "first step", "state": "PENDING", "verdict": "pending", "report": report}}
-    from bridge_launch.backends.slurm import backend as slurm
+    from bridge_launch.backends.slurm.render import render
 
     cjob, cart = canary_job(job), artifact(job)
     cid = be.submit(cjob, run, cart, secrets)[0]
     try:
         main = gated(job, cid)
-        art = slurm.render(main)
+        art = render(main)
         be.stage(main, {art.filename: art.text, **art.files}, new_dir=False)
         ids = be.submit(main, run, art, secrets)
     except BaseException:
@@ -263,8 +263,9 @@ def describe(job) -> str:
 def view(job) -> dict:
     out = {"settings": job.canary, "spec_file": spec_rel(job.run_id), "spec": spec(job)}
     if job.backend == "slurm":
-        out["artifact"] = artifact(job).to_dict()
-        out["artifact"]["filename"] = artifact(job).filename
+        art = artifact(job)
+        out["artifact"] = art.to_dict()
+        out["artifact"]["filename"] = art.filename
     return out
 
 

@@ -18,9 +18,34 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Callable
 from datetime import datetime
 
 TORCH_VERSION = "2.13.0"
+
+# The log patterns are compiled on first use: the launcher imports this module for its constants
+# on every submit and --dry-run, which read no log, and compiling some 30 patterns cost more than
+# the rest of the module (issue 36). Each is declared (NAME: re.Pattern[str]) and registered with
+# _later("NAME", pattern); the module's __getattr__ (PEP 562) compiles it the first time P.NAME or
+# `from trainer_protocol import NAME` asks, and keeps it as a global (no cost on later uses).
+_LATER: dict[str, Callable[[], object]] = {}
+
+
+def _later(name: str, pattern: str, flags: int = 0) -> None:
+    _LATER[name] = lambda: re.compile(pattern, flags)
+
+
+def __getattr__(name: str):
+    make = _LATER.get(name)
+    if make is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = globals()[name] = make()
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LATER})
+
 
 # ---------------------------------------------------------------------------------------------
 # Checkpoint layout (persistent save, ckpt_format "torch_dist", the default: MC
@@ -50,7 +75,8 @@ def iter_dir(iteration: int) -> str:
     return f"iter_{iteration:07d}"
 
 
-ITER_DIR_RE = re.compile(r"^iter_(\d{7,})$")
+ITER_DIR_RE: re.Pattern[str]
+_later("ITER_DIR_RE", r"^iter_(\d{7,})$")
 
 
 def shard_name(rank: int, k: int = 0) -> str:
@@ -221,7 +247,8 @@ def sized_lead(step: float | None, save: float | None, evaluation: float | None,
 # handled: torchrun dies of them and its workers live on.
 TORCHRUN_SHUTDOWN_TIMEOUT = 30
 TORCHRUN_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
-TORCHRUN_FORCED_KILL = re.compile(r"Unable to shutdown process \d+ via \S+, forcefully exiting via \S+")
+TORCHRUN_FORCED_KILL: re.Pattern[str]
+_later("TORCHRUN_FORCED_KILL", r"Unable to shutdown process \d+ via \S+, forcefully exiting via \S+")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,7 +314,8 @@ def iteration_line(
 # bridge_launch/logread.py). " iteration {:8d}/{:8d} |" in MB train_utils.py:1089 and MC
 # training/training.py:2960; the head alone is what the reader scans a whole log for.
 ITERATION_HEAD = r"iteration +(\d+)/ *(\d+) \|"
-ITERATION_RE = re.compile(ITERATION_HEAD + r"([^\n]*)")
+ITERATION_RE: re.Pattern[str]
+_later("ITERATION_RE", ITERATION_HEAD + r"([^\n]*)")
 ITERATION_STEP = r"iteration +(\d+)/ *\d+ \|"  # the head capturing the step alone (a whole log's steps)
 
 
@@ -297,7 +325,8 @@ def field_value(key: str) -> str:
     return r"\| " + re.escape(key) + r": ([^|\n]*)\|"
 
 
-FIELD_RE = re.compile(r"\s*([^|:]+?):\s*([^|]*?)\s*\|")
+FIELD_RE: re.Pattern[str]
+_later("FIELD_RE", r"\s*([^|:]+?):\s*([^|]*?)\s*\|")
 
 
 _STEP_TIME = "Step Time : {seconds}s GPU utilization: {tflops}MODEL_TFLOP/s/GPU"
@@ -309,7 +338,8 @@ def step_time_line(seconds: float, tflops: float) -> str:
     return _STEP_TIME.format(seconds=f"{seconds:.2f}", tflops=f"{tflops:.1f}")
 
 
-STEP_TIME_RE = re.compile(_STEP_TIME.format(seconds=r"([\d.]+)", tflops=r"([\d.]+)"))
+STEP_TIME_RE: re.Pattern[str]
+_later("STEP_TIME_RE", _STEP_TIME.format(seconds=r"([\d.]+)", tflops=r"([\d.]+)"))
 STEP_TIME_UTIL = _STEP_TIME.format(seconds=r"[\d.]+", tflops=r"([\d.]+)")  # the utilization alone
 
 
@@ -327,8 +357,9 @@ def validation_lines(prefix: str, losses: dict) -> list:
 
 # MC training/training.py:4536 prints " validation{suffix} loss at {prefix} | ", suffix "-<name>" for
 # several validation sets (:4515-4520); prefixes as above (MC :1540, :1571, :4135).
-VALIDATION_RE = re.compile(
-    r"validation(?:-[\w.-]+)? loss at (iteration (\d+)(?: on (validation|test) set)?) \|(.*)$", re.M
+VALIDATION_RE: re.Pattern[str]
+_later(
+    "VALIDATION_RE", r"validation(?:-[\w.-]+)? loss at (iteration (\d+)(?: on (validation|test) set)?) \|(.*)$", re.M
 )
 
 
@@ -348,7 +379,8 @@ def saved_line(step: int, save: str, tp: tuple = (1, 1), pp: tuple = (1, 1)) -> 
 # The same two lines as POSIX extended regular expressions, for the chain's grep -E.
 SAVING_GREP = r"saving checkpoint at iteration +[0-9]+ to "
 SAVED_GREP = r"successfully saved checkpoint from iteration +[0-9]+ to "
-SAVED_RE = re.compile(r"successfully saved (?:local )?checkpoint (?:from|at) iteration\s+(\d+)(?: to (\S+))?")
+SAVED_RE: re.Pattern[str]
+_later("SAVED_RE", r"successfully saved (?:local )?checkpoint (?:from|at) iteration\s+(\d+)(?: to (\S+))?")
 
 
 # After every save the trainer logs how long it took: MB training/train.py:1324-1325 starts the
@@ -370,7 +402,8 @@ def timers_minmax_lines(times_ms: dict) -> list[str]:
 
 
 # a name of 47 characters or more is printed without dots; names may hold "/" (train/valid/test-...)
-TIMER_MINMAX_RE = re.compile(r"    (\S+) \.*: \(([\d.]+), ([\d.]+)\)")
+TIMER_MINMAX_RE: re.Pattern[str]
+_later("TIMER_MINMAX_RE", r"    (\S+) \.*: \(([\d.]+), ([\d.]+)\)")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -385,22 +418,29 @@ TIMER_MINMAX_RE = re.compile(r"    (\S+) \.*: \(([\d.]+), ([\d.]+)\)")
 # rank's estimated TFLOP/s (MC utils.py:1800-1808).
 STRAGGLER_LOGGER = "INFO:megatron.core.utils:"  # logger.info on megatron.core.utils (MC utils.py:54)
 STRAGGLER_MARK = "MnRtt/Rnk: "
-STRAGGLER_FIELD_RE = re.compile(r"(Mn|Mx)(Rtt|Pwr|Tmp|Utl|Clk|DRtt|Etpt)/Rnk: ([-+]?[\d.]+|nan|inf)[A-Za-z%]*/(\d+)")
+STRAGGLER_FIELD_RE: re.Pattern[str]
+_later("STRAGGLER_FIELD_RE", r"(Mn|Mx)(Rtt|Pwr|Tmp|Utl|Clk|DRtt|Etpt)/Rnk: ([-+]?[\d.]+|nan|inf)[A-Za-z%]*/(\d+)")
 # With straggler_minmax_count N (1 < N < world), two more lines (MC utils.py:1834-1843):
 #   "^^^^ Bottom {N} Ranks with lowest  Etpt(TF): v/r, v/r,"  and  "^^^^ Top    {N} Ranks with highest Etpt(TF): ..."
 STRAGGLER_RANKS_MARK = "Ranks with "
-STRAGGLER_RANKS_RE = re.compile(r"\^\^\^\^ (Bottom|Top) +\d+ Ranks with (?:lowest|highest) +Etpt\(TF\):(.*)$")
-VALUE_RANK_RE = re.compile(r"([-+]?[\d.]+|nan|inf)[A-Za-z%]*/(\d+)")
+STRAGGLER_RANKS_RE: re.Pattern[str]
+_later("STRAGGLER_RANKS_RE", r"\^\^\^\^ (Bottom|Top) +\d+ Ranks with (?:lowest|highest) +Etpt\(TF\):(.*)$")
+VALUE_RANK_RE: re.Pattern[str]
+_later("VALUE_RANK_RE", r"([-+]?[\d.]+|nan|inf)[A-Za-z%]*/(\d+)")
 # Timers.log (MC core/timers.py:338-376), last rank, after a header per --timing-log-option:
 #   minmax "(min, max) time across ranks (ms):" then "    {name .....}: ({min:.2f}, {max:.2f})" (TIMER_MINMAX_RE)
 #   max    "max time across ranks (ms):"        then "    {name .....}: {max:.2f}"
 #   all    "times across ranks (ms):"           then "  {name}:" and "     rank {r:2d}: {ms:.2f}" per rank
 # Ranks whose time is 0 are left out of min and max (:330) and of the per-rank lines (:366).
 TIMERS_MARK = "across ranks (ms):"
-TIMERS_HEAD_RE = re.compile(r"(\(min, max\) time|max time|times) across ranks \(ms\):\s*$")
-TIMER_MAX_RE = re.compile(r"^    (\S+) \.*: ([\d.]+)\s*$")
-TIMER_ALL_NAME_RE = re.compile(r"^  (\S[^:]*):\s*$")
-TIMER_ALL_RANK_RE = re.compile(r"^     rank +(\d+): ([\d.]+)\s*$")
+TIMERS_HEAD_RE: re.Pattern[str]
+_later("TIMERS_HEAD_RE", r"(\(min, max\) time|max time|times) across ranks \(ms\):\s*$")
+TIMER_MAX_RE: re.Pattern[str]
+_later("TIMER_MAX_RE", r"^    (\S+) \.*: ([\d.]+)\s*$")
+TIMER_ALL_NAME_RE: re.Pattern[str]
+_later("TIMER_ALL_NAME_RE", r"^  (\S[^:]*):\s*$")
+TIMER_ALL_RANK_RE: re.Pattern[str]
+_later("TIMER_ALL_RANK_RE", r"^     rank +(\d+): ([\d.]+)\s*$")
 TIMER_OPTIONS = {"(min, max) time": "minmax", "max time": "max", "times": "all"}
 
 
@@ -450,7 +490,8 @@ def loaded_line(load_dir: str, step: int, tp: tuple = (0, 1), pp: tuple = (0, 1)
     )
 
 
-LOADED_RE = re.compile(r"successfully loaded checkpoint from (\S+) .*?at iteration (\d+)")
+LOADED_RE: re.Pattern[str]
+_later("LOADED_RE", r"successfully loaded checkpoint from (\S+) .*?at iteration (\d+)")
 
 
 def starting_line(iteration: int) -> str:
@@ -466,9 +507,11 @@ EXIT_SIGNAL = "exiting program after receiving SIGTERM."  # MB train.py:1426 (fi
 EXIT_DURATION = "exiting program after {minutes} minutes"  # MB train.py:1490
 EXIT_INTERVAL = "exiting program at iteration {step}"  # MB train.py:1509
 TRAINING_DONE = "after training is done"  # MB pretrain.py:164
-EXIT_RE = re.compile(
+EXIT_RE: re.Pattern[str]
+_later(
+    "EXIT_RE",
     r"\[(exiting program (?:after receiving SIGTERM\.|after [\d.]+ minutes|at iteration \d+)"
-    r"|Exiting program due to straggler detection\.)\] datetime: "
+    r"|Exiting program due to straggler detection\.)\] datetime: ",
 )
 
 
@@ -483,7 +526,8 @@ PRETRAIN_FAILED = (
     "Pretrain failed on rank={rank} with {kind}: {error}. Bridge is aborting framework-owned "
     "distributed resources because peer ranks may be blocked in collectives."
 )
-BENIGN_EXIT_RE = re.compile(r"Pretrain failed on rank=\d+ with SystemExit: 0\b|^SystemExit: 0$")
+BENIGN_EXIT_RE: re.Pattern[str]
+_later("BENIGN_EXIT_RE", r"Pretrain failed on rank=\d+ with SystemExit: 0\b|^SystemExit: 0$")
 
 # ---------------------------------------------------------------------------------------------
 # Reading a run's output (bridge_launch/logread.py, the launcher's one log reader). Facts about
@@ -494,7 +538,8 @@ BENIGN_EXIT_RE = re.compile(r"Pretrain failed on rank=\d+ with SystemExit: 0\b|^
 # training/training.py:2959 '%Y-%m-%d %H:%M:%S.%f' (microseconds); Megatron-LM before 2024 printed
 # none (e.g. NVIDIA/nccl#743). The same two forms come after "datetime: " in barrier_and_log lines
 # (MC training/utils/log_utils.py:139-148, MC training/training.py:294-302 print_datetime).
-STAMP_RE = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\]\s*$")
+STAMP_RE: re.Pattern[str]
+_later("STAMP_RE", r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)\]\s*$")
 STAMP_FORMATS = ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S")
 
 # Iteration-line fields that are not losses, in print order (MB train_utils.py:1089-1136; MC
@@ -547,7 +592,8 @@ ZERO_COUNTERS = f"{ZERO_SKIPPED} {ZERO_NAN}"
 # A loss ("lm loss: ", "load_balancing_loss: ", "mtp_1 loss: ") or a norm ("grad norm: ", "params
 # norm: ") whose value is not finite; as str and as bytes patterns. Two patterns, each with a literal
 # start re can search for fast: one alternation "(?:loss|norm): ..." is 7x slower over a long log.
-NONFINITE_RES = tuple(
+NONFINITE_RES: tuple[tuple[re.Pattern[str], re.Pattern[bytes]], ...]
+_LATER["NONFINITE_RES"] = lambda: tuple(
     (re.compile(p), re.compile(p.encode()))
     for p in (r"loss: [-+]?(?:nan|inf|NAN|INF)\b", r"norm: [-+]?(?:nan|inf|NAN|INF)\b")
 )
@@ -556,7 +602,8 @@ NONFINITE_RES = tuple(
 # MB train_utils.py:1141-1150 "[Rank R] (after N iterations) memory (GB) | mem-allocated-gigabytes: V | ..."
 # (keys from MEMORY_KEYS, :166-177, "bytes" -> "gigabytes"); MC training/utils/common_utils.py:313-335
 # "[Rank R] (after N iterations) memory (MB) | allocated: V | max allocated: V | reserved: V | max reserved: V".
-MEMORY_RE = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \((GB|MB)\)([^\n]*)")
+MEMORY_RE: re.Pattern[str]
+_later("MEMORY_RE", r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \((GB|MB)\)([^\n]*)")
 
 # NaN/Inf checks (check_for_nan_in_loss_and_grad, on by default): MC core/rerun_state_machine.py:518-535
 # raises RuntimeError(f"Rank {rank}, node {node}, device {device}, iteration {it}: Unexpected result
@@ -565,9 +612,11 @@ MEMORY_RE = re.compile(r"\[Rank (\d+)\] \(after (\d+) iterations\) memory \((GB|
 # (:605-611). Messages: MB training/losses.py:76 "found NaN in local forward loss calculation",
 # MC core/distributed/param_and_grad_buffer.py:358,366 "found NaN/Inf in local grad norm for bucket #i ...".
 NAN_CHECK_MARK = "Unexpected result"
-NAN_CHECK_RE = re.compile(
+NAN_CHECK_RE: re.Pattern[str]
+_later(
+    "NAN_CHECK_RE",
     r"(?:Rank (\d+), node \S+, device \d+, iteration #?(-?\d+): Unexpected result (\S+) \(message='([^']*)'\)"
-    r"|Unexpected result (\S+) on rank (\d+) at iteration #(-?\d+) invocation #\d+ \(message='([^']*)'\))"
+    r"|Unexpected result (\S+) on rank (\d+) at iteration #(-?\d+) invocation #\d+ \(message='([^']*)'\))",
 )
 
 # The older save line (Megatron-LM before cbb9c05c06, May 2024: megatron/training/checkpointing.py:345
@@ -576,7 +625,8 @@ NAN_CHECK_RE = re.compile(
 SAVED_MARK = "successfully saved"
 LOADED_MARK = "successfully loaded checkpoint"
 STARTING_MARK = "Starting training loop at iteration"
-STARTING_RE = re.compile(STARTING_MARK + r" (\d+)")  # MB train.py:337
+STARTING_RE: re.Pattern[str]
+_later("STARTING_RE", STARTING_MARK + r" (\d+)")  # MB train.py:337
 VALIDATION_MARK = " loss at iteration "
 # "exiting program ..." (MB train.py:1426,1490,1509) and "Exiting program due to straggler detection."
 EXIT_MARK = "xiting program"
@@ -596,18 +646,23 @@ EXIT_KINDS = (
 #  - torch's own "[rankN]: " on tracebacks inside a "[defaultN]:" line, and a launcher's "task/N "
 #    in front (e.g. "i.pretrain/0 [default2]:[rank2]: RuntimeError: ...", NVIDIA-NeMo/Speech#14348).
 # The reader strips them one after another (logread.strip_prefix).
-RANK_PREFIX_RE = re.compile(r"(?:[\w.-]+/\d+ (?=\[))?(?:\[(rank|default)(\d+)\]: ?)")
-SRUN_LABEL_RE = re.compile(r"\s*(\d+): ")
+RANK_PREFIX_RE: re.Pattern[str]
+_later("RANK_PREFIX_RE", r"(?:[\w.-]+/\d+ (?=\[))?(?:\[(rank|default)(\d+)\]: ?)")
+SRUN_LABEL_RE: re.Pattern[str]
+_later("SRUN_LABEL_RE", r"\s*(\d+): ")
 
 # torchrun's summary when a worker fails (T distributed/elastic/multiprocessing/errors/__init__.py:184-202):
 # "Root Cause (first observed failure):" then "[0]:", "  time      : ...", "  host      : ...",
 # "  rank      : R (local_rank: L)", "  exitcode  : C (pid: P)" ...; a negative exit code is a signal.
-ROOT_CAUSE_RE = re.compile(
+ROOT_CAUSE_RE: re.Pattern[str]
+_later(
+    "ROOT_CAUSE_RE",
     r"Root Cause \(first observed failure\):\s*\n(?:[^\n]*\n){0,3}?\s*rank\s*: (\d+) "
-    r"\(local_rank: \d+\)\s*\n\s*exitcode\s*: (-?\d+)"
+    r"\(local_rank: \d+\)\s*\n\s*exitcode\s*: (-?\d+)",
 )
 # A worker that a signal ended writes no error file, so torchrun makes up the failure's message
 # (T distributed/elastic/multiprocessing/errors/__init__.py:139-143): "Signal 15 (SIGTERM) received by
 # PID 1234", on the summary's "traceback :" line (its "exitcode  : -15 (pid: 1234) SIGTERM" above it).
 SIGNAL_DEATH_MARK = "received by PID"
-SIGNAL_DEATH_RE = re.compile(r"Signal (\d+) \((SIG\w+)\) received by PID (\d+)")
+SIGNAL_DEATH_RE: re.Pattern[str]
+_later("SIGNAL_DEATH_RE", r"Signal (\d+) \((SIG\w+)\) received by PID (\d+)")
