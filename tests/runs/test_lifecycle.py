@@ -143,10 +143,8 @@ def test_a_slurm_job_whose_function_bridge_launch_ships_stages_its_entry_and_mod
     be = slurm.Backend()
     monkeypatch.setattr(be, "submit", lambda *_a: ["4242"])
     monkeypatch.setattr(launch.backends, "backend", lambda _name: be)
-    job = resolve.resolve(
-        "qwen35-vl-sft", resolve.Options(cluster="gb-here", overrides=VL, canary=False), for_submit=True
-    )
-    assert job.errors == [], job.errors
+    job = resolve.resolve("qwen35-vl-sft", resolve.Options(cluster="gb-here", overrides=VL, canary=False))
+    assert job.refusals == [], job.refusals
     run = launch.submit(job)
     root = Path(run.run_dir)
     src = Path(launch.__file__).resolve().parents[1] / "workloads"

@@ -173,8 +173,8 @@ def _check_secrets(job: ResolvedJob) -> None:
 def submit(job: ResolvedJob, registry: Registry | None = None, *, member: dict | None = None) -> Run:
     """Submit a new run; `member` ({"experiment", "member", "position"}) makes it an experiment's,
     in the registry and in the record an import reads back."""
-    if job.errors:
-        raise UsageError(job.errors[0])
+    if job.refusals:
+        raise UsageError(job.refusals[0])
     _check_secrets(job)
     reg = registry or Registry()
     run = reg.reserve(job.recipe, job.cluster, job.backend)
@@ -191,8 +191,8 @@ def resume(reg: Registry, run: Run, overrides=()) -> Run:
     chain = refresh(reg, reg.chain(run.chain))
     old = load_job(reg, run)
     job = amend(old, overrides)
-    if job.errors:
-        raise UsageError(job.errors[0])
+    if job.refusals:
+        raise UsageError(job.refusals[0])
     _check_resumable(run, chain, old, job)
     if job.dataset_kind == "energon" and data_parallel(old) != data_parallel(job):
         raise UsageError(
