@@ -14,11 +14,8 @@ def module(backend: str):
 
 
 def render(job):
-    """The exact launch artifact submit hands to the backend (dry-run shows the same)."""
-    if getattr(job, "canary", None) and job.backend == "slurm":  # waits for the canary (its id known at submit)
-        from bridge_launch.job.derived import JOB_PLACEHOLDER, gated
-
-        job = gated(job, JOB_PLACEHOLDER)
+    """The exact launch artifact submit hands to the backend (dry-run shows the same); rendered
+    once per submit: what submit needs besides the text is in the artifact's fields."""
     return module(job.backend).render(job)
 
 

@@ -29,7 +29,7 @@ def submit(recipe, opts, *, dry_run, follow, output, yes=False) -> int:
             if job.canary:
                 from bridge_launch.runs import canary as _canary
 
-                view["canary"] = _canary.view(job)
+                view["canary"] = _canary.view(job, artifact)
             views.dump_json(view)
         elif job.errors:
             for e in job.errors:
@@ -39,7 +39,7 @@ def submit(recipe, opts, *, dry_run, follow, output, yes=False) -> int:
             if job.canary:
                 from bridge_launch.runs import canary as _canary
 
-                sys.stdout.write(_canary.dry_run_text(job))
+                sys.stdout.write(_canary.dry_run_text(job, artifact))
         return 2 if job.errors else 0
     if job.refusals:  # the same job the dry run shows; some of its warnings block a submit
         return _refused(job.refusals, output)

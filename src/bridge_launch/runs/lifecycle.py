@@ -28,12 +28,10 @@ def _launch(
     be = backends.backend(job.backend)
     created = False
     try:
-        artifact = backends.render(job)
-        files = {
-            f"launch/{run.run_id}.json": job_json(job),
-            artifact.filename: artifact.text,
-            **artifact.files,
-        }
+        artifact = backends.render(job)  # the one render of this submit
+        files = {f"launch/{run.run_id}.json": job_json(job), **artifact.staged()}
+        if artifact.waits_for:  # it waits for the canary: staged once its id is filled in (runs/canary.py)
+            del files[artifact.filename]
         # a chain's segments measure with step_times.py; the health step is node_health.py; a recipe
         # whose function bridge-launch ships starts at bridge_recipe_entry.py; a Megatron-Bridge job on
         # Slurm says which revision its image runs (image_revision.py)
@@ -42,7 +40,7 @@ def _launch(
         if job.canary:  # its spec and (Slurm) its own script
             from bridge_launch.runs import canary
 
-            files.update(canary.files(job))
+            files.update(canary.files(job, artifact))
         if job.bridge_src and new_dir:  # a resume runs the tree already in the run dir
             from bridge_launch.runs import codepack
 
