@@ -44,7 +44,7 @@ def env(home, server, tmp_path, monkeypatch):
 
 def _job(cluster, nodes=2):
 
-    return resolve.resolve("smoke", resolve.Options(cluster=cluster, nodes=nodes), for_submit=True)
+    return resolve.resolve("smoke", resolve.Options(cluster=cluster, nodes=nodes))
 
 
 def _submit(cluster, nodes=2):
@@ -443,9 +443,8 @@ def test_a_recipe_whose_function_bridge_launch_ships_stages_its_entry_and_module
             overrides=("dataset.path=/mnt/shared/clevr2", "checkpoint.pretrained_checkpoint=/mnt/shared/ckpt"),
             canary=False,
         ),
-        for_submit=True,
     )
-    assert job.errors == [], job.errors
+    assert job.refusals == [], job.refusals
     run = launch.submit(job)
     staged = env.staged[run.run_dir]
     module = "workload/bridge_recipes/qwen35_vl_gb200.py"

@@ -144,9 +144,7 @@ def test_resume_keeps_no_memory_check():
     strict = resolve.resolve("qwen35-vl-sft", resolve.Options(cluster="gb200-32", overrides=over))
     assert any(
         e.startswith("memory:")
-        for e in resolve.amend(
-            strict.__class__.from_dict({**strict.to_dict(), "errors": [], "warnings": []}), ()
-        ).errors
+        for e in resolve.amend(strict.__class__.from_dict({**strict.to_dict(), "findings": []}), ()).errors
     )
 
 

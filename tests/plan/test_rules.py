@@ -73,11 +73,11 @@ def cfg(home):
     return home
 
 
-def job(*overrides, cluster="b200-16", nodes=None, overlays=(), submit=False):
+def job(*overrides, cluster="b200-16", nodes=None, overlays=()):
     opts = resolve.Options(
         cluster=cluster, overrides=tuple(overrides) + ("dataset.path=/data",), nodes=nodes, overlays=tuple(overlays)
     )
-    return resolve.resolve("moe-test", opts, for_submit=submit)
+    return resolve.resolve("moe-test", opts)
 
 
 CASES = [
@@ -699,8 +699,9 @@ def test_required_inputs_warn_in_dry_run_and_fail_submit():
     dry = resolve.resolve("moe-test", opts)
     assert dry.missing_inputs == ["dataset.path"]
     assert any("required input dataset.path is not set" in w for w in dry.warnings) and dry.errors == []
-    sub = resolve.resolve("moe-test", opts, for_submit=True)
-    assert any("required input dataset.path is not set" in e for e in sub.errors)
+    # the submit gets the same job, and refuses it on the finding that blocks it
+    assert resolve.resolve("moe-test", opts) == dry
+    assert any("required input dataset.path is not set" in e for e in dry.refusals)
 
 
 @pytest.mark.usefixtures("cfg")

@@ -410,7 +410,7 @@ def test_lepton_run_with_a_canary_stages_it_and_status_names_the_failing_check(h
             "bridge-launch canary: FAIL at data: dataset.path /mnt/x does not exist in the "
             "container; report /mnt/shared/r.json\n"
         )
-        job = resolve.resolve("smoke", resolve.Options(cluster="lep", nodes=2), for_submit=True)
+        job = resolve.resolve("smoke", resolve.Options(cluster="lep", nodes=2))
         run = launch.submit(job)
         staged = server.contract.staged[run.run_dir]
         spec = json.loads(staged[f"canary/{run.run_id}.spec.json"])

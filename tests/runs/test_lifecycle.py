@@ -143,10 +143,8 @@ def test_a_slurm_job_whose_function_bridge_launch_ships_stages_its_entry_and_mod
     be = slurm.Backend()
     monkeypatch.setattr(be, "submit", lambda *_a: ["4242"])
     monkeypatch.setattr(launch.backends, "backend", lambda _name: be)
-    job = resolve.resolve(
-        "qwen35-vl-sft", resolve.Options(cluster="gb-here", overrides=VL, canary=False), for_submit=True
-    )
-    assert job.errors == [], job.errors
+    job = resolve.resolve("qwen35-vl-sft", resolve.Options(cluster="gb-here", overrides=VL, canary=False))
+    assert job.refusals == [], job.refusals
     run = launch.submit(job)
     root = Path(run.run_dir)
     src = Path(launch.__file__).resolve().parents[1] / "workloads"
@@ -167,3 +165,81 @@ def test_a_slurm_job_whose_function_bridge_launch_ships_stages_its_entry_and_mod
     assert needs_workload(job) and needs_workload(plain) and needs_workload(unchecked)
     assert needs_workload(dataclasses.replace(unchecked, backend="lepton"))
     assert not needs_workload(dataclasses.replace(unchecked, backend="local"))
+
+
+@pytest.mark.parametrize(
+    "path,opts",
+    [
+        ("plain", {"max_restarts": 0}),
+        ("retry", {}),
+        ("chain", {"until_done": True, "step_time": 1.0}),
+        ("canary", {"canary": True}),
+        ("canary chain", {"canary": True, "until_done": True, "step_time": 1.0}),
+    ],
+)
+def test_a_submit_renders_once_and_hands_the_backend_what_it_rendered(home, tmp_path, monkeypatch, path, opts):
+    # as above: the real Slurm backend stages into the run dir, sbatch is left out; every render is counted
+    (home / "clusters" / "gb-here.toml").write_text(f'extends = "gb200-8"\njob_root = "{tmp_path}/runs"\n')
+    be = slurm.Backend()
+    submitted = []
+
+    def sbatch(job, _run, artifact, _secrets):
+        submitted.append((job, artifact))
+        return [str(4242 + len(submitted))]
+
+    monkeypatch.setattr(be, "submit", sbatch)
+    monkeypatch.setattr(launch.backends, "backend", lambda _name: be)
+    renders = []
+    real_render = slurm.render
+    monkeypatch.setattr(slurm, "render", lambda job: renders.append(job.run_id) or real_render(job))
+    job = resolve.resolve(
+        "smoke", resolve.Options(cluster="gb-here", overrides=("checkpoint.save=/lustre/ck",), **opts)
+    )
+    run = launch.submit(job)
+    assert len(renders) == 1, (path, renders)
+    root = Path(run.run_dir)
+    script = (root / "launch" / f"{run.run_id}.sbatch").read_text()
+    main_job, main = submitted[-1]
+    assert main.text == script and main.waits_for is None  # what was staged is what sbatch got
+    for rel, text in main.files.items():
+        assert (root / rel).read_text() == text
+    if "canary" in path:  # the canary first, then the job waiting for its id: filled in, not rendered again
+        canary_job, canary = submitted[0]
+        assert len(submitted) == 2 and canary_job.run_id == f"{run.run_id}-canary"
+        assert (root / canary.filename).read_text() == canary.text and "--dependency" not in canary.text
+        assert "#SBATCH --dependency=afterok:4243\n#SBATCH --kill-on-invalid-dep=yes\n" in script
+        assert "--dependency=afterok:4243" in main_job.scheduler["sbatch_args"]
+        assert "@CANARY_JOB_ID@" not in "".join([script, *(p.read_text() for p in (root / "launch").iterdir())])
+    else:
+        assert len(submitted) == 1 and "--dependency=afterok" not in script
+    # the same text as a dry run of the same job, the run id filled in
+    from bridge_launch import backends
+
+    shown = backends.render(job.with_run_id(run.run_id))
+    assert shown.text.replace("@CANARY_JOB_ID@", "4243") == script
+
+
+@pytest.mark.usefixtures("home")
+def test_the_slurm_backend_reads_the_segment_from_the_artifact_not_its_text(monkeypatch):
+    # a rack-sized segment: submit asks sbatch's version for it from the artifact's field
+    job = resolve.resolve("smoke", resolve.Options(cluster="gb200-64", nodes=16))
+    art = slurm.render(job)
+    assert art.segment and f"#SBATCH --segment={art.segment}\n" in art.text
+    be = slurm.Backend()
+    asked = []
+
+    class Done(Exception):
+        pass
+
+    def command(_s, argv, **_k):
+        asked.append(argv)
+        raise Done
+
+    monkeypatch.setattr(be, "command", command)
+    import dataclasses
+
+    for artifact, version_asked in ((art, True), (dataclasses.replace(art, segment=None), False)):
+        asked.clear()
+        with pytest.raises(Done):
+            be.submit(job, None, dataclasses.replace(artifact, text="#!/bin/bash\n"), {})
+        assert (asked[0] == ["sbatch", "--version"]) is version_asked, asked

@@ -22,11 +22,8 @@ def _renderer(backend: str):
 
 
 def render(job):
-    """The exact launch artifact submit hands to the backend (dry-run shows the same)."""
-    if getattr(job, "canary", None) and job.backend == "slurm":  # waits for the canary (its id known at submit)
-        from bridge_launch.job.derived import JOB_PLACEHOLDER, gated
-
-        job = gated(job, JOB_PLACEHOLDER)
+    """The exact launch artifact submit hands to the backend (dry-run shows the same); rendered
+    once per submit: what submit needs besides the text is in the artifact's fields."""
     return _renderer(job.backend).render(job)
 
 

@@ -21,7 +21,7 @@ def submit(recipe, opts, *, dry_run, follow, output, yes=False) -> int:
     from bridge_launch import backends
     from bridge_launch.resolve import resolver as resolve
 
-    job = _checked(recipe, opts, dry_run)
+    job = _checked(recipe, opts)
     if dry_run:
         artifact = backends.render(job)
         if output == "json":
@@ -29,7 +29,7 @@ def submit(recipe, opts, *, dry_run, follow, output, yes=False) -> int:
             if job.canary:
                 from bridge_launch.runs import canary as _canary
 
-                view["canary"] = _canary.view(job)
+                view["canary"] = _canary.view(job, artifact)
             views.dump_json(view)
         elif job.errors:
             for e in job.errors:
@@ -39,10 +39,10 @@ def submit(recipe, opts, *, dry_run, follow, output, yes=False) -> int:
             if job.canary:
                 from bridge_launch.runs import canary as _canary
 
-                sys.stdout.write(_canary.dry_run_text(job))
+                sys.stdout.write(_canary.dry_run_text(job, artifact))
         return 2 if job.errors else 0
-    if job.errors:
-        return _refused(job.errors, output)
+    if job.refusals:  # the same job the dry run shows; some of its warnings block a submit
+        return _refused(job.refusals, output)
     hours, line = views.reservation(job)
     threshold = job.profile.get("confirm_gpu_hours") or 0
     if threshold and hours is not None and hours > threshold and not _confirmed(yes, output, [line], "Submit it?"):
@@ -52,7 +52,7 @@ def submit(recipe, opts, *, dry_run, follow, output, yes=False) -> int:
     return _submitted(launch.submit(job), job, follow, output)
 
 
-def _checked(recipe, opts, dry_run):
+def _checked(recipe, opts):
     """The resolved job, with the cluster's bad nodes left out, and --bridge-src checked: what one
     submit and each run of an experiment go through alike."""
     import dataclasses
@@ -60,7 +60,7 @@ def _checked(recipe, opts, dry_run):
     from bridge_launch.resolve import resolver as resolve
 
     opts = dataclasses.replace(opts, bad_nodes=_bad_nodes(opts.cluster))
-    job = resolve.resolve(recipe, opts, for_submit=not dry_run)
+    job = resolve.resolve(recipe, opts)
     if job.bridge_src:
         from bridge_launch.runs import codepack
 
@@ -129,7 +129,7 @@ def _run_json(run, **extra) -> dict:
 
 
 def _submitted(run, job, follow, output) -> int:
-    for w in job.warnings:
+    for w in job.submit_warnings:
         sys.stderr.write(f"bridge-launch: warning: {w}\n")
     for note in run.info.get("submit_notes", []):  # the backend's, from the submit (runs/lifecycle.py)
         sys.stderr.write(f"bridge-launch: {note}\n")
@@ -137,7 +137,7 @@ def _submitted(run, job, follow, output) -> int:
     line = f"{what} {run.run_id} ({job.backend} job {', '.join(run.job_ids)}); run dir {run.run_dir}"
     if output == "json":
         if not follow:  # with --follow, one object once the run has ended (logs go to stderr meanwhile)
-            views.dump_json(_run_json(run, warnings=job.warnings))
+            views.dump_json(_run_json(run, warnings=job.submit_warnings))
             return 0
         sys.stderr.write(line + "\n")
     else:
@@ -214,7 +214,7 @@ def _follow(run, job, output="text") -> int:
             views.dump_json(_run_json(reg.get(run.run_id) or run, reason="", detached=True))
         return 0
     if as_json:
-        views.dump_json(_run_json(final, reason=final.reason, warnings=job.warnings))
+        views.dump_json(_run_json(final, reason=final.reason, warnings=job.submit_warnings))
     else:
         print(f"{final.run_id}: {final.state}" + (f" ({final.reason})" if final.reason else ""))
     return 0 if final.state == "COMPLETED" else 1
@@ -963,9 +963,10 @@ def submit_group(recipe, opts, *, sweep, experiment, follow, output, dry_run, ye
         Registry().check_new_name(name)
     jobs = []
     for m in members:
-        job = _checked(m.recipe, dataclasses.replace(opts, overrides=tuple(m.overrides)), dry_run)
-        if job.errors:
-            return _refused([f"{m.label}: {e}" for e in job.errors], output)
+        job = _checked(m.recipe, dataclasses.replace(opts, overrides=tuple(m.overrides)))
+        blockers = job.errors if dry_run else job.refusals
+        if blockers:
+            return _refused([f"{m.label}: {e}" for e in blockers], output)
         jobs.append((m, job))
     if dry_run:
         if output == "json":

@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 from bridge_launch.core import image_cache, image_ref, paths, slurm_time, upstream
 from bridge_launch.core.errors import UsageError
 from bridge_launch.core.upstream import BRIDGE_IN_CONTAINER
+from bridge_launch.job import resolved
 from bridge_launch.job.resolved import BRIDGE_SRC_DIR as BRIDGE_SRC_DIR
 from bridge_launch.job.resolved import RUN_ID_PLACEHOLDER as RUN_ID_PLACEHOLDER
+from bridge_launch.job.resolved import Finding
 from bridge_launch.job.resolved import ResolvedJob as ResolvedJob
 from bridge_launch.plan import findings
 from bridge_launch.resolve import secret_plan
@@ -136,7 +138,8 @@ def _check_classes(known: schema.Schema, recipe: dict, layers: _Layers) -> None:
         )
 
 
-def _nodes(recipe: dict, overlays: list, prof: dict, opts: Options, jobsrc: dict, errors: list, warnings: list) -> int:
+def _nodes(recipe: dict, overlays: list, prof: dict, opts: Options, jobsrc: dict, found) -> int:
+    """Stage 4a: the node count (recipe or overlay GPUs, the cluster's size, --nodes)."""
     gpn = prof["gpus_per_node"]
     want, want_src = recipe.get("gpus"), "recipe"
     for ov in overlays:
@@ -147,36 +150,34 @@ def _nodes(recipe: dict, overlays: list, prof: dict, opts: Options, jobsrc: dict
             raise UsageError(f"--nodes must be >= 1, got {opts.nodes}")
         nodes, jobsrc["nodes"] = opts.nodes, "cli"
         if prof["nodes"] is not None and nodes != prof["nodes"]:
-            warnings.append(
+            found.warn(
                 f"--nodes {nodes} overrides the fixed size of cluster '{prof['name']}' ({prof['nodes']} nodes, "
                 f"{prof['nodes'] * gpn} GPUs): this job asks for {nodes * gpn} GPUs ({nodes} x {gpn})"
             )
         if want and nodes * gpn != want:
-            warnings.append(
-                f"running on {nodes * gpn} GPUs ({nodes} x {gpn}) instead of the {want} that {want_src} states"
-            )
+            found.warn(f"running on {nodes * gpn} GPUs ({nodes} x {gpn}) instead of the {want} that {want_src} states")
         elif not want and prof["nodes"] is not None and nodes != prof["nodes"]:  # gb200-32 --nodes 4: 16 GPUs
-            warnings.append(
+            found.warn(
                 f"cluster '{prof['name']}' is a fixed size of {_n(prof['nodes'], 'node')} "
                 f"({prof['nodes'] * gpn} GPUs); --nodes {nodes} runs on {_n(nodes, 'node')} ({nodes * gpn} GPUs)"
             )
     elif prof["nodes"] is not None:
         nodes, jobsrc["nodes"] = prof["nodes"], f"cluster:{prof['name']}"
         if want and nodes * gpn != want:
-            errors.append(
+            found.error(
                 f"{recipe['name']} needs {want} GPUs ({want_src}) but cluster '{prof['name']}' has "
                 f"{nodes * gpn} ({_n(nodes, 'node')} x {gpn}); {_size_hint(prof, want)}"
             )
     elif want:
         if want % gpn:
-            errors.append(
+            found.error(
                 f"{want} GPUs ({want_src}) is not a whole number of {gpn}-GPU nodes on cluster '{prof['name']}'"
             )
         nodes, jobsrc["nodes"] = max(1, math.ceil(want / gpn)), want_src
     else:
         nodes, jobsrc["nodes"] = 1, "default"
     if prof["max_nodes"] is not None and nodes > prof["max_nodes"]:
-        errors.append(f"{nodes} nodes exceeds cluster '{prof['name']}' maximum of {prof['max_nodes']}")
+        found.error(f"{nodes} nodes exceeds cluster '{prof['name']}' maximum of {prof['max_nodes']}")
     return nodes
 
 
@@ -375,18 +376,106 @@ def _signal_name(value) -> str:
     return sig.name[3:]
 
 
-def resolve(recipe_name: str, opts: Options | None = None, *, for_submit: bool = False) -> ResolvedJob:
+class _Found(list):
+    """The findings of one resolve, in the order found (job/resolved.py Finding)."""
+
+    def error(self, text: str) -> None:
+        self.append(Finding(text, error=True))
+
+    def warn(self, text: str, **how) -> None:
+        self.append(Finding(text, **how))
+
+    def errors(self) -> int:
+        return sum(f.error for f in self)
+
+
+def resolve(recipe_name: str, opts: Options | None = None) -> ResolvedJob:
+    """The job, in named stages: the files; the config layers; environment and secrets; size and
+    image; scheduler settings; the run dir; the time limit's save, chain and retry; the notes and the
+    canary; then a draft job, its findings (plan/findings), and its save before the limit sized
+    (plan/sizing), each stage a new frozen job. The dry run and a submit get the same job: a finding
+    says whether it blocks a submit (ResolvedJob.refusals)."""
     opts = opts if opts is not None else Options()
+    recipe, prof, overlays = _files(recipe_name, opts)
+    found, jobsrc = _Found(), {}
+    known = schema.at(recipe["bridge_commit"])  # the keys of the revision the recipe pins
+    layers, deleted = _config_layers(recipe, overlays, prof, opts, known)
+    env, envsrc, secrets, secret_sources, cli_secrets = _environment(recipe, overlays, prof, opts, found)
+    if not opts.memory_check:
+        jobsrc["memory_check"] = "off (--no-memory-check)"  # kept for resume, which validates again
+    if opts.force:
+        jobsrc["force"] = "on (--force)"  # what the job's checks let through (diff shows it)
+    before = found.errors()
+    nodes = _nodes(recipe, overlays, prof, opts, jobsrc, found)
+    gpu_count_ok = found.errors() == before
+    container, image = _container(recipe, prof, opts, jobsrc)
+    scheduler = _scheduler(prof, opts, jobsrc, found)
+    job_root, run_dir, python, mounts, bridge_src = _run_dir(recipe, prof, opts, layers, known, container, jobsrc)
+    chain, retry, limit_save = _time_limit(opts, prof, layers, scheduler)
+    needs, canary, missing = _notes(
+        recipe, prof, opts, layers, container, bridge_src, nodes, jobsrc, secrets, secret_sources, cli_secrets, found
+    )
+    draft = ResolvedJob(
+        recipe=recipe["name"],
+        upstream=recipe.get("upstream"),
+        bridge_commit=recipe["bridge_commit"] if recipe["workload"] == "megatron-bridge" else None,
+        mode=recipe.get("mode"),
+        workload=recipe["workload"],
+        dataset_kind=recipe.get("dataset_kind"),
+        entry=recipe["entry"],
+        hf_model=recipe.get("hf_model"),
+        cluster=prof["name"],
+        backend=prof["backend"],
+        overlays=[o["name"] for o in overlays],
+        nodes=nodes,
+        gpus_per_node=prof["gpus_per_node"],
+        world_size=nodes * prof["gpus_per_node"],
+        gpu_type=prof["gpu_type"],
+        container=container,
+        config=dict(layers.values),
+        args=list(layers.tokens.values()) + deleted,
+        env=env,
+        secrets=secrets,
+        required_secrets=list(prof["required_secrets"]),
+        mounts=mounts,
+        job_root=job_root,
+        run_id=RUN_ID_PLACEHOLDER,
+        run_dir=run_dir,
+        python=python,
+        scheduler=scheduler,
+        profile=prof,
+        chain=chain,
+        retry=retry,
+        limit_save=limit_save,
+        provenance={"config": dict(layers.source), "env": envsrc, "job": jobsrc},
+        missing_inputs=missing,
+        findings=list(found),
+        image=image,
+        bridge_src=bridge_src,
+        secret_sources=secret_sources,
+        upstream_status=recipe.get("upstream_status"),
+        needs_bridge_src=needs,
+        bridge_recipe_module=(
+            os.path.basename(recipe["bridge_recipe_module"]) if recipe.get("bridge_recipe_module") else None
+        ),
+        canary=canary,
+    )
+    job = _checked(draft, gpu_count_ok=gpu_count_ok, memory_check=opts.memory_check)
+    return _sized(job, force=opts.force) if job.limit_save is not None else job
+
+
+def _files(recipe_name: str, opts: Options) -> tuple[dict, dict, list]:
+    """Stage 1: the recipe, the cluster profile and the overlays, as their files say."""
     recipe = recipes.load(recipe_name)
     prof = clusters.load(opts.cluster)
     if prof["abstract"]:
         raise UsageError(f"cluster '{prof['name']}' is a base profile; use one that extends it")
-    overlays = [recipes.load_overlay(n) for n in opts.overlays]
-    errors: list = []
-    warnings: list = []
-    jobsrc: dict = {}
+    return recipe, prof, [recipes.load_overlay(n) for n in opts.overlays]
 
-    known = schema.at(recipe["bridge_commit"])  # the keys of the revision the recipe pins
+
+def _config_layers(recipe: dict, overlays: list, prof: dict, opts: Options, known) -> tuple[_Layers, list]:
+    """Stage 2: the config, layer by layer (the recipe's, upstream's, overlays', the cluster's, the
+    command line's), each key checked against the pinned revision's schema."""
     upstream_label = recipes.upstream_label(recipe)
     layers = _Layers()
     # The seed-stated values first, then the upstream ones the recipe records (disjoint sets).
@@ -411,7 +500,12 @@ def resolve(recipe_name: str, opts: Options | None = None, *, for_submit: bool =
     deleted: list = []
     _apply_cli(layers, opts.overrides, deleted, known, own)
     _check_classes(known, recipe, layers)
+    return layers, deleted
 
+
+def _environment(recipe: dict, overlays: list, prof: dict, opts: Options, found: _Found):
+    """Stage 3: the environment (layered like the config), the secrets by name and, on Slurm, the
+    source each has on the cluster. Returns (env, its sources, secrets, secret sources, --secret names)."""
     env, envsrc = {}, {}
     for layer_env, src in (
         # [upstream_env] is Megatron-Bridge's environment block at the pinned revision, also for a recipe
@@ -457,20 +551,19 @@ def resolve(recipe_name: str, opts: Options | None = None, *, for_submit: bool =
     secrets, secret_sources, more_errors, more_warnings = secret_plan.plan(
         prof, secrets, prof["required_secrets"], cli_secrets, cli_sources
     )
-    errors += more_errors
-    warnings += more_warnings
+    for text in more_errors:
+        found.error(text)
+    for text in more_warnings:
+        found.warn(text)
     through_env = [n for n in secrets if n not in secret_sources]
-    if prof["backend"] == "slurm" and through_env and not for_submit:  # submit says it with Slurm's own paths
-        warnings.append(secret_plan.env_note(through_env, prof["name"]))
-    if not opts.memory_check:
-        jobsrc["memory_check"] = "off (--no-memory-check)"  # kept for resume, which validates again
-    if opts.force:
-        jobsrc["force"] = "on (--force)"  # what the job's checks let through (diff shows it)
-    before = len(errors)
-    nodes = _nodes(recipe, overlays, prof, opts, jobsrc, errors, warnings)
-    gpu_count_ok = len(errors) == before
-    gpn = prof["gpus_per_node"]
+    if prof["backend"] == "slurm" and through_env:  # a submit says it with Slurm's own paths (the backend's note)
+        found.warn(secret_plan.env_note(through_env, prof["name"]), at_submit=False)
+    return env, envsrc, secrets, secret_sources, cli_secrets
 
+
+def _container(recipe: dict, prof: dict, opts: Options, jobsrc: dict) -> tuple[str | None, dict | None]:
+    """Stage 4b: the image (recipe, cluster, --container), in the platform's form; on Slurm, the
+    image cache's squashfs where `image import` put one."""
     container, jobsrc["container"] = recipe.get("container") or None, "recipe"
     if prof["container_image"]:
         container, jobsrc["container"] = prof["container_image"], f"cluster:{prof['name']}"
@@ -489,7 +582,12 @@ def resolve(recipe_name: str, opts: Options | None = None, *, for_submit: bool =
         if hit:  # `image import` put it in the profile's cache: start from that squashfs
             image = {"ref": ref, "digest": hit["digest"], "squashfs": hit["squashfs"]}
             container, jobsrc["container"] = hit["squashfs"], f"{jobsrc['container']}, image cache {hit['digest'][:19]}"
+    return container, image
 
+
+def _scheduler(prof: dict, opts: Options, jobsrc: dict, found: _Found) -> dict:
+    """Stage 5: the backend's section with the command line's --time, --partition, --account, and
+    the bad-node list left out (--exclude)."""
     section = prof.get(prof["backend"], {}) if prof["backend"] in ("slurm", "lepton", "dgxcloud") else {}
     scheduler = dict(section)
     for flag in ("time", "partition", "account"):
@@ -510,13 +608,18 @@ def resolve(recipe_name: str, opts: Options | None = None, *, for_submit: bool =
         for node, why in opts.bad_nodes:
             if node not in excluded:
                 excluded.append(node)
-                warnings.append(
+                found.warn(
                     f"node {node} is left out (--exclude): {why}; 'bridge-launch clusters forget-node "
                     f"{prof['name']} {node}' lets it back in"
                 )
         scheduler["exclude"] = excluded
         jobsrc["exclude"] = "bad-node list"
+    return scheduler
 
+
+def _run_dir(recipe: dict, prof: dict, opts: Options, layers: _Layers, known, container, jobsrc: dict):
+    """Stage 6: the run dir and what defaults into it, the interpreter, the mounts, --bridge-src.
+    Returns (job root, run dir, python, mounts, bridge_src)."""
     job_root = (prof["job_root"] or str(paths.state_dir() / "runs")).rstrip("/")
     run_dir = f"{job_root}/{RUN_ID_PLACEHOLDER}"
     for key, sub in RUN_DIR_DEFAULTS.items():
@@ -544,7 +647,12 @@ def resolve(recipe_name: str, opts: Options | None = None, *, for_submit: bool =
         bridge_src = os.path.abspath(os.path.expanduser(opts.bridge_src))
         mounts.append(f"{run_dir}/{BRIDGE_SRC_DIR}:{BRIDGE_IN_CONTAINER}")
         jobsrc["bridge_src"] = f"cli ({bridge_src}, packed at submit)"
+    return job_root, run_dir, python, mounts, bridge_src
 
+
+def _time_limit(opts: Options, prof: dict, layers: _Layers, scheduler: dict):
+    """Stage 7: --until-done's chain, the batch script's retry, the save before the time limit
+    (sized in the last stage). Returns (chain, retry, limit_save)."""
     if not opts.until_done and opts.max_segments is not None:
         raise UsageError("--max-segments caps an --until-done chain; add --until-done or drop --max-segments")
     if opts.max_restarts < 0:
@@ -554,28 +662,35 @@ def resolve(recipe_name: str, opts: Options | None = None, *, for_submit: bool =
     limit_save = _limit_save(opts, prof, layers, scheduler, chained=chain is not None)
     if prof["backend"] == "slurm" and chain is None:
         scheduler["cancel_signal"] = "USR2"  # the batch shell's cancel trap; USR1 is the time-limit signal
+    return chain, retry, limit_save
 
+
+def _notes(
+    recipe, prof, opts, layers, container, bridge_src, nodes, jobsrc, secrets, secret_sources, cli_secrets, found
+):
+    """Stage 8: what the recipe's function and image need, the canary, the inputs and secrets a
+    submit cannot go without (findings that block a submit, shown by the dry run as warnings).
+    Returns (needs_bridge_src, canary settings, missing inputs)."""
     if recipe.get("upstream_status") and not bridge_src:  # the full note: --dry-run's Upstream line, recipes show
         alt = ", or with --bridge-src CHECKOUT that has it" if prof["backend"] == "slurm" and container else ""
-        warnings.append(
+        found.warn(
             f"recipe function {recipe.get('upstream')} is not in upstream Megatron-Bridge: the job runs only "
             f"if its image ({container or 'none'}) carries it{alt}"
         )
     needs = recipe.get("needs_bridge_src") if recipe["workload"] == "megatron-bridge" else None
-    refusal = None  # a submit refuses it once nothing else is wrong (one line at a time)
     if needs and not bridge_src:
         pin = upstream.short(recipe["bridge_commit"])
         if jobsrc["container"] == "recipe" and prof["backend"] == "slurm" and container:
             # the recipe's own image cannot run the recipe's own revision: say so before the queue
-            refusal = (
+            found.warn(
                 f"recipe '{recipe['name']}' runs Megatron-Bridge {pin}, which its image {recipe['container']} does not "
-                f"carry ({needs}): give --bridge-src CHECKOUT at {pin}"
+                f"carry ({needs}): give --bridge-src CHECKOUT at {pin}",
+                blocks_submit=True,
+                alone=True,
             )
-            if not for_submit:
-                warnings.append(refusal)
         else:
             alt = ", or give --bridge-src at it" if prof["backend"] == "slurm" else ""
-            warnings.append(
+            found.warn(
                 f"recipe '{recipe['name']}' runs Megatron-Bridge {pin} ({needs}): the job's image "
                 f"({container or 'none'}) must carry that revision{alt}"
             )
@@ -597,8 +712,8 @@ def resolve(recipe_name: str, opts: Options | None = None, *, for_submit: bool =
     canary = clusters.canary_settings(prof, opts.canary, nodes, jobsrc, unproven)
     missing = [k for k in recipe["required"] if layers.values.get(k) in (None, "")]
     for key in missing:
-        (errors if for_submit else warnings).append(
-            f"required input {key} is not set; give it as {key}=... (the recipe has no default)"
+        found.warn(
+            f"required input {key} is not set; give it as {key}=... (the recipe has no default)", blocks_submit=True
         )
     if prof["backend"] in ("local", "slurm"):  # the cloud platforms read their own secret stores
         for name in dict.fromkeys([*prof["required_secrets"], *cli_secrets]):
@@ -608,71 +723,36 @@ def resolve(recipe_name: str, opts: Options | None = None, *, for_submit: bool =
                 f"is required by cluster '{prof['name']}' but" if name in prof["required_secrets"] else "(--secret) is"
             )
             text = f"secret {name} {why} not set in your environment"
-            (errors if for_submit else warnings).append(text if for_submit else text + ": submit would refuse")
+            found.warn(text + ": submit would refuse", blocks_submit=True, submit_text=text)
+    return needs, canary, missing
 
-    job = ResolvedJob(
-        recipe=recipe["name"],
-        upstream=recipe.get("upstream"),
-        bridge_commit=recipe["bridge_commit"] if recipe["workload"] == "megatron-bridge" else None,
-        mode=recipe.get("mode"),
-        workload=recipe["workload"],
-        dataset_kind=recipe.get("dataset_kind"),
-        entry=recipe["entry"],
-        hf_model=recipe.get("hf_model"),
-        cluster=prof["name"],
-        backend=prof["backend"],
-        overlays=[o["name"] for o in overlays],
-        nodes=nodes,
-        gpus_per_node=gpn,
-        world_size=nodes * gpn,
-        gpu_type=prof["gpu_type"],
-        container=container,
-        config=dict(layers.values),
-        args=list(layers.tokens.values()) + deleted,
-        env=env,
-        secrets=secrets,
-        required_secrets=list(prof["required_secrets"]),
-        mounts=mounts,
-        job_root=job_root,
-        run_id=RUN_ID_PLACEHOLDER,
-        run_dir=run_dir,
-        python=python,
-        scheduler=scheduler,
-        profile=prof,
-        chain=chain,
-        retry=retry,
-        limit_save=limit_save,
-        provenance={"config": dict(layers.source), "env": envsrc, "job": jobsrc},
-        missing_inputs=missing,
-        warnings=warnings,
-        errors=errors,
-        image=image,
-        bridge_src=bridge_src,
-        secret_sources=secret_sources,
-        upstream_status=recipe.get("upstream_status"),
-        needs_bridge_src=needs,
-        bridge_recipe_module=(
-            os.path.basename(recipe["bridge_recipe_module"]) if recipe.get("bridge_recipe_module") else None
-        ),
-        canary=canary,
+
+def _checked(job: ResolvedJob, *, gpu_count_ok: bool, memory_check: bool) -> ResolvedJob:
+    """Stage 9: the job's findings (plan/findings: Megatron's rules, memory), on a new job."""
+    errs, warns = findings.check(job, gpu_count_ok=gpu_count_ok, memory_check=memory_check)
+    return dataclasses.replace(job, findings=[*job.findings, *resolved.errors(errs), *resolved.warnings(warns)])
+
+
+def _sized(job: ResolvedJob, *, force: bool) -> ResolvedJob:
+    """Stage 10: the save before the time limit sized (plan/sizing): the estimates, the signal lead
+    and Slurm's --signal, a chain's segments, and what they let through; each step a new job."""
+    from bridge_launch.plan import sizing
+
+    ls = job.limit_save
+    job = dataclasses.replace(job, limit_save={**ls, "estimate": sizing.estimate(job)})
+    lead, lead_source = sizing.lead(job)
+    job = dataclasses.replace(
+        job,
+        limit_save={**job.limit_save, "signal_lead": lead, "lead_source": lead_source},
+        scheduler={**job.scheduler, "signal": f"B:USR1@{lead}"},
+        provenance={**job.provenance, "job": {**job.provenance["job"], "signal": lead_source}},
     )
-    errs, warns = findings.check(job, gpu_count_ok=gpu_count_ok, memory_check=opts.memory_check)
-    job.errors.extend(errs)
-    job.warnings.extend(warns)
-    if limit_save is not None:
-        from bridge_launch.plan import sizing
-
-        limit_save["estimate"] = sizing.estimate(job)
-        limit_save["signal_lead"], limit_save["lead_source"] = sizing.lead(job)
-        scheduler["signal"] = f"B:USR1@{limit_save['signal_lead']}"
-        jobsrc["signal"] = limit_save["lead_source"]
-        limit_save["estimate"]["segments"] = sizing.segments(job)
-        more_warnings, more_errors = sizing.check(job, force=opts.force)
-        job.warnings.extend(more_warnings)
-        job.errors.extend(more_errors)
-    if refusal and for_submit and not job.errors:
-        job.errors.append(refusal)
-    return job
+    estimate = {**job.limit_save["estimate"], "segments": sizing.segments(job)}
+    job = dataclasses.replace(job, limit_save={**job.limit_save, "estimate": estimate})
+    more_warnings, more_errors = sizing.check(job, force=force)
+    return dataclasses.replace(
+        job, findings=[*job.findings, *resolved.warnings(more_warnings), *resolved.errors(more_errors)]
+    )
 
 
 def amend(job: ResolvedJob, overrides=()) -> ResolvedJob:
@@ -697,10 +777,6 @@ def amend(job: ResolvedJob, overrides=()) -> ResolvedJob:
         config=dict(layers.values),
         args=list(layers.tokens.values()) + deleted,
         provenance=prov,
-        errors=[],
-        warnings=[],
+        findings=[],
     )
-    errs, warns = findings.check(new, memory_check="memory_check" not in job.provenance.get("job", {}))
-    new.errors.extend(errs)
-    new.warnings.extend(warns)
-    return new
+    return _checked(new, gpu_count_ok=True, memory_check="memory_check" not in job.provenance.get("job", {}))

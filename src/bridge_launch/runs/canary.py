@@ -30,39 +30,28 @@ from bridge_launch.job.derived import spec as spec
 from bridge_launch.job.derived import spec_rel as spec_rel
 
 
-def artifact(job):
-    """Slurm: the canary's sbatch script (launch/<run id>-canary.sbatch)."""
-    from bridge_launch.backends.slurm.render import render  # not the backend: --dry-run needs no sbatch code
-
-    return render(canary_job(job))
-
-
-def files(job) -> dict:
-    """What submit stages besides the job's own files: the spec and, on Slurm, the canary's script."""
+def files(job, art) -> dict:
+    """What submit stages besides the job's own files: the spec and, on Slurm, the canary's script
+    (`art`: the job's artifact, which carries the canary's)."""
     out = {spec_rel(job.run_id): json.dumps(spec(job), indent=1) + "\n"}
-    if job.backend == "slurm":
-        art = artifact(job)
-        out[art.filename] = art.text
-        out.update(art.files)
+    if art.canary is not None:
+        out.update(art.canary.staged())
     return out
 
 
 def submit(be, job, run, main_artifact, secrets: dict) -> tuple[list, dict]:
-    """Slurm: the canary first, then the real job waiting for it (its script re-rendered with the
-    canary's id). Lepton, DGX Cloud: the job, whose first step is the canary. Returns the real
-    job's ids and the run info to record."""
+    """Slurm: the canary first, then the real job waiting for it: its script (rendered with a
+    placeholder for the canary's id, main_artifact.waits_for) is staged once the id is filled in.
+    Lepton, DGX Cloud: the job, whose first step is the canary. Returns the real job's ids and the
+    run info to record."""
     report = report_path(job.run_dir, job.run_id)
-    if job.backend != "slurm":
+    if main_artifact.canary is None:
         ids = be.submit(job, run, main_artifact, secrets)
         return ids, {"canary": {"where": "first step", "state": "PENDING", "verdict": "pending", "report": report}}
-    from bridge_launch.backends.slurm.render import render
-
-    cjob, cart = canary_job(job), artifact(job)
-    cid = be.submit(cjob, run, cart, secrets)[0]
+    cid = be.submit(canary_job(job), run, main_artifact.canary, secrets)[0]
     try:
-        main = gated(job, cid)
-        art = render(main)
-        be.stage(main, {art.filename: art.text, **art.files}, new_dir=False)
+        main, art = gated(job, cid), main_artifact.after(cid)
+        be.stage(main, {art.filename: art.text}, new_dir=False)
         ids = be.submit(main, run, art, secrets)
     except BaseException:
         with contextlib.suppress(Exception):
@@ -260,19 +249,19 @@ def describe(job) -> str:
     )
 
 
-def view(job) -> dict:
+def view(job, main_artifact) -> dict:
+    """--dry-run -o json's canary: its settings, spec and (Slurm) its script, from the job's artifact."""
     out = {"settings": job.canary, "spec_file": spec_rel(job.run_id), "spec": spec(job)}
-    if job.backend == "slurm":
-        art = artifact(job)
-        out["artifact"] = art.to_dict()
-        out["artifact"]["filename"] = art.filename
+    if main_artifact.canary is not None:
+        out["artifact"] = main_artifact.canary.to_dict()
+        out["artifact"]["filename"] = main_artifact.canary.filename
     return out
 
 
-def dry_run_text(job) -> str:
+def dry_run_text(job, main_artifact) -> str:
     parts = ["", describe(job)]
-    if job.backend == "slurm":
-        art = artifact(job)
+    if main_artifact.canary is not None:
+        art = main_artifact.canary
         parts += [
             f"\n--- canary {art.kind}: {art.filename} (submitted before the job; {JOB_PLACEHOLDER} above is its "
             "job id) ---",

@@ -28,12 +28,10 @@ def _launch(
     be = backends.backend(job.backend)
     created = False
     try:
-        artifact = backends.render(job)
-        files = {
-            f"launch/{run.run_id}.json": job_json(job),
-            artifact.filename: artifact.text,
-            **artifact.files,
-        }
+        artifact = backends.render(job)  # the one render of this submit
+        files = {f"launch/{run.run_id}.json": job_json(job), **artifact.staged()}
+        if artifact.waits_for:  # it waits for the canary: staged once its id is filled in (runs/canary.py)
+            del files[artifact.filename]
         # a chain's segments measure with step_times.py; the health step is node_health.py; a recipe
         # whose function bridge-launch ships starts at bridge_recipe_entry.py; a Megatron-Bridge job on
         # Slurm says which revision its image runs (image_revision.py)
@@ -42,7 +40,7 @@ def _launch(
         if job.canary:  # its spec and (Slurm) its own script
             from bridge_launch.runs import canary
 
-            files.update(canary.files(job))
+            files.update(canary.files(job, artifact))
         if job.bridge_src and new_dir:  # a resume runs the tree already in the run dir
             from bridge_launch.runs import codepack
 
@@ -173,8 +171,8 @@ def _check_secrets(job: ResolvedJob) -> None:
 def submit(job: ResolvedJob, registry: Registry | None = None, *, member: dict | None = None) -> Run:
     """Submit a new run; `member` ({"experiment", "member", "position"}) makes it an experiment's,
     in the registry and in the record an import reads back."""
-    if job.errors:
-        raise UsageError(job.errors[0])
+    if job.refusals:
+        raise UsageError(job.refusals[0])
     _check_secrets(job)
     reg = registry or Registry()
     run = reg.reserve(job.recipe, job.cluster, job.backend)
@@ -191,8 +189,8 @@ def resume(reg: Registry, run: Run, overrides=()) -> Run:
     chain = refresh(reg, reg.chain(run.chain))
     old = load_job(reg, run)
     job = amend(old, overrides)
-    if job.errors:
-        raise UsageError(job.errors[0])
+    if job.refusals:
+        raise UsageError(job.refusals[0])
     _check_resumable(run, chain, old, job)
     if job.dataset_kind == "energon" and data_parallel(old) != data_parallel(job):
         raise UsageError(

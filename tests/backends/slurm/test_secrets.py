@@ -199,8 +199,8 @@ def test_a_required_secret_with_a_source_needs_no_value_here(home, monkeypatch):
         """,
     )
     monkeypatch.delenv("NEEDED", raising=False)
-    job = resolve.resolve("smoke", resolve.Options(cluster="req"), for_submit=True)
-    assert job.errors == [] and job.secret_sources["NEEDED"]["optional"] is False
+    job = resolve.resolve("smoke", resolve.Options(cluster="req"))
+    assert job.refusals == [] and job.secret_sources["NEEDED"]["optional"] is False
 
 
 def test_a_profile_can_refuse_values_from_the_environment(cli, home):

@@ -220,8 +220,7 @@ class Backend:
     def submit(self, job, run, artifact, secrets: dict) -> list[str]:  # noqa: ARG002 - the Backend protocol's signature
         s = job.scheduler
         script = f"{job.run_dir}/{artifact.filename}"
-        segment = re.search(r"^#SBATCH --segment=(\d+)$", artifact.text, re.M)
-        if segment:
+        if artifact.segment:
             ver = self.command(s, ["sbatch", "--version"])
             if ver.returncode or _version(ver.stdout) < _MIN_SEGMENT_VERSION:
                 raise UsageError(
@@ -231,7 +230,7 @@ class Backend:
                 )
         from bridge_launch.backends.slurm import topology_plugin as slurm_topology
 
-        warning = slurm_topology.check(self, job, int(segment.group(1)) if segment else None)
+        warning = slurm_topology.check(self, job, artifact.segment)
         if warning:
             self.notes.append(f"warning: {warning}")
         values = self._secret_values(job, secrets)  # what goes through sbatch's environment: no sourced secret

@@ -5,6 +5,7 @@ per-node launcher. Pure: text from the job, nothing run."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from bridge_launch.core.errors import UsageError
 from bridge_launch.core.image_ref import pyxis_ref
 from bridge_launch.core.ports import EPHEMERAL_PORTS
 from bridge_launch.core.upstream import BRIDGE_IN_CONTAINER
+from bridge_launch.job import derived
 from bridge_launch.job.resolved import RUN_ID_PLACEHOLDER
 from bridge_launch.logs.failures import DETERMINISTIC, LOST_NODE, NCCL_PEER, NODE_FAULT
 from bridge_launch.plan import topology
@@ -415,6 +417,16 @@ secret_origins = env_secret_origins
 
 
 def render(job) -> Artifact:
+    """The job's sbatch script and the files it calls; with a canary, the script waits for the
+    canary's job (its id a placeholder until submit: Artifact.after), and the canary's own script
+    comes with it (Artifact.canary), rendered here too: one render per submit."""
+    if not job.canary:
+        return _script(job)
+    main = _script(derived.gated(job, derived.JOB_PLACEHOLDER))
+    return dataclasses.replace(main, waits_for=derived.JOB_PLACEHOLDER, canary=_script(derived.canary_job(job)))
+
+
+def _script(job) -> Artifact:
     run_dir, s = job.run_dir, job.scheduler
     env = runtime_env(job)
     # torchrun tees every worker's output with its global rank in front (rank-prefixed logs).
@@ -422,7 +434,8 @@ def render(job) -> Artifact:
     env.update(T.triage_env(job))  # NCCL hang triage: flight recorder on, dumped on a timeout
     trace = T.sets_trace_file(job)
     lines = ["#!/bin/bash", f"# {header(job)}"]
-    lines += [f"#SBATCH --{k}" + (f"={v}" if v is not None else "") for k, v in directives(job)]
+    sbatch = directives(job)
+    lines += [f"#SBATCH --{k}" + (f"={v}" if v is not None else "") for k, v in sbatch]
     through_env = [n for n in job.secrets if n not in (job.secret_sources or {})]
     if through_env:
         lines.append(f"# Secrets passed by name from the submitting environment: {' '.join(through_env)}")
@@ -453,7 +466,8 @@ def render(job) -> Artifact:
     files[node_launcher_path(job)] = library(NODE_LAUNCH)
     if secret_lines:
         files[slurm_secrets.reader_path(job)] = slurm_secrets.reader_file(job)
-    return Artifact("sbatch", "\n".join(lines) + "\n", f"launch/{job.run_id}.sbatch", files)
+    segment = next((int(v) for k, v in sbatch if k == "segment" and v), None)
+    return Artifact("sbatch", "\n".join(lines) + "\n", f"launch/{job.run_id}.sbatch", files, segment=segment)
 
 
 # --- talking to Slurm ------------------------------------------------------------------------
