@@ -23,18 +23,47 @@ def _job(recipe="smoke", cluster="local-slurm", overrides=(), **opts):
     return resolve.resolve(recipe, resolve.Options(cluster=cluster, overrides=tuple(overrides), **opts))
 
 
+def _signalled(art, sig: str, tmp_path) -> tuple[str, str]:
+    """The batch shell of a plain job (its inputs and the staged job.sh) with a stand-in training
+    step, sent `sig` while the step runs: what it said, and what the stop file holds."""
+    import subprocess
+
+    text = art.text
+    inputs = text[text.index("\n", text.index("# the batch logic")) + 1 : text.index("\nstop_file=")]
+    (library,) = (body for rel, body in art.files.items() if rel.endswith(".job.sh"))
+    stop = tmp_path / f"stop-{sig}"
+    script = "\n".join(
+        [
+            inputs,
+            library,
+            f"exit_dir={tmp_path} stop_file={stop} SLURM_JOB_ID=1",
+            "train=(sleep 3)",
+            "single_step &",
+            "pid=$!",
+            "sleep 1",
+            f"kill -{sig} $pid",
+            "wait $pid",
+        ]
+    )
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    return r.stderr, stop.read_text() if stop.exists() else None
+
+
 @pytest.mark.usefixtures("home")
-def test_every_slurm_job_with_a_time_limit_saves_before_it():
+def test_every_slurm_job_with_a_time_limit_saves_before_it(tmp_path):
     job = _job()  # local-slurm: --time 00:10:00, no --until-done
     assert job.chain is None and job.limit_save["time_limit_s"] == 600
     assert job.config["train.exit_signal_handler"] is True
     assert job.provenance["config"]["train.exit_signal_handler"] == "time-limit save"
     assert job.scheduler["signal"] == "B:USR1@120" and job.scheduler["cancel_signal"] == "USR2"
-    text = slurm.render(job).text
-    assert "#SBATCH --signal=B:USR1@120" in text
+    art = slurm.render(job)
+    assert "#SBATCH --signal=B:USR1@120" in art.text
     # USR1 (the limit): an empty stop file, which status reads as a stop at the limit; USR2: a cancel
-    assert re.search(r"trap '.*time limit in 120s.*: > \"\$stop_file\"' USR1", text)
-    assert re.search(r"trap '.*cancelled.*echo cancel > \"\$stop_file\"' USR2", text)
+    said, stop = _signalled(art, "USR1", tmp_path)
+    assert "bridge-launch: time limit in 120s: the training processes are told to save and exit" in said
+    assert stop == ""
+    said, stop = _signalled(art, "USR2", tmp_path)
+    assert "bridge-launch: cancelled: SIGTERM to the training processes" in said and stop == "cancel\n"
     assert _job(cluster="local").limit_save is None  # no time limit to save before
     assert "train.exit_signal_handler" not in _job(cluster="local").config
 
@@ -161,10 +190,11 @@ def test_dry_run_shows_the_mechanism_and_the_estimate():
         r"~\d+ s an evaluation, about 6\d\d segments to train_iters",
         r.out,
     )
-    assert "at most 900 segments" in r.out and '[ "$segment" -lt 900 ]' in r.out
-    assert 'kill -s "$sig" $pids' in r.out and '"${resume_args[@]}"' in r.out
+    assert "at most 900 segments" in r.out and re.search(r"(^| )max_segments=900( |$)", r.out, re.M)
+    # the staged files it calls: the launcher signals the training processes; the step loads the resume point
+    assert 'kill -s "$sig" "${pids[@]}"' in r.out and '"${train[@]}" "${resume_args[@]}" &' in r.out
     r = run_cli("submit", "smoke", "-c", "local-slurm", "--until-done", "--dry-run")
-    assert '[ "$segment" -lt' not in r.out.split("#!/bin/bash", 1)[1]  # no fixed segment cap
+    assert re.search(r"(^| )max_segments=0( |$)", r.out.split("#!/bin/bash", 1)[1], re.M)  # no fixed segment cap
     assert "estimate: step time unknown (plan has no throughput figure for smoke on cpu; --step-time)" in r.out
     r = run_cli("submit", "smoke", "-c", "local-slurm", "--dry-run")  # a plain job says how it stops
     assert "Time limit USR1 120 s (default) before it" in r.out

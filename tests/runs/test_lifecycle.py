@@ -15,6 +15,7 @@ from bridge_launch.resolve import resolver as resolve
 from bridge_launch.runs import lifecycle as launch
 from bridge_launch.runs.registry import Registry
 from conftest import run_cli
+from launch_jobs import step_words
 
 VL = ("dataset.path=/lustre/fsw/data/clevr2", "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt/qwen35")
 
@@ -152,7 +153,9 @@ def test_a_slurm_job_whose_function_bridge_launch_ships_stages_its_entry_and_mod
     module = root / "workload" / "bridge_recipes" / "qwen35_vl_gb200.py"
     assert module.read_text() == (src / "bridge_recipes" / "qwen35_vl_gb200.py").read_text()
     script = (root / "launch" / f"{run.run_id}.sbatch").read_text()
-    assert f"    {root}/workload/bridge_recipe_entry.py \\\n    {module} \\\n" in script
+    words = step_words(script)
+    at = words.index(f"{root}/workload/bridge_recipe_entry.py")
+    assert words[at + 1] == str(module)
     # a recipe whose function is Megatron-Bridge's own stages workload/ only for the health step
     from bridge_launch.backends.base import needs_workload
 
@@ -190,8 +193,10 @@ def test_a_submit_renders_once_and_hands_the_backend_what_it_rendered(home, tmp_
     monkeypatch.setattr(be, "submit", sbatch)
     monkeypatch.setattr(launch.backends, "backend", lambda _name: be)
     renders = []
-    real_render = slurm.render
-    monkeypatch.setattr(slurm, "render", lambda job: renders.append(job.run_id) or real_render(job))
+    from bridge_launch.backends.slurm import render as slurm_render  # what backends.render calls
+
+    real_render = slurm_render.render
+    monkeypatch.setattr(slurm_render, "render", lambda job: renders.append(job.run_id) or real_render(job))
     job = resolve.resolve(
         "smoke", resolve.Options(cluster="gb-here", overrides=("checkpoint.save=/lustre/ck",), **opts)
     )
