@@ -136,7 +136,7 @@ def test_the_vl_recipes_name_the_function_bridge_launch_ships_and_its_entry(cli)
         re.M,
     )
     # the entry torchrun starts: the shim, the staged module, then run_recipe.py and its arguments
-    flat = r.out.replace(" \\\n    ", " ")
+    flat = re.sub(r"\n    ", " ", r.out)  # the train array's lines, joined
     assert re.search(
         r"/workload/bridge_recipe_entry\.py \S+/workload/bridge_recipes/qwen35_vl_gb200\.py "
         r"/opt/Megatron-Bridge/scripts/training/run_recipe\.py --recipe "
