@@ -29,12 +29,13 @@ def local_slurm(*args, check=True):
     )
 
 
-# The local Slurm cluster is shared by two lanes of tests (scripts/test runs pytest with xdist's
-# loadgroup: a test's group keeps it on one worker, in collection order). Its nodes have 2 CPUs and
-# a job takes one on each, so two jobs run at once: each lane's tests run one after another, beside
-# the other lane's. A test marked `slurm_alone` (it drains a node, sets one DOWN, stops slurmctld or
-# slurmdbd, fills the queue) has the cluster to itself: it waits for the other lane's test to end,
-# and the other lane waits for it (slurm_hold). Everything else runs beside the lanes.
+# With TEST_WORKERS=N (scripts/test: pytest -n N --dist loadgroup; a test's xdist group keeps it on one
+# worker, in collection order) the local Slurm cluster is shared by two lanes of tests. Its nodes have
+# 2 CPUs and a job takes one on each, so two jobs run at once: each lane's tests run one after
+# another, beside the other lane's. A test marked `slurm_alone` (it drains a node, sets one DOWN,
+# stops slurmctld or slurmdbd, fills the queue) has the cluster to itself: it waits for the other
+# lane's test to end, and the other lane waits for it (slurm_hold). Everything else runs beside the
+# lanes. In one process (the default) the holds cost nothing.
 SLURM_LANES = ("slurm-1", "slurm-2")
 # Modules of the second lane (about half the lanes' time; docs/test-times.md): the rest are the first's.
 SECOND_LANE = {"test_until_done_e2e"}
