@@ -108,9 +108,10 @@ def test_with_until_done_only_the_first_segment_waits_for_the_canary():
     d = _dry("smoke", "-c", "gb200-8", "--canary", "--until-done", "--step-time", "1", "checkpoint.save=/lustre/ck")
     text = d["artifact"]["text"]
     assert "#SBATCH --dependency=afterok:@CANARY_JOB_ID@" in text
-    # a segment submits its successor with a dependency of its own on the command line, which sbatch
-    # takes over the script's #SBATCH line
-    assert 'sbatch --parsable ${ex:+--exclude="$ex"} --dependency=afterany:"$SLURM_JOB_ID"' in text
+    # a segment submits its successor (segment.sh, staged beside the script) with a dependency of its
+    # own on the command line, which sbatch takes over the script's #SBATCH line
+    (segment,) = (body for rel, body in d["artifact"]["files"].items() if rel.endswith(".segment.sh"))
+    assert '--dependency=afterany:"$SLURM_JOB_ID" "$script"' in segment
     assert d["canary"]["spec"]["workload"] == "smoke" and "--until-done" not in d["canary"]["artifact"]["text"]
 
 

@@ -3,20 +3,15 @@
 # running then): a flaky failure is resubmitted without the node the health step or the logs name
 # (--exclude), an attempt that saved a newer complete checkpoint does not use up max_restarts and
 # the next one loads it, a deterministic failure never retries. Sourced by the batch script after
-# job.sh, resume-point.sh and culprit.sh (backends/slurm/attempts.py: the record's format).
+# job.sh, resume-point.sh and culprit.sh (find_culprit, exclusions, deterministic_cause) (backends/slurm/attempts.py: the record's format).
 #
 # In:  attempts (the record dir), logs (the run's log dir), script (this batch script: the next
 #      attempt), max_restarts, load_from_save (1: an attempt after the first loads save_dir),
-#      own_exclude (array: the job's own --exclude, repeated since a command-line --exclude
-#      replaces the script's), nodes (the job's), node_own_checks (the health checks whose failure
-#      is a node's own, an ERE alternation), deterministic (a file of EREs, one a line:
-#      logs/failures.py's DETERMINISTIC).
+#      nodes (the job's), node_own_checks (the health checks whose failure
+#      is a node's own, an ERE alternation).
 #
 # Each attempt appends one record to $attempts/outcomes, tab-separated:
 #     JOB  ATTEMPT  OUTCOME  FROM  TO  NODES  BAD  DETAIL
-
-# exclusions FILE: the nodes the next job must leave out, one a line (the job's own and FILE's)
-exclusions() { { printf '%s\n' "${own_exclude[@]}"; cat "$1" 2>/dev/null; } | grep -v '^$' | sort -u; }
 
 # Before the health step: this attempt's number, its resume point and what it loads.
 attempt_begin() {
@@ -117,7 +112,7 @@ attempt_after_step() {
         attempt_end completed - ""
         exit 0
     fi
-    why=$(grep -hE -f "$deterministic" "$logs/sbatch-$SLURM_JOB_ID.out" "$logs/$SLURM_JOB_ID"-*.log 2>/dev/null | head -n 1 | cut -c 1-240)
+    why=$(deterministic_cause)
     if [ -n "$why" ]; then
         attempt_end failed - "exit $rc; deterministic, not retried: $why"
         exit "$rc"

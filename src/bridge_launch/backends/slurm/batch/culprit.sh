@@ -1,9 +1,23 @@
 # shellcheck shell=bash disable=SC2154,SC2034 # a library: the batch script sets its inputs, reads its outputs
-# The node a failed step's logs name as the source of its failure, for a retry or a chain's next
-# segment to leave out. Sourced by the batch script (backends/slurm/attempts.py).
+# What a failed step's logs say, for a retry (attempts.sh) or a chain's next segment (segment.sh):
+# whether the failure is deterministic, the node at fault, the nodes to leave out. Sourced by the
+# batch script.
 #
-# In:  logs (the run's log dir), node_fault, lost_node, nccl_peer (extended regexes:
-#      logs/failures.py's NODE_FAULT, LOST_NODE, NCCL_PEER).
+# In:  logs (the run's log dir), deterministic (a file of EREs, one a line: logs/failures.py's
+#      DETERMINISTIC), node_fault, lost_node, nccl_peer (EREs: its NODE_FAULT, LOST_NODE, NCCL_PEER),
+#      own_exclude (array: the job's own --exclude, repeated since a command-line --exclude replaces
+#      the script's).
+
+# deterministic_cause: the first line of this job's logs that a deterministic failure's pattern
+# matches (240 characters at most; nothing: none), which no retry would get past
+deterministic_cause() {
+    grep -hE -f "$deterministic" "$logs/sbatch-$SLURM_JOB_ID.out" "$logs/$SLURM_JOB_ID"-*.log 2>/dev/null |
+        head -n 1 | cut -c 1-240
+}
+
+# exclusions FILE: the nodes the next job must leave out, one a line (the job's own and FILE's)
+exclusions() { { printf '%s\n' "${own_exclude[@]}"; cat "$1" 2>/dev/null; } | grep -v '^$' | sort -u; }
+
 # find_culprit sets culprit_node ('' for none) and cause (the line that names it): a node fault in
 # exactly one node's own log (Slurm's %N per-node logs), else srun's lost node, else the one peer
 # NCCL's remote errors name, mapped to a node of the allocation by name or address.

@@ -4,13 +4,13 @@
 # its successor (afterany, so two never overlap), resumes from the newest complete checkpoint, runs
 # training, and decides: done -> cancel the successor; a new checkpoint -> let it continue; no new
 # checkpoint in max_no_progress segments in a row, a deterministic failure or no restarts left ->
-# stop. Sourced by the batch script after job.sh, resume-point.sh and culprit.sh
+# stop. Sourced by the batch script after job.sh, resume-point.sh and culprit.sh (find_culprit,
+# exclusions, deterministic_cause)
 # (backends/slurm/render.py sets the inputs; backend.py reads the chain dir's records).
 #
 # In:  chain (the chain's dir), logs (the run's log dir), script (this batch script: the
 #      successor), train_iters, signal_lead, max_restarts, max_no_progress, max_segments (0: no
 #      limit), saving_grep and saved_grep (EREs: a save's start and end lines in the log),
-#      deterministic (a file of EREs, one a line), own_exclude (array: the job's own --exclude),
 #      nodes (the job's); for the time-limit watch: step_times (workloads/step_times.py),
 #      planned_save and planned_eval (the estimate's seconds, - for none), time_limit_s,
 #      watch_period (seconds between two reads of the log), measure_state (a file in the chain dir).
@@ -72,9 +72,6 @@ no_progress() {
         return 1
     fi
 }
-
-# exclusions FILE: the nodes the next job must leave out, one a line (the job's own and FILE's)
-exclusions() { { printf '%s\n' "${own_exclude[@]}"; cat "$1" 2>/dev/null; } | grep -v '^$' | sort -u; }
 
 # The successor, submitted once per segment job, however often Slurm runs this script under the same
 # job id (a requeue after a node failure, scontrol requeue): the first run claims the submission with
@@ -223,7 +220,7 @@ segment_run() {
     fi
     if [ "$after" -gt "$before" ]; then echo 0 > "$chain/no_progress"; fi
     if [ "$rc" -ne 0 ] && [ "$asked" = 0 ] && [ "$ended" = 0 ]; then
-        why=$(grep -hE -f "$deterministic" "$logs/sbatch-$SLURM_JOB_ID.out" "$logs/$SLURM_JOB_ID"-*.log 2>/dev/null | head -n 1 | cut -c 1-240)
+        why=$(deterministic_cause)
         if [ -n "$why" ]; then
             stop "deterministic failure in segment $segment: $why"
             outcome "$SLURM_JOB_ID" failed "$before" "$after" "$why"
