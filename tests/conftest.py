@@ -29,15 +29,19 @@ def local_slurm(*args, check=True):
     )
 
 
-# With TEST_WORKERS=N (scripts/test: pytest -n N --dist loadgroup; a test's xdist group keeps it on one
-# worker, in collection order) the local Slurm cluster is shared by two lanes of tests. Its nodes have
-# 2 CPUs and a job takes one on each, so two jobs run at once: each lane's tests run one after
-# another, beside the other lane's. A test marked `slurm_alone` (it drains a node, sets one DOWN,
-# stops slurmctld or slurmdbd, fills the queue) has the cluster to itself: it waits for the other
-# lane's test to end, and the other lane waits for it (slurm_hold). Everything else runs beside the
-# lanes. In one process (the default) the holds cost nothing.
+# scripts/test runs pytest in TEST_WORKERS processes (xdist, --dist loadgroup: a test's xdist group
+# keeps it on one worker, in collection order; 2 by default). The suite is CPU-bound on this project's
+# 2-core machines, but its Slurm tests are not: a job's trainers mostly sleep through their steps,
+# and time limits wait for slurmctld's 30 s check, so the machine idles for about half of their 44
+# minutes (issue 44's note). They run in one Slurm lane, one test after another as in a single
+# process, while the other worker runs the CPU-bound rest (Megatron-Bridge's config builds, the local
+# jobs, the fast tests) in that idle time. With 3 workers or more the local Slurm cluster is shared by
+# two lanes (its nodes have 2 CPUs and a job takes one on each, so two jobs run at once); a test marked
+# `slurm_alone` (it drains a node, sets one DOWN, stops slurmctld or slurmdbd, fills the queue) has
+# the cluster to itself: it waits for the other lane's test to end, and the other lane waits for it
+# (slurm_hold). In one process the holds cost nothing.
 SLURM_LANES = ("slurm-1", "slurm-2")
-# Modules of the second lane (about half the lanes' time; docs/test-times.md): the rest are the first's.
+# Modules of the second lane, with 3 workers or more (about half the lanes' time; docs/test-times.md).
 SECOND_LANE = {"test_until_done_e2e"}
 SLURM_HOLD = Path(os.environ.get("BRIDGE_LAUNCH_TEST_HOLD", "/tmp/bridge-launch-tests.slurm-hold"))
 
@@ -49,7 +53,9 @@ def _in_slurm_lane(item) -> bool:
 
 
 def _lane_of(item) -> str:
-    return SLURM_LANES[1] if item.module.__name__.rsplit(".", 1)[-1] in SECOND_LANE else SLURM_LANES[0]
+    two_lanes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) >= 3
+    second = two_lanes and item.module.__name__.rsplit(".", 1)[-1] in SECOND_LANE
+    return SLURM_LANES[1] if second else SLURM_LANES[0]
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the xdist_group marks
@@ -64,6 +70,31 @@ def pytest_collection_modifyitems(config, items):
             item.user_properties.append(("lane", lane))  # for scripts/test-times, in .test-times.xml
     if hasattr(config, "workerinput"):  # an xdist worker: every worker sorts alike, as xdist requires
         items.sort(key=lambda item: 0 if _in_slurm_lane(item) else 1 if item.get_closest_marker("slow") else 2)
+
+
+_CPU_AT_START = pytest.StashKey[float]()
+
+
+def _busy_cpu_seconds() -> float:
+    """The whole machine's busy CPU time so far (/proc/stat's first line less idle and iowait): a test's
+    cost on a 2-core machine is its CPU time more than its wall time, the cluster's daemons and jobs
+    included."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.stash[_CPU_AT_START] = _busy_cpu_seconds()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """The machine's CPU seconds from the test's setup to the end of its teardown, as the junit property
+    cpu_s (scripts/test-times sums them per file; exact in one process, shared time under xdist)."""
+    if call.when == "teardown" and _CPU_AT_START in item.stash:
+        item.user_properties.append(("cpu_s", f"{_busy_cpu_seconds() - item.stash[_CPU_AT_START]:.1f}"))
+    yield
 
 
 @contextlib.contextmanager

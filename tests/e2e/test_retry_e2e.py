@@ -31,7 +31,7 @@ def _wait(run_id, states=("COMPLETED", "FAILED", "CANCELLED"), timeout=300):
         st = run_cli("status", run_id, "-o", "json").json()[0]
         if st["state"] in states:
             return st
-        time.sleep(1)
+        time.sleep(2)  # each status is a process: ~0.4 s of CPU that the jobs need
     raise AssertionError(f"{run_id} did not reach {states}: {st}")
 
 

@@ -51,7 +51,7 @@ def _wait_state(run_id, states, timeout=240):
         st = r.json()[0]
         if st["state"] in states:
             return st
-        time.sleep(1)
+        time.sleep(2)  # each status is a process: ~0.4 s of CPU that the jobs need
     raise AssertionError(f"{run_id} did not reach {states}: {st}")
 
 
