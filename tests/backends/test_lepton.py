@@ -10,7 +10,7 @@ from launch_jobs import _job, _profile
 
 
 @pytest.mark.usefixtures("home")
-@pytest.mark.parametrize("nodes,per", [(2, None), (8, None), (18, None), (36, 18), (20, 10), (19, None), (1, None)])
+@pytest.mark.parametrize("nodes,per", [(2, 2), (8, 8), (18, 18), (36, 18), (20, 10), (19, None), (1, None)])
 def test_lepton_segments_follow_the_slurm_rule(nodes, per):
     from leptonai.api.v1.types.job import LeptonJob
 

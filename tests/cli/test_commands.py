@@ -209,6 +209,7 @@ DIFF_CHANGES = {
     "env": ([], ["-e", "FOO=1"]),
     "secrets": ([], ["--secret", "MY_TOKEN"]),
     "bridge_src": ([], ["--bridge-src", "/somewhere/Megatron-Bridge"]),
+    "segment_size": ([], ["--segment-size", "smallest"]),
     "until_done": ([], ["--until-done"]),
     "max_restarts": ([], ["--max-restarts", "1"]),
     "signal_lead": ([], ["--signal-lead", "300"]),

@@ -2,6 +2,7 @@
 megatron-core); here it is held equal to megatron-core's own RankGenerator over many layouts,
 and the arithmetic path is shown to import neither megatron nor torch."""
 
+import dataclasses
 import itertools
 import json
 import subprocess
@@ -84,14 +85,13 @@ def test_spans_count_nodes_and_domains():
 
 @pytest.mark.usefixtures("home")
 def test_vl_sft_on_gb200_32_stays_inside_nodes_and_one_domain():
-    result = report.plan(
-        job(
-            "qwen35-vl-sft",
-            "gb200-32",
-            "dataset.path=/lustre/fsw/clevr2",
-            "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt",
-        )
+    j = job(
+        "qwen35-vl-sft",
+        "gb200-32",
+        "dataset.path=/lustre/fsw/clevr2",
+        "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt",
     )
+    result = report.plan(j)
     assert result["parallel"] == {
         "tp": 2,
         "pp": 1,
@@ -108,7 +108,10 @@ def test_vl_sft_on_gb200_32_stays_inside_nodes_and_one_domain():
     assert result["spans"]["ep"]["max_nodes"] == 4  # 16 ranks on 4-GPU nodes
     # the NVLink-bound groups stay inside a segment; data and context parallel traffic may cross
     assert not any(result["spans"][k]["crosses_domains"] for k in ("tp", "etp", "ep"))
-    assert result["segment"] == 4  # an EP group's 4 nodes: not forced into one rack
+    # Megatron-Bridge's rule: a job that fits one 18-node domain stays in it (data-parallel collectives on
+    # NVLink); --segment-size smallest: an EP group's 4 nodes, not forced into one rack
+    assert result["segment"] == 8 == topology.segment_of(j)
+    assert topology.segment_of(dataclasses.replace(j, scheduler={**j.scheduler, "segment_size": "smallest"})) == 4
     assert result["domains"]["hybrid_ep"] and result["domains"]["segment_requested"]
     assert result["groups"]["ep"] == [list(range(16)), list(range(16, 32))]
     # no placement warning, and none of Megatron-Bridge's MTP-with-packing rule: the shipped function
@@ -117,7 +120,7 @@ def test_vl_sft_on_gb200_32_stays_inside_nodes_and_one_domain():
     assert result["errors"] == []
     json.dumps(result)  # JSON-able as --output json prints it
     text = report.render_text(result)
-    assert "segment 4 nodes" in text and "HybridEP" in text and "warning: TP" not in text and "error" not in text
+    assert "segment 8 nodes" in text and "HybridEP" in text and "warning: TP" not in text and "error" not in text
 
 
 @pytest.mark.usefixtures("home")
@@ -266,11 +269,10 @@ SHIPPED = (
 @pytest.mark.parametrize("recipe,overrides", SHIPPED, ids=[r for r, _ in SHIPPED])
 def test_the_segment_rule_over_1_to_72_nodes_keeps_every_nvlink_group_in_a_rack(recipe, overrides):
     """For each shipped recipe's parallel sizes and every node count 1-72 with a rank layout: the
-    segment divides the nodes, fits an 18-node domain and holds every NVLink-bound group whole;
-    above 18 nodes it is the largest such, at or below 18 the smallest (a job whose groups span 2
-    nodes is not forced into one rack). Checked against the groups themselves, rank by rank."""
-    import dataclasses
-
+    segment divides the nodes, fits an 18-node domain and holds every NVLink-bound group whole; it is
+    the largest such (at or below 18 nodes all of them, Megatron-Bridge's rule), and with
+    segment_size "smallest" the smallest (a job whose groups span 2 nodes is not forced into one
+    rack). Checked against the groups themselves, rank by rank."""
     base = job(recipe, "gb200-nvl72", *overrides)
     gpn, checked, spread = base.gpus_per_node, 0, 0
     for n in range(1, 73):
@@ -294,8 +296,11 @@ def test_the_segment_rule_over_1_to_72_nodes_keeps_every_nvlink_group_in_a_rack(
             for d in range(1, min(18, n) + 1)
             if n % d == 0 and all(topology._fits(groups[k], gpn, d) for k in critical)
         ]
-        assert seg == (max(fits) if n > 18 else min(fits)), (n, seg, fits)
-        spread += n <= 18 and seg < n
+        assert seg == max(fits), (n, seg, fits)  # Megatron-Bridge's rule: n itself when n <= 18
+        assert seg == n or n > 18, (n, seg)
+        smallest = topology.segment_of(dataclasses.replace(j, scheduler={**j.scheduler, "segment_size": "smallest"}))
+        assert smallest == min(fits), (n, smallest, fits)
+        spread += n <= 18 and smallest < n
         checked += 1
     assert checked >= 4 and spread >= 1
 
@@ -313,3 +318,35 @@ def test_no_segment_that_keeps_the_groups_whole_is_refused_with_what_works(home)
     assert not [e for e in ok.errors if e.startswith("no segment")] and topology.segment_of(ok) == 2
     r = run_cli("submit", "qwen35-35b-a3b-pretrain", "-c", "nvl8", "-N", "8", *wide, "--dry-run")
     assert r.code == 2 and "no segment of <= 2 nodes" in r.err and "Traceback" not in r.err
+
+
+def test_the_segment_choice_is_the_profiles_or_the_command_lines_and_the_dry_run_says_what_it_costs(home):
+    """issue 38: the 8-node VL SFT gets one NVLink domain by default (Megatron-Bridge's rule, was 4);
+    `--segment-size smallest` or the profile's [slurm] segment_size gives the segments of its EP
+    groups; the dry run's Placement line says which, why, and what the other choice would give; a
+    bad value is one line and exit 2, on the command line and in a profile."""
+    args = ["submit", "qwen35-vl-sft", "-c", "gb200-32", "--dry-run"]
+    r = run_cli(*args)
+    assert r.code == 0 and "#SBATCH --segment=8\n" in r.out, r.err
+    (line,) = [x for x in r.out.splitlines() if x.startswith("Placement  ")]
+    assert line.startswith("Placement  --segment=8: all 8 nodes in one NVLink domain of 18") and line.endswith(
+        "(segment_size smallest: segments of 4)  [segment_size domain: cluster:gb200-32]"
+    ), line
+    r = run_cli(*args, "--segment-size", "smallest")
+    assert r.code == 0 and "#SBATCH --segment=4\n" in r.out, r.err
+    (line,) = [x for x in r.out.splitlines() if x.startswith("Placement  ")]
+    assert "8 nodes in 2 segments of 4" in line and "(segment_size domain: segments of 8)" in line, line
+    assert line.endswith("[segment_size smallest: cli]"), line
+    (home / "clusters" / "racks.toml").write_text('extends = "gb200-32"\n[slurm]\nsegment_size = "smallest"\n')
+    r = run_cli("submit", "qwen35-vl-sft", "-c", "racks", "--dry-run")
+    assert r.code == 0 and "#SBATCH --segment=4\n" in r.out and "[segment_size smallest: cluster:racks]" in r.out
+    r = run_cli(*args, "--segment-size", "small")
+    assert r.code == 2 and r.err.strip() == (
+        "bridge-launch: error: --segment-size must be one of domain, smallest, got 'small'"
+    ), r.err
+    (home / "clusters" / "bad.toml").write_text('extends = "gb200-32"\n[slurm]\nsegment_size = "tiny"\n')
+    r = run_cli("submit", "qwen35-vl-sft", "-c", "bad", "--dry-run")
+    assert r.code == 2 and "[slurm] segment_size must be one of domain, smallest, got 'tiny'" in r.err, r.err
+    assert len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err
+    r = run_cli("submit", "smoke", "--segment-size", "smallest", "--dry-run")
+    assert r.code == 2 and "--segment-size applies to Slurm and Lepton clusters" in r.err

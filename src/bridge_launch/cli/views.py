@@ -221,6 +221,13 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
     }
     if sched:
         lines.append("Scheduler  " + "  ".join(f"{k}={v} [{jsrc.get(k, 'cluster')}]" for k, v in sched.items()))
+    if job.backend in ("slurm", "lepton") and job.scheduler.get("segment"):  # NVLink domains: the segment
+        from bridge_launch.plan import topology  # the renderers' import, on the path that shows a segment
+
+        place = topology.segment_line(job)
+        if place:
+            choice = job.scheduler.get("segment_size") or "domain"
+            lines.append(f"Placement  {place}  [segment_size {choice}: {jsrc.get('segment_size', 'cluster')}]")
     lines.append(f"Run dir    {job.run_dir}")
     if job.limit_save:
         lines += limit_lines(job)

@@ -41,6 +41,14 @@ GPU_CC = {
 }
 
 
+# How a job is cut into NVLink-domain segments (Slurm's --segment, Lepton's count_per_segment;
+# plan/topology.segment_rule): "domain", Megatron-Bridge's rule (a job that fits one domain stays in
+# it, its data-parallel collectives on multi-node NVLink; a larger one in the largest segments that
+# fit); "smallest", the smallest segment that keeps the NVLink-bound rank groups whole (a job that
+# starts sooner on racks with few free nodes each, its other collectives across racks).
+SEGMENT_SIZES = ("domain", "smallest")
+
+
 def segment_size(nodes: int, domain: int) -> int:
     """Megatron-Bridge's rule (067f987 scripts/performance/utils/executors.py:168-176): all nodes
     if they fit in one NVLink domain, else the largest divisor of the node count that does. The

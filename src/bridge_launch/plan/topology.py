@@ -220,24 +220,57 @@ def fitting_segments(nodes: int, domain: int, gpn: int, groups: dict, critical: 
 
 
 def segment_rule(job, par: Parallel, groups: dict) -> int | None:
-    """The --segment for the job (Slurm's, and Lepton's count_per_segment): a job larger than one
-    NVLink domain gets the largest segment that divides its nodes, fits a domain and keeps every
-    NVLink-bound group inside it; a job that fits a domain gets the smallest such segment, so it is
-    not forced into one rack when its groups need fewer nodes. None: no domains, or no segment keeps
-    the groups inside (segment_refusal says so).
-
-    Megatron-Bridge's own rule (067f987 scripts/performance/utils/executors.py:168-176) takes
-    all the nodes when they fit in one domain of 18, else the largest divisor <= 18 whatever the
-    groups: -N 40 gets 10 and splits HybridEP groups of 4 nodes across racks, and a 16-node job
-    waits for one rack with 16 free nodes although its EP groups need 2. Its rule is for
-    benchmarks in one rack; this one keeps the groups whole and the job schedulable."""
-    domain, nodes = int(job.profile.get("nvlink_domain_nodes") or 0), job.nodes
-    if domain <= 1 or nodes <= 1:
-        return None
-    fits = fitting_segments(nodes, domain, job.gpus_per_node, groups, nvlink_bound(job, par))
+    """The --segment for the job (Slurm's, and Lepton's count_per_segment), by the job's
+    segment_size (core/hardware.SEGMENT_SIZES; [slurm]/[lepton] segment_size, --segment-size):
+    "domain", Megatron-Bridge's rule (067f987 scripts/performance/utils/executors.py:168-176: all the
+    nodes when they fit one domain, so that the data-parallel collectives stay on multi-node NVLink;
+    else the largest divisor that fits one), here also keeping every NVLink-bound group inside a
+    segment (upstream's largest divisor <= 18 of -N 40 is 10, which splits HybridEP groups of 4 nodes
+    across racks; this takes 5); "smallest", the smallest segment that keeps those groups whole, for
+    racks with few free nodes each. None: no domains, or no segment keeps the groups inside
+    (segment_refusal says so)."""
+    fits = _segment_sizes(job, par, groups)
     if not fits:
         return None
-    return max(fits) if nodes > domain else min(fits)
+    return min(fits) if job.scheduler.get("segment_size") == "smallest" else max(fits)
+
+
+def _segment_sizes(job, par: Parallel, groups: dict) -> list[int]:
+    domain, nodes = int(job.profile.get("nvlink_domain_nodes") or 0), job.nodes
+    if domain <= 1 or nodes <= 1:
+        return []
+    return fitting_segments(nodes, domain, job.gpus_per_node, groups, nvlink_bound(job, par))
+
+
+def segment_line(job) -> str | None:
+    """The dry run's line on the segment the job gets, why, and what the other choice would give;
+    None where the job has no segment (no domains, one node, or the profile's segment off)."""
+    domain = int(job.profile.get("nvlink_domain_nodes") or 0)
+    if job.backend not in ("slurm", "lepton") or not job.scheduler.get("segment") or domain <= 1 or job.nodes <= 1:
+        return None
+    size = segment_of(job)
+    if not size:
+        return None
+    try:
+        par = parallel_of(job)
+        fits = _segment_sizes(job, par, rank_groups(par)) if par.world <= MAX_RANKS else []
+    except UsageError:
+        fits = []
+    choice = job.scheduler.get("segment_size") or "domain"
+    flag = "--segment" if job.backend == "slurm" else "count_per_segment"
+    if size == job.nodes:
+        what = f"{flag}={size}: all {job.nodes} nodes in one NVLink domain of {domain}, every collective on NVLink; "
+        what += f"the job waits for {size} free nodes in one rack"
+    else:
+        what = (
+            f"{flag}={size}: {job.nodes} nodes in {job.nodes // size} segments of {size}, each inside an NVLink "
+            f"domain of {domain} with its TP/EP groups; the data-parallel collectives cross racks"
+        )
+    other = "smallest" if choice == "domain" else "domain"
+    alt = (min(fits) if other == "smallest" else max(fits)) if fits else None
+    if alt and alt != size:
+        what += f" (segment_size {other}: segments of {alt})"
+    return what
 
 
 def segment_of(job) -> int | None:

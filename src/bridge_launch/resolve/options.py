@@ -55,6 +55,13 @@ class Options:
         help="A local Megatron-Bridge git checkout: packed (tracked files, uncommitted edits included), staged in the "
         "run dir and mounted over the container's copy.",
     )
+    segment_size: str | None = _flag(  # None: the profile's [slurm]/[lepton] segment_size
+        None,
+        "--segment-size",
+        help="NVLink-domain segments: 'domain' keeps a job that fits one domain in it (Megatron-Bridge's rule, the "
+        "default); 'smallest' takes the smallest segment that keeps TP/EP groups whole (starts sooner on racks with "
+        "few free nodes, other collectives cross racks).",
+    )
     until_done: bool = _flag(
         False, "--until-done", help="Slurm: continue across time limits and flaky failures until train_iters."
     )

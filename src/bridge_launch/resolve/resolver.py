@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from bridge_launch.core import image_cache, image_ref, paths, slurm_time, upstream
 from bridge_launch.core.errors import UsageError
+from bridge_launch.core.hardware import SEGMENT_SIZES
 from bridge_launch.core.upstream import BRIDGE_IN_CONTAINER
 from bridge_launch.job import resolved
 from bridge_launch.job.resolved import BRIDGE_SRC_DIR as BRIDGE_SRC_DIR
@@ -586,7 +587,8 @@ def _container(recipe: dict, prof: dict, opts: Options, jobsrc: dict) -> tuple[s
 
 
 def _scheduler(prof: dict, opts: Options, jobsrc: dict, found: _Found) -> dict:
-    """Stage 5: the backend's section with the command line's --time, --partition, --account, and
+    """Stage 5: the backend's section with the command line's --time, --partition, --account,
+    --segment-size, and
     the bad-node list left out (--exclude)."""
     section = prof.get(prof["backend"], {}) if prof["backend"] in ("slurm", "lepton", "dgxcloud") else {}
     scheduler = dict(section)
@@ -603,6 +605,18 @@ def _scheduler(prof: dict, opts: Options, jobsrc: dict, found: _Found) -> dict:
             jobsrc[flag] = f"cluster:{prof['name']}"
     if scheduler.get("time"):
         slurm_time.checked(scheduler["time"], jobsrc["time"])
+    if opts.segment_size is not None:
+        if prof["backend"] not in ("slurm", "lepton"):
+            raise UsageError(
+                f"--segment-size applies to Slurm and Lepton clusters; '{prof['name']}' uses the {prof['backend']} "
+                "backend"
+            )
+        if opts.segment_size not in SEGMENT_SIZES:
+            raise UsageError(f"--segment-size must be one of {', '.join(SEGMENT_SIZES)}, got {opts.segment_size!r}")
+        scheduler["segment_size"] = opts.segment_size
+        jobsrc["segment_size"] = "cli"
+    elif "segment_size" in scheduler:
+        jobsrc["segment_size"] = f"cluster:{prof['name']}"
     if opts.bad_nodes and prof["backend"] == "slurm":  # the runs layer's bad-node list: left out, saying why
         excluded = list(scheduler.get("exclude") or [])
         for node, why in opts.bad_nodes:

@@ -6,7 +6,7 @@ from functools import lru_cache
 
 from bridge_launch.core import paths, secret_ref, slurm_time
 from bridge_launch.core.errors import UsageError, suggest
-from bridge_launch.core.hardware import GPU_ARCH
+from bridge_launch.core.hardware import GPU_ARCH, SEGMENT_SIZES
 from bridge_launch.core.ports import EPHEMERAL_PORTS, port_in_ephemeral_range
 from bridge_launch.spec.catalog import Catalog, where
 
@@ -68,6 +68,8 @@ _SLURM = {
     "mem": (str, ""),
     "request_gpus": (bool, False),
     "segment": (bool, False),
+    # which segment (core/hardware.SEGMENT_SIZES): "domain" (Megatron-Bridge's rule) or "smallest"
+    "segment_size": (str, "domain"),
     "sbatch_args": (list, []),
     "srun_args": (list, []),
     # the health step (workloads/node_health.py): one task per node before torchrun, in the job's image
@@ -118,6 +120,7 @@ _LEPTON = {
     "mover_timeout": ((int, float), 600),
     # segment_config: workers of one segment share an NVL72 domain (same rule as Slurm's --segment)
     "segment": (bool, True),
+    "segment_size": (str, "domain"),  # as [slurm] segment_size
 }
 _DGXC = {
     "base_url": (str, ""),
@@ -214,6 +217,12 @@ def _validate(data: dict, path, paths=None) -> dict:
             "there and not as --mpi in srun_args"
         )
     _check_secret_sources(at("slurm.secret_sources"), prof["slurm"])
+    for section in ("slurm", "lepton"):
+        if prof[section]["segment_size"] not in SEGMENT_SIZES:
+            raise UsageError(
+                f"{at(section + '.segment_size')}: [{section}] segment_size must be one of "
+                f"{', '.join(SEGMENT_SIZES)}, got {prof[section]['segment_size']!r}"
+            )
     bind = prof["slurm"]["cpu_bind"]
     if not all(c.isalnum() or c in "_,:.-=" for c in bind) or any(
         a.startswith(("--cpu-bind", "--cpu_bind")) for a in prof["slurm"]["srun_args"]

@@ -264,14 +264,17 @@ def test_script_structure(name):
 
 
 @pytest.mark.usefixtures("home")
-@pytest.mark.parametrize("nodes,segment", [(2, 1), (8, 1), (18, 1), (32, 16), (36, 18), (20, 10), (19, 1)])
-def test_segment_is_the_rule_over_the_jobs_groups(nodes, segment):
-    """The smoke workload has no group that needs NVLink past a node: a job that fits a rack is
-    not held to one (segment 1), a larger one gets the largest divisor <= 18 (Megatron-Bridge's
-    value there); the HybridEP cases are in tests/plan/test_topology.py."""
-    job = resolve.resolve("smoke", resolve.Options(cluster="gb200-nvl72", nodes=nodes))
-    text = backends.render(job).text
-    assert f"#SBATCH --segment={segment}\n" in text
+@pytest.mark.parametrize(
+    "nodes,segment,smallest", [(2, 2, 1), (8, 8, 1), (18, 18, 1), (32, 16, 1), (36, 18, 1), (20, 10, 1), (19, 1, 1)]
+)
+def test_segment_is_the_rule_over_the_jobs_groups(nodes, segment, smallest):
+    """The smoke workload has no group that needs NVLink past a node. By default (Megatron-Bridge's
+    rule) a job that fits a rack is held to one, a larger one gets the largest divisor <= 18; with
+    --segment-size smallest, segments of one node (the job starts on any free nodes). The HybridEP
+    cases are in tests/plan/test_topology.py."""
+    for size, expected in (("domain", segment), ("smallest", smallest)):
+        job = resolve.resolve("smoke", resolve.Options(cluster="gb200-nvl72", nodes=nodes, segment_size=size))
+        assert f"#SBATCH --segment={expected}\n" in backends.render(job).text, size
 
 
 def test_segment_only_where_the_profile_supports_it(home):
