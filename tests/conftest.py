@@ -3,6 +3,7 @@ import fcntl
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -11,6 +12,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+# A test run started in the background by a non-interactive shell (`nohup ./scripts/test &`) starts
+# with SIGINT ignored, and every process it starts would inherit that: the CLI would never see the
+# Ctrl-C the tests send (test_ctrl_c_*: the run went on, exit 0). A handler is reset at exec, so the
+# processes the tests start get SIGINT as a terminal gives it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 GOLDEN = REPO / "tests" / "golden"
 WORKLOADS = REPO / "src" / "bridge_launch" / "workloads"
 BRIDGE_SCRIPTS = REPO / "scripts" / "bridge"  # the real Megatron-Bridge's drivers (realbridge.py)
