@@ -55,9 +55,13 @@ SLURM_HOLD = Path(os.environ.get("BRIDGE_LAUNCH_TEST_HOLD", "/tmp/bridge-launch-
 
 
 def _in_slurm_lane(item) -> bool:
-    return bool(item.get_closest_marker("slurm") or item.get_closest_marker("slurm_alone")) or "cluster" in getattr(
-        item, "fixturenames", ()
-    )
+    """Marked `slurm` or `slurm_alone`, or asking for this file's `cluster` fixture (not a parameter or
+    a module's own fixture of that name: test_cloud.py's contract server, a recipe x cluster grid)."""
+    if item.get_closest_marker("slurm") or item.get_closest_marker("slurm_alone"):
+        return True
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.get("cluster") if info else None
+    return bool(defs) and getattr(defs[-1].func, "__module__", "") == __name__
 
 
 def _lane_of(item) -> str:
