@@ -350,3 +350,10 @@ def test_the_segment_choice_is_the_profiles_or_the_command_lines_and_the_dry_run
     assert len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err
     r = run_cli("submit", "smoke", "--segment-size", "smallest", "--dry-run")
     assert r.code == 2 and "--segment-size applies to Slurm and Lepton clusters" in r.err
+    r = run_cli("submit", "smoke", "-c", "local-slurm", "--segment-size", "smallest", "--dry-run")
+    unused = "--segment-size smallest changes nothing: cluster 'local-slurm' sets no segment ([slurm] segment = false)"
+    assert r.code == 0 and unused in r.out, r.err
+    # Lepton takes no segment of one node (backends/lepton.segment_config): the line says so, the body has none
+    r = run_cli("submit", "smoke", "-c", "lepton-gb200", "-N", "8", "--segment-size", "smallest", "--dry-run")
+    assert r.code == 0 and "Placement  no segment_config: segments of one node" in r.out, r.err
+    assert "count_per_segment" not in r.out

@@ -229,10 +229,14 @@ def segment_rule(job, par: Parallel, groups: dict) -> int | None:
     across racks; this takes 5); "smallest", the smallest segment that keeps those groups whole, for
     racks with few free nodes each. None: no domains, or no segment keeps the groups inside
     (segment_refusal says so)."""
-    fits = _segment_sizes(job, par, groups)
+    return _pick(job.scheduler.get("segment_size"), _segment_sizes(job, par, groups))
+
+
+def _pick(choice: str | None, fits: list[int]) -> int | None:
+    """The segment a choice of SEGMENT_SIZES takes among the fitting ones (None: none fits)."""
     if not fits:
         return None
-    return min(fits) if job.scheduler.get("segment_size") == "smallest" else max(fits)
+    return min(fits) if choice == "smallest" else max(fits)
 
 
 def _segment_sizes(job, par: Parallel, groups: dict) -> list[int]:
@@ -242,50 +246,49 @@ def _segment_sizes(job, par: Parallel, groups: dict) -> list[int]:
     return fitting_segments(nodes, domain, job.gpus_per_node, groups, nvlink_bound(job, par))
 
 
-def segment_line(job) -> str | None:
-    """The dry run's line on the segment the job gets, why, and what the other choice would give;
-    None where the job has no segment (no domains, one node, or the profile's segment off)."""
-    domain = int(job.profile.get("nvlink_domain_nodes") or 0)
-    if job.backend not in ("slurm", "lepton") or not job.scheduler.get("segment") or domain <= 1 or job.nodes <= 1:
-        return None
-    size = segment_of(job)
-    if not size:
-        return None
+def _fitting_of(job) -> list[int]:
+    """_segment_sizes from the job alone; [] where the rank groups cannot be built (non-integer
+    sizes, more than MAX_RANKS ranks)."""
     try:
         par = parallel_of(job)
-        fits = _segment_sizes(job, par, rank_groups(par)) if par.world <= MAX_RANKS else []
     except UsageError:
-        fits = []
-    choice = job.scheduler.get("segment_size") or "domain"
-    flag = "--segment" if job.backend == "slurm" else "count_per_segment"
-    if size == job.nodes:
-        what = f"{flag}={size}: all {job.nodes} nodes in one NVLink domain of {domain}, every collective on NVLink; "
-        what += f"the job waits for {size} free nodes in one rack"
-    else:
-        what = (
-            f"{flag}={size}: {job.nodes} nodes in {job.nodes // size} segments of {size}, each inside an NVLink "
-            f"domain of {domain} with its TP/EP groups; the data-parallel collectives cross racks"
-        )
-    other = "smallest" if choice == "domain" else "domain"
-    alt = (min(fits) if other == "smallest" else max(fits)) if fits else None
-    if alt and alt != size:
-        what += f" (segment_size {other}: segments of {alt})"
-    return what
+        return []
+    return _segment_sizes(job, par, rank_groups(par)) if par.world <= MAX_RANKS else []
 
 
 def segment_of(job) -> int | None:
     """segment_rule from the job alone; Megatron-Bridge's rule (hardware.segment_size) where the
-    rank groups cannot be built (non-integer sizes, more than MAX_RANKS ranks) or none fits."""
+    rank groups cannot be built or none fits."""
     domain = int(job.profile.get("nvlink_domain_nodes") or 0)
     if domain <= 1 or job.nodes <= 1:
         return None
-    try:
-        par = parallel_of(job)
-    except UsageError:
-        return segment_size(job.nodes, domain)
-    if par.world > MAX_RANKS:
-        return segment_size(job.nodes, domain)
-    return segment_rule(job, par, rank_groups(par)) or segment_size(job.nodes, domain)
+    return _pick(job.scheduler.get("segment_size"), _fitting_of(job)) or segment_size(job.nodes, domain)
+
+
+def segment_line(job) -> str | None:
+    """The dry run's line on the segment the job gets, why, and what the other choice would give;
+    None where the job gets none (no domains, one node, or the profile's segment off)."""
+    domain = int(job.profile.get("nvlink_domain_nodes") or 0)
+    if job.backend not in ("slurm", "lepton") or not job.scheduler.get("segment") or domain <= 1 or job.nodes <= 1:
+        return None
+    choice = job.scheduler.get("segment_size") or "domain"
+    fits = _fitting_of(job)
+    size = _pick(choice, fits) or segment_size(job.nodes, domain)
+    other = "smallest" if choice == "domain" else "domain"
+    alt = _pick(other, fits)
+    also = f" (segment_size {other}: segments of {alt})" if alt and alt != size else ""
+    if job.backend == "lepton" and size == 1:  # backends/lepton.segment_config: a segment of 2 or more, or none
+        return f"no segment_config: segments of one node keep the groups whole, Lepton places the workers freely{also}"
+    flag = "--segment" if job.backend == "slurm" else "count_per_segment"
+    if size == job.nodes:
+        return (
+            f"{flag}={size}: all {job.nodes} nodes in one NVLink domain of {domain}, every collective on NVLink; the "
+            f"job waits for {size} free nodes in one rack{also}"
+        )
+    return (
+        f"{flag}={size}: {job.nodes} nodes in {job.nodes // size} segments of {size}, each inside an NVLink domain "
+        f"of {domain} with its TP/EP groups; the data-parallel collectives cross racks{also}"
+    )
 
 
 def segment_refusal(job, par: Parallel, groups: dict) -> str | None:

@@ -615,6 +615,11 @@ def _scheduler(prof: dict, opts: Options, jobsrc: dict, found: _Found) -> dict:
             raise UsageError(f"--segment-size must be one of {', '.join(SEGMENT_SIZES)}, got {opts.segment_size!r}")
         scheduler["segment_size"] = opts.segment_size
         jobsrc["segment_size"] = "cli"
+        if not scheduler.get("segment"):
+            found.warn(
+                f"--segment-size {opts.segment_size} changes nothing: cluster '{prof['name']}' sets no segment "
+                f"([{prof['backend']}] segment = false)"
+            )
     elif "segment_size" in scheduler:
         jobsrc["segment_size"] = f"cluster:{prof['name']}"
     if opts.bad_nodes and prof["backend"] == "slurm":  # the runs layer's bad-node list: left out, saying why

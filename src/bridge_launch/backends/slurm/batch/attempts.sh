@@ -3,7 +3,8 @@
 # running then): a flaky failure is resubmitted without the node the health step or the logs name
 # (--exclude), an attempt that saved a newer complete checkpoint does not use up max_restarts and
 # the next one loads it, a deterministic failure never retries. Sourced by the batch script after
-# job.sh, resume-point.sh and culprit.sh (find_culprit, exclusions, deterministic_cause) (backends/slurm/attempts.py: the record's format).
+# job.sh, resume-point.sh and culprit.sh (find_culprit, exclusions, deterministic_cause);
+# backends/slurm/attempts.py holds the record's format.
 #
 # In:  attempts (the record dir), logs (the run's log dir), script (this batch script: the next
 #      attempt), max_restarts, load_from_save (1: an attempt after the first loads save_dir),
