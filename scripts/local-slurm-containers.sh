@@ -175,11 +175,44 @@ ct_image() { # build the squashfs image unless the cached one matches
 }
 
 # --- wiring ----------------------------------------------------------------------------------
-ct_wire() { # enroot.conf, runtime dirs, plugstack.conf; returns 0 when plugstack.conf changed
+ENROOT_WRAPPER_MARK="# bridge-launch local-slurm: enroot as pyxis calls it"
+CREATES_LOG=$H/enroot/creates.log
+
+enroot_wrapper() { # /usr/local/bin/enroot: the real one (enroot.real) behind what the tests inject and count
+  echo "#!/bin/bash"
+  echo "$ENROOT_WRAPPER_MARK (scripts/local-slurm-containers.sh)."
+  echo "creates_log=$CREATES_LOG"
+  cat <<'EOF'
+# pyxis runs enroot by PATH (execvpe, pyxis enroot.c:111) with the job's environment, minus the
+# ENROOT_*_PATH variables (pyxis_slurmstepd.c:364-390): a job's BRIDGE_LAUNCH_TEST_CREATE_DELAY=S
+# reaches this. Every `enroot create` is logged (epoch, node, container) to $creates_log, then
+# waits S seconds, standing in for a registry import or the unpacking of a 30-50 GB image.
+if [ "${1:-}" = create ]; then
+  name=""
+  for ((i = 2; i < $#; i++)); do
+    if [ "${!i}" = --name ]; then j=$((i + 1)); name=${!j}; fi
+  done
+  echo "$(date +%s) $(hostname) $name" >> "$creates_log"
+  sleep "${BRIDGE_LAUNCH_TEST_CREATE_DELAY:-0}"
+fi
+exec /usr/local/bin/enroot.real "$@"
+EOF
+}
+
+ct_wrap_enroot() { # a fresh install (ct_build) puts the real enroot in place: it moves behind the wrapper
+  if ! grep -qF "$ENROOT_WRAPPER_MARK" /usr/local/bin/enroot; then mv -f /usr/local/bin/enroot /usr/local/bin/enroot.real; fi
+  put /usr/local/bin/enroot "$(enroot_wrapper)" 755
+  touch "$CREATES_LOG" && chmod 666 "$CREATES_LOG"
+}
+
+ct_wire() { # enroot.conf, the enroot wrapper, runtime dirs, plugstack.conf; returns 0 when plugstack.conf changed
   mkdir -p "$H/enroot/tmp" "$H/enroot/run" "$H/enroot/data" "$H/enroot/cache"
   put /usr/local/etc/enroot/enroot.conf "$(enroot_conf)"
+  ct_wrap_enroot
+  # pyxis' own default, use_squashfuse=0 (pyxis config.c:41), as production runs it: every container is
+  # unpacked by `enroot create`; LOCAL_SLURM_SQUASHFUSE=1 keeps the other setting testable
   put "$ETC/plugstack.conf" "# Written by scripts/local-slurm --containers: pyxis (acts only on jobs that name an image)
-required /usr/local/lib/slurm/spank_pyxis.so runtime_path=$H/pyxis-run/node use_squashfuse=1"
+required /usr/local/lib/slurm/spank_pyxis.so runtime_path=$H/pyxis-run/node use_squashfuse=${LOCAL_SLURM_SQUASHFUSE:-0}"
   was_changed "$ETC/plugstack.conf"
 }
 

@@ -17,14 +17,14 @@ def _profile(home, name, text):
 
 
 def step_words(text: str, array: str = "train") -> list[str]:
-    """The words of one of a batch script's steps (`train`, `health` or `step`: srun's options for
+    """The words of one of a batch script's steps (`train`, `health`, `image` or `step`: srun's options for
     both), as bash splits them with the batch shell's variables left in place, srun's shared options
     and the container's variable names (env_names) filled in."""
     import re
     import shlex
 
     def body(name):
-        m = re.search(rf"^{name}=\(\n(.*?)\n\)$", text, re.S | re.M)
+        m = re.search(rf"^{name}=\(\n(.*?)\n\)$", text, re.S | re.M) or re.search(rf"^{name}=\((.*)\)$", text, re.M)
         assert m, f"no {name}=( ... ) in the script"
         return shlex.split(m.group(1))
 

@@ -136,18 +136,57 @@ def _bridge_checkout(root: Path) -> Path:
     return mb
 
 
+def _containers(node: str) -> set[str]:
+    """The containers enroot holds for root on a node (enroot.conf: a data path per host)."""
+    data = STATE / "enroot" / "data" / node / "user-0"
+    return {p.name for p in data.iterdir()} if data.is_dir() else set()
+
+
 @pytest.mark.usefixtures("home")
-def test_smoke_on_two_nodes_in_containers(cluster):
-    sub = _submit("smoke", "-c", "local-slurm-pyxis", *FAST, "train.train_iters=6")
-    st = _wait(sub["run_id"])
+def test_smoke_on_two_nodes_in_containers_with_a_slow_image_and_the_health_step(cluster, home):
+    """Production pyxis (use_squashfuse=0) and an image whose unpacking takes longer than the health
+    step's bound (the enroot wrapper sleeps 65 s in `enroot create`, a registry import's or a 30-50 GB
+    image's stand-in): the image step materialises it once per node, the health step's minute starts
+    with its checks, the job trains and completes, and no container outlives it; a stale container
+    of a job that no longer runs is swept first, another one left alone."""
+    write(
+        home / "clusters" / "pyxis-slow.toml",
+        'extends = "local-slurm-pyxis"\n[slurm]\nhealth_check = true\nhealth_minutes = 1\nimage_space_gb = 1\n'
+        '[env]\nBRIDGE_LAUNCH_TEST_CREATE_DELAY = "65"\n',
+    )
+    assert "use_squashfuse=0" in (STATE / "etc" / "plugstack.conf").read_text()  # pyxis' default (config.c:41)
+    stale, other = "pyxis_bridge-launch.smoke-0101-dead.7", "pyxis_someone-elses"
+    for node in ("node1", "node2"):
+        for name in (stale, other):
+            (STATE / "enroot" / "data" / node / "user-0" / name).mkdir(parents=True, exist_ok=True)
+    creates = STATE / "enroot" / "creates.log"
+    try:
+        sub = _submit("smoke", "-c", "pyxis-slow", *FAST, "train.train_iters=6")
+        st = _wait(sub["run_id"])
+    finally:
+        for node in ("node1", "node2"):
+            shutil.rmtree(STATE / "enroot" / "data" / node / "user-0" / other, ignore_errors=True)
     assert st["state"] == "COMPLETED", (st, run_cli("logs", sub["run_id"]).out[-3000:])
+    job = sub["job_ids"][0]
+    name = f"bridge-launch.{sub['run_id']}.{job}"
+    made = [line.split()[1] for line in creates.read_text().splitlines() if line.endswith(f" pyxis_{name}")]
+    assert sorted(made) == ["node1", "node2"], made  # once per node, for the image step and both steps after it
+    out = (Path(sub["run_dir"]) / "logs" / f"sbatch-{job}.out").read_text()
+    took = re.search(rf"the image is in container {re.escape(name)} on every node, in (\d+) s \(image step\)", out)
+    assert took and int(took.group(1)) >= 65, out[-3000:]
+    assert "bridge-launch health: node1 ok" in out and "bridge-launch health: node2 ok" in out, out[-3000:]
+    assert f"removed 1 stale container(s) of jobs that no longer run: {stale}" in out, out[-3000:]
+    for node in ("node1", "node2"):  # none of the job's containers is left; the stale one swept
+        assert not [c for c in _containers(node) if c.startswith(f"pyxis_bridge-launch.{sub['run_id']}.")]
+        assert stale not in _containers(node)
     s = json.loads((Path(sub["run_dir"]) / "summary.json").read_text())
     assert s["world_size"] == 4 and sorted(set(s["hosts"])) == ["node1", "node2"] and s["steps_completed"] == 6
     assert s["python"].startswith("/venv/"), s["python"]  # the image's interpreter, not this machine's
     text = (Path(sub["run_dir"]) / "launch" / f"{sub['run_id']}.sbatch").read_text()
-    assert f"--container-image={IMAGE}" in text and "--container-writable" in text
+    assert text.count("--container-image=") == 1 and f"--container-image={IMAGE}" in text
+    assert text.count('--container-name="$container:no_exec"') == 2 and "--container-writable" in text
     # torchrun's per-rank logs and the flight-recorder dir reach the run dir from inside the container
-    check_torchrun_artifacts(sub["run_dir"], sub["job_ids"][0], cluster)
+    check_torchrun_artifacts(sub["run_dir"], job, cluster)
     # the preflight says whether the IMEX channels are visible in the container (no GPUs here: not)
     assert s["imex"] == {"node1": {"visible": False, "channels": []}, "node2": {"visible": False, "channels": []}}
     logs = run_cli("logs", sub["run_id"]).out
@@ -312,16 +351,29 @@ def test_bridge_src_is_mounted_over_the_images_copy_through_the_login_host(home,
     assert f"@ {head} + uncommitted changes" in shown
 
 
-@pytest.mark.usefixtures("cluster", "home")
-def test_an_image_that_cannot_be_pulled_fails_fast_with_enroots_line():
+@pytest.mark.usefixtures("cluster")
+def test_an_image_that_cannot_be_pulled_or_unpacked_fails_fast_with_the_reason(home):
+    """The image step fails before the health step and torchrun: with enroot's own line when the
+    registry cannot be reached, and with the space check's when no node has room to unpack the
+    image (every node: the job's fault, not retried)."""
+    write(home / "clusters" / "pyxis-full.toml", 'extends = "local-slurm-pyxis"\n[slurm]\nimage_space_gb = 100000\n')
     t0 = time.time()
     sub = _submit(
         "smoke", "-c", "local-slurm-pyxis", "--container", "nvcr.io/nvidia/nemo:26.10", "--max-restarts", "0", *FAST
     )
+    full = _submit("smoke", "-c", "pyxis-full", *FAST)
     st = _wait(sub["run_id"], timeout=120)
     assert st["state"] == "FAILED" and time.time() - t0 < 90, st
     assert "Could not resolve host: nvcr.io" in st["reason"], st
     assert "nvcr.io#nvidia/nemo:26.10" in (Path(sub["run_dir"]) / "launch" / f"{sub['run_id']}.sbatch").read_text()
+    st = _wait(full["run_id"], timeout=120)
+    assert st["state"] == "FAILED" and len(st["job_ids"]) == 1, st
+    (rec,) = [line.split("\t") for line in (Path(full["run_dir"]) / "attempts" / full["run_id"] / "outcomes").open()]
+    assert re.match(
+        r"image step: node[12]: FAIL space: enroot's data path \S+/enroot/data/node[12]/user-0 has ", rec[7]
+    ), rec
+    assert "the image needs about 100000 GB" in rec[7] and "not retried: no node of its own is at fault" in rec[7], rec
+    assert not list((Path(full["run_dir"]) / "logs").glob("*-node*.log"))  # torchrun never started
 
 
 @pytest.mark.usefixtures("cluster", "home")

@@ -194,6 +194,40 @@ def test_the_health_step_finds_the_bad_node_and_the_retry_leaves_it_out(home, tm
     assert run_cli("clusters", "forget-node", "healthy", "node2").code == 0
 
 
+@pytest.mark.slurm_alone  # node1 is drained while it runs
+@pytest.mark.usefixtures("cluster")
+def test_a_chain_whose_health_step_fails_on_a_node_continues_without_it(home, tmp_path, node1_drained):
+    """--until-done with the health step: the first segment's health step fails on node2 (its GPU's
+    uncorrectable ECC errors); the segment counts as a failed one and its queued successor leaves
+    node2 out, as after a failure in training, instead of the chain stopping."""
+    from gpu_reports import fake_nvidia_smi
+
+    fake_nvidia_smi(tmp_path / "bin", bad_node="node2", gpus=2)
+    env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    write(
+        home / "clusters" / "healthy.toml", 'name = "healthy"\nextends = "local-slurm"\n[slurm]\nhealth_check = true\n'
+    )
+    run = _submit(
+        "--until-done", "--time", "00:05:00", "--nodes", "1", "train.train_iters=2", cluster="healthy", env=env
+    )
+    outcomes = Path(run["run_dir"]) / "chain" / run["run_id"] / "outcomes"
+    deadline = time.time() + 120
+    while not (outcomes.exists() and outcomes.read_text().strip()):
+        assert time.time() < deadline, "the first segment wrote no outcome"
+        time.sleep(0.5)
+    first = outcomes.read_text().splitlines()[0]
+    assert f"{run['job_ids'][0]} failed 0 0 health step: node2 FAIL gpu: " in first, first
+    assert "restart 1 of 3; " in first and first.endswith(" leaves out node2"), first
+    node1_drained()  # node1 back: the successor, which may not use node2, runs there
+    st = _wait(run["run_id"], timeout=300)
+    assert st["state"] == "COMPLETED", (st, run_cli("logs", run["run_id"]).out[-3000:])
+    ran = [s["job_id"] for s in st["info"]["segments"] if s["state"] == "COMPLETED"]
+    logs = Path(run["run_dir"]) / "logs"
+    assert ran and all((logs / f"{j}-node1.log").exists() and not (logs / f"{j}-node2.log").exists() for j in ran)
+    assert not (Path(run["run_dir"]) / "chain" / run["run_id"] / "stopped").exists()
+    assert run_cli("clusters", "forget-node", "healthy", "node2").code == 0
+
+
 @pytest.mark.usefixtures("cluster")
 def test_a_two_node_job_measures_its_fabric_in_the_health_step(home, tmp_path):
     from gpu_reports import fake_nvidia_smi

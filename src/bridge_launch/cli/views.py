@@ -11,7 +11,7 @@ import sys
 import time
 
 from bridge_launch.backends.base import Artifact
-from bridge_launch.core import upstream
+from bridge_launch.core import pyxis, upstream
 from bridge_launch.core.errors import UsageError
 
 
@@ -234,6 +234,9 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
     storage = storage_line(job)
     if storage:
         lines.append(storage)
+    if job.backend == "slurm" and job.container:
+        space = job.scheduler.get("image_space_gb", pyxis.IMAGE_SPACE_GB)
+        lines.append(f"Image      {pyxis.materialise_line(job.container, space)}  [cluster:{job.cluster}]")
     if (job.scheduler or {}).get("health_check"):
         imex = (
             ", IMEX channels"
@@ -250,11 +253,13 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
                 f"{c.get('busbw_cross_rack_gbps', 0):g} GB/s across racks; 0: reported only"
             )
             fabric = f"; then an all-reduce over the {job.nodes} nodes and one across racks (one GPU a node, {judged})"
-        retry = "the retry and " if job.retry else ""
+        retry = "the retry and " if job.retry else ("the next segment and " if job.chain else "")
+        minutes = job.scheduler.get("health_minutes", pyxis.HEALTH_MINUTES)
         lines.append(
             f"Health     before torchrun, every node checks its GPUs (nvidia-smi -q: ECC, row remapping, count and "
             f"model; GPU-fault Xids in its kernel log){imex} and the paths of the job, in its image, at most "
-            f"2 min{fabric}; a failing node is left out of {retry}later submits  [cluster:{job.cluster}]"
+            f"{minutes} min from the checks' start{fabric}; a failing node is left out of {retry}later submits"
+            f"  [cluster:{job.cluster}]"
         )
     if job.retry:
         r = job.retry

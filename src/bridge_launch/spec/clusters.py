@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from bridge_launch.core import paths, secret_ref, slurm_time
+from bridge_launch.core import paths, pyxis, secret_ref, slurm_time
 from bridge_launch.core.errors import UsageError, suggest
 from bridge_launch.core.hardware import GPU_ARCH, SEGMENT_SIZES
 from bridge_launch.core.ports import EPHEMERAL_PORTS, port_in_ephemeral_range
@@ -74,6 +74,10 @@ _SLURM = {
     "srun_args": (list, []),
     # the health step (workloads/node_health.py): one task per node before torchrun, in the job's image
     "health_check": (bool, False),
+    # its own --time in minutes, counted from its checks' start (the image step before it unpacks the image)
+    "health_minutes": (int, pyxis.HEALTH_MINUTES),
+    # free space enroot's data path needs for a job's image (checked on every node before it is unpacked)
+    "image_space_gb": ((int, float), pyxis.IMAGE_SPACE_GB),
     # and then, on jobs of several nodes, all-reduces over the allocation (judged by the [canary] figures)
     "health_fabric": (bool, True),
     "slurm_conf": (str, ""),
@@ -217,6 +221,16 @@ def _validate(data: dict, path, paths=None) -> dict:
             "there and not as --mpi in srun_args"
         )
     _check_secret_sources(at("slurm.secret_sources"), prof["slurm"])
+    if prof["slurm"]["health_minutes"] < 1:
+        raise UsageError(
+            f"{at('slurm.health_minutes')}: [slurm] health_minutes is the health step's --time in whole "
+            f"minutes (Slurm's least), at least 1; got {prof['slurm']['health_minutes']}"
+        )
+    if prof["slurm"]["image_space_gb"] < 0:
+        raise UsageError(
+            f"{at('slurm.image_space_gb')}: [slurm] image_space_gb is the free space (GB) enroot's data path "
+            f"needs for the image, 0 or more (0: not checked); got {prof['slurm']['image_space_gb']}"
+        )
     for section in ("slurm", "lepton"):
         if prof[section]["segment_size"] not in SEGMENT_SIZES:
             raise UsageError(

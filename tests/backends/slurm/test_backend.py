@@ -321,3 +321,43 @@ def test_a_packed_trees_long_names_stay_under_its_directory_in_the_ssh_stream(tm
     assert (tmp_path / "out" / "bridge-src" / long_rel).read_text() == "print('deep')\n"
     assert (tmp_path / "out" / "bridge-src" / "src" / "a.py").exists()
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["bridge-src", "launch"]
+
+
+def test_the_image_is_materialised_once_in_its_own_step_before_the_health_steps_bound(home):
+    """pyxis imports and unpacks an image inside the first step that names it, counted against that
+    step's --time: the image step alone carries --container-image (no --time of its own), the health
+    and training steps start the job's named container, and the health step's bound is the profile's."""
+    write(
+        home / "clusters" / "slowhealth.toml", 'extends = "gb200-8"\n[slurm]\nhealth_minutes = 5\nimage_space_gb = 80\n'
+    )
+    d = run_cli("submit", "smoke", "-c", "slowhealth", "--dry-run", "-o", "json").json()
+    text = d["artifact"]["text"]
+    image, health, train = (step_words(text, a) for a in ("image", "health", "train"))
+    assert image[:1] == ["srun"] and image[-2:] == ["--container-name=$container", "true"]
+    assert "--container-image=nvcr.io#nvidia/nemo:26.10" in image and not [w for w in image if w.startswith("--time")]
+    for words in (health, train):
+        assert "--container-name=$container:no_exec" in words
+        assert not [w for w in words if w.startswith("--container-image")]
+    assert [w for w in health if w.startswith("--time")] == ["--time=5"]
+    assert 'container=bridge-launch.@RUN_ID@."$SLURM_JOB_ID"' in text and "image_space_gb=80" in text
+    calls = text.splitlines()[-4:]
+    assert calls == ["attempt_begin", "prepare", "single_step", "attempt_after_step"], calls
+    assert set(d["artifact"]["files"]) >= {
+        "launch/@RUN_ID@.containers.sh",
+        "launch/@RUN_ID@.node-containers.sh",
+    }
+    shown = run_cli("submit", "smoke", "-c", "slowhealth", "--dry-run").out
+    (line,) = [x for x in shown.splitlines() if x.startswith("Image      ")]
+    assert "once a node and job, in a step of its own before the health step" in line and "80 GB free" in line
+    assert "with or without pyxis' use_squashfuse" in line, line
+    assert "at most 5 min from the checks' start" in shown
+    # bare processes: no image, no image step
+    bare = run_cli("submit", "smoke", "-c", "local-slurm", "--dry-run", "-o", "json").json()["artifact"]
+    assert "has_image=0" in bare["text"] and "containers.sh" not in bare["text"] and "\nimage=(" not in bare["text"]
+    for key, value, says in (
+        ("health_minutes", "0", "[slurm] health_minutes is the health step's --time in whole minutes"),
+        ("image_space_gb", "-1", "[slurm] image_space_gb is the free space (GB) enroot's data path needs"),
+    ):
+        write(home / "clusters" / "bad.toml", f'extends = "gb200-8"\n[slurm]\n{key} = {value}\n')
+        r = run_cli("submit", "smoke", "-c", "bad", "--dry-run")
+        assert r.code == 2 and says in r.err and len(r.err.strip().splitlines()) == 1, r.err

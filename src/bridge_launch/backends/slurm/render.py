@@ -27,7 +27,7 @@ from bridge_launch.backends.base import (
 )
 from bridge_launch.backends.slurm import attempts, resume_point
 from bridge_launch.backends.slurm import secrets as slurm_secrets
-from bridge_launch.core import upstream
+from bridge_launch.core import pyxis, upstream
 from bridge_launch.core.errors import UsageError
 from bridge_launch.core.image_ref import pyxis_ref
 from bridge_launch.core.ports import EPHEMERAL_PORTS
@@ -91,13 +91,15 @@ def directives(job) -> list[tuple[str, str | None]]:
 # inputs, stages them in the run dir under launch/, sources them and calls their functions.
 # node-launch.sh is run by srun on every node.
 BATCH_DIR = Path(__file__).with_name("batch")
-JOB, RESUME_POINT, CULPRIT, ATTEMPTS, SEGMENT, NODE_LAUNCH = (
+JOB, CONTAINERS, RESUME_POINT, CULPRIT, ATTEMPTS, SEGMENT, NODE_LAUNCH, NODE_CONTAINERS = (
     "job.sh",
+    "containers.sh",
     "resume-point.sh",
     "culprit.sh",
     "attempts.sh",
     "segment.sh",
     "node-launch.sh",
+    "node-containers.sh",
 )
 DETERMINISTIC_FILE = "deterministic.ere"  # logs/failures.py's DETERMINISTIC, one ERE a line (grep -f)
 WIDTH = 110  # the batch script's lines of words wrap here (a longer word stands alone)
@@ -253,6 +255,14 @@ def assign(run_id: str | None = None, /, **values) -> list[str]:
     return wrap(words, indent="", run_id=run_id)
 
 
+def array(name: str, words: list, run_id: str | None = None) -> list[str]:
+    """NAME=(WORDS...) as lines: one where it fits in WIDTH, else wrapped between the parentheses."""
+    one = " ".join(_units(words))
+    if len(name) + 3 + len((one.replace(run_id, RUN_ID_PLACEHOLDER) if run_id else one)) <= WIDTH:
+        return [f"{name}=({one})"]
+    return [f"{name}=(", *wrap(words, run_id=run_id), ")"]
+
+
 def _env_names(names: list[str]) -> list[str]:
     """env_names: the variables pyxis passes into the container (--container-env), as lines."""
     out, line = [], ""
@@ -273,8 +283,12 @@ def _steps(job, env: list[str], secret_lines: bool) -> list[str]:
     lines = ["# the job's steps (job.sh runs them): srun's options for both, the health step, the training step"]
     env_for_health: list = []
     env_for_train: list = []
+    named: list = []
     if job.container:
-        common += [f"--container-image={pyxis_ref(job.container)}"]
+        # the image step (containers.sh) puts the image in this job's named container on every node;
+        # the steps after it start that container, in namespaces of their own (:no_exec: a running one
+        # is not joined, so each step's --container-mounts apply; pyxis_slurmstepd.c:1327-1334)
+        named = [Raw('--container-name="$container:no_exec"')]
         if job.mounts:
             common += [f"--container-mounts={','.join(job.mounts)}"]
         common += [f"--container-workdir={run_dir}"]
@@ -287,14 +301,39 @@ def _steps(job, env: list[str], secret_lines: bool) -> list[str]:
     bind = s.get("cpu_bind", "none")
     common += [*([f"--cpu-bind={bind}"] if bind else []), f"--mpi={s.get('mpi') or 'none'}", *s.get("srun_args", [])]
     lines += ["step=(", *wrap(common, run_id=job.run_id), ")"]
+    if job.container:
+        lines += [
+            *array(
+                "host_step",
+                ["srun", f"--nodes={job.nodes}", "--ntasks-per-node=1", "--mpi=none", "--kill-on-bad-exit=0"],
+            ),
+            *array(
+                "image",
+                [
+                    "srun",
+                    Raw('"${step[@]}"'),
+                    f"--container-image={pyxis_ref(job.container)}",
+                    Raw('--container-name="$container"'),
+                    "true",
+                ],
+                run_id=job.run_id,
+            ),
+        ]
     if s.get("health_check"):
         py = "python3" if job.container else job.python
         lines += [
             f'health_out={q(run_dir + "/logs")}/health-"$SLURM_JOB_ID".out',
             "health=(",
             *wrap(
-                ["srun", Raw('"${step[@]}"'), *env_for_health, "--kill-on-bad-exit=0", "--time=2"],
-                [Raw('--output="$health_out"')],
+                [
+                    "srun",
+                    Raw('"${step[@]}"'),
+                    *named,
+                    *env_for_health,
+                    "--kill-on-bad-exit=0",
+                    f"--time={s.get('health_minutes', pyxis.HEALTH_MINUTES)}",
+                    Raw('--output="$health_out"'),
+                ],
                 [py, f"{run_dir}/{WORKLOAD_DIR}/node_health.py"],
                 [Raw(f'--report={q(run_dir + "/health")}/"$SLURM_JOB_ID"')],
                 health_args(job),
@@ -309,7 +348,7 @@ def _steps(job, env: list[str], secret_lines: bool) -> list[str]:
     lines += [
         "train=(",
         *wrap(
-            [*(["with_secrets"] if secret_lines else []), "srun", Raw('"${step[@]}"'), *env_for_train],
+            [*(["with_secrets"] if secret_lines else []), "srun", Raw('"${step[@]}"'), *named, *env_for_train],
             ["--kill-on-bad-exit=1", f"--output={run_dir}/logs/%j-%N.log"],
             cmd[:2],
             cmd[2:at],
@@ -328,10 +367,14 @@ def _logic(job) -> tuple[list[str], dict[str, str], list[str]]:
     """The batch-logic files this job sources, with their inputs, and what it calls; the staged files
     (the library files and the deterministic patterns)."""
     run_dir, s = job.run_dir, job.scheduler
-    names = [JOB]
+    names = [JOB, *([CONTAINERS] if job.container else [])]
     inputs: dict = {
         "exit_dir": f"{run_dir}/exit",
+        "has_image": int(bool(job.container)),
+        "has_health": int(bool(s.get("health_check"))),
         "health_mark": node_facts.HEALTH_MARK,
+        "node_own_checks": "|".join(node_facts.NODE_OWN_CHECKS),
+        "nodes": job.nodes,
         "signal_lead": job.limit_save["signal_lead"] if job.limit_save else "",
         "cancel_signal": s.get("cancel_signal", "USR1"),
     }
@@ -344,13 +387,20 @@ def _logic(job) -> tuple[list[str], dict[str, str], list[str]]:
             "script": f"{run_dir}/launch/{job.run_id}.sbatch",
             "deterministic": f"{run_dir}/{staged(job, DETERMINISTIC_FILE)}",
             "max_restarts": kept["max_restarts"],
-            "nodes": job.nodes,
             "own_exclude": list(s.get("exclude") or []),
             "node_fault": NODE_FAULT,
             "lost_node": LOST_NODE,
             "nccl_peer": NCCL_PEER,
         }
     stop_file = Raw(f'{q(run_dir + "/exit")}/stop-"$SLURM_JOB_ID"')
+    if job.container:
+        inputs |= {
+            # bridge-launch.RUN.JOB: unique per job and image (a name that exists is reused whatever its
+            # image, pyxis_slurmstepd.c:1355), never <digits>_... (scope=job's epilog match, pyxis_slurmd.c:84-93)
+            "container": Raw(f'bridge-launch.{job.run_id}."$SLURM_JOB_ID"'),
+            "node_containers": f"{run_dir}/{staged(job, NODE_CONTAINERS)}",
+            "image_space_gb": s.get("image_space_gb", pyxis.IMAGE_SPACE_GB),
+        }
     if job.chain:
         names.append(SEGMENT)
         c, e = job.chain, job.limit_save["estimate"]
@@ -375,14 +425,13 @@ def _logic(job) -> tuple[list[str], dict[str, str], list[str]]:
         inputs |= {
             "attempts": attempts.attempts_dir(job),
             "load_from_save": int(bool(job.retry["load_from_save"])),
-            "node_own_checks": "|".join(node_facts.NODE_OWN_CHECKS),
         }
-        calls = ["attempt_begin", "single_step", "attempt_after_step"]
+        calls = ["attempt_begin", "prepare", "single_step", "attempt_after_step"]
     else:
-        calls = ["single_step", 'exit "$rc"']
-    if s.get("health_check"):
-        calls.insert(1 if job.retry else 0, "health_step")
+        calls = ["prepare", "single_step", 'exit "$rc"']
     files = {staged(job, n): library(n) for n in names}
+    if job.container:
+        files[staged(job, NODE_CONTAINERS)] = library(NODE_CONTAINERS)
     if kept:
         files[staged(job, DETERMINISTIC_FILE)] = "\n".join(DETERMINISTIC.values()) + "\n"
     lines = [

@@ -8,8 +8,7 @@
 #
 # In:  attempts (the record dir), logs (the run's log dir), script (this batch script: the next
 #      attempt), max_restarts, load_from_save (1: an attempt after the first loads save_dir),
-#      nodes (the job's), node_own_checks (the health checks whose failure
-#      is a node's own, an ERE alternation).
+#      nodes (the job's).
 #
 # Each attempt appends one record to $attempts/outcomes, tab-separated:
 #     JOB  ATTEMPT  OUTCOME  FROM  TO  NODES  BAD  DETAIL
@@ -78,20 +77,12 @@ retry() {
     exit "$rc"
 }
 
-# The health step failed (job.sh: bad, health_rc): the nodes with a fault of their own are left out
-# of a retry when they are not every node of a larger job (the same failure everywhere is the job's
-# or the profile's, and a retry would meet it again).
-on_health_failure() {
-    local hbad nfail
+# The image or the health step failed (job.sh): the nodes with a fault of their own are left out of a
+# retry (own_fault); otherwise no retry would get past it.
+prepare_failed() {
     record 1
-    hbad=$(grep -h " FAIL " "$health_out" 2>/dev/null | sed "s/^.*$health_mark //" |
-        awk -v own="^($node_own_checks):" '$3 ~ own {print $1}' | sort -u | paste -sd, -)
-    nfail=$(grep -c " FAIL " "$health_out" 2>/dev/null)
-    nfail=${nfail:-0}
-    if [ -n "$hbad" ] && { [ "$nfail" -lt "$nodes" ] || [ "$nodes" = 1 ]; }; then
-        retry 1 "health step: ${bad:-srun exit $health_rc}" "$hbad" 0
-    fi
-    attempt_end failed - "health step: ${bad:-srun exit $health_rc}; not retried: no node of its own is at fault"
+    if own_fault "$2" "$3"; then retry 1 "$1" "$2" 0; fi
+    attempt_end failed - "$1; not retried: no node of its own is at fault"
     exit 1
 }
 

@@ -2,37 +2,59 @@
 # The steps every bridge-launch batch script runs: the health step and the training step. Sourced by
 # the batch script (backends/slurm/render.py), which sets the inputs and calls them.
 #
-# In:  health (array: the health step's srun command), health_out (its output file), health_mark
-#      (node_health.py's line mark), train (array: the training step's srun command),
+# In:  has_image, has_health (1: the job has the image step (containers.sh), the health step),
+#      health (array: the health step's srun command), health_out (its output file), health_mark
+#      (node_health.py's line mark), node_own_checks (the health checks whose failure is a node's
+#      own, an ERE alternation), nodes (the job's), train (array: the training step's srun command),
 #      exit_dir (where each job's exit code is recorded), stop_file (its appearance asks the
 #      training processes to save and exit; 'cancel' in it: stop), signal_lead (seconds; '' for
 #      no save at the time limit), cancel_signal (what `bridge-launch cancel` sends this shell).
-#      attempts.sh and segment.sh redefine on_health_failure (what a failed health step does; it exits).
+#      attempts.sh and segment.sh redefine prepare_failed (what a failed image or health step does;
+#      it exits).
 
 resume_args=() # the resume point's overrides (resume-point.sh), for a chain's segment or a retried attempt
 
 # record RC: this job's exit code, for clusters where neither squeue nor sacct knows it
 record() { printf '%s\n' "$1" > "$exit_dir/$SLURM_JOB_ID"; }
 
+# The steps before training, where the job has them: the image step (containers.sh), then the health
+# step, whose bound so starts when its checks start.
+prepare() {
+    if [ "$has_image" = 1 ]; then image_step; fi
+    if [ "$has_health" = 1 ]; then health_step; fi
+}
+
 # The health step: each node checks its GPUs, IMEX channels and the paths of the job, then (several
 # nodes) the fabric with all-reduces (node_health.py); a node that fails it stops the job before
-# torchrun, its line naming the node and the check (bad).
+# torchrun, its line naming the node and the check (bad). The nodes with a fault of their own
+# (hbad) are the ones a retry or a chain's next segment leaves out, unless every node of a larger
+# job failed (the same failure everywhere is the job's or the profile's).
 health_step() {
+    local hbad nfail
     "${health[@]}"
     health_rc=$?
     cat "$health_out" 2>/dev/null
     if [ "$health_rc" -ne 0 ]; then
         bad=$(grep -h " FAIL " "$health_out" 2>/dev/null | sed "s/^.*$health_mark //" | paste -sd "|" -)
         echo "bridge-launch: the health step failed: ${bad:-srun exit $health_rc}" >&2
-        on_health_failure
+        hbad=$(grep -h " FAIL " "$health_out" 2>/dev/null | sed "s/^.*$health_mark //" |
+            awk -v own="^($node_own_checks):" '$3 ~ own {print $1}' | sort -u | paste -sd, -)
+        nfail=$(grep -h " FAIL " "$health_out" 2>/dev/null | sed "s/^.*$health_mark //" | awk '{print $1}' | sort -u | grep -c .)
+        prepare_failed "health step: ${bad:-srun exit $health_rc}" "$hbad" "${nfail:-0}"
     fi
 }
 
-# A plain job whose health step failed: its exit code, and no training step.
-on_health_failure() {
+# prepare_failed WHY BAD NFAIL: the image or the health step failed (WHY: its line; BAD: the nodes at
+# fault of their own, comma-separated, '' for none; NFAIL: how many nodes failed). A plain job: its
+# exit code, and no training step.
+prepare_failed() {
     record 1
     exit 1
 }
+
+# own_fault BAD NFAIL: whether BAD names nodes to leave out (some of a larger job's nodes, or a
+# one-node job's node)
+own_fault() { [ -n "$1" ] && { [ "$2" -lt "$nodes" ] || [ "$nodes" = 1 ]; }; }
 
 # The training step in the background, waited for through the traps (a trap ends `wait` early; the
 # step is waited for again until it has ended): sets rc, records it.

@@ -94,23 +94,31 @@ submit_successor() {
 }
 
 # A flaky failure whose logs name a node (find_culprit): the pending successor leaves that node out
-# (scontrol update ExcNodeList: the segments' exclusions so far and the job's own), unless the
-# partition would then have too few nodes for it; left_out records it (job, node, cause) for status
-# and the bad-node list. Sets left to what the outcome says.
+# (leave_out). Sets left to what the outcome says.
 leave_out_culprit() {
-    local excl have
     find_culprit
     left=""
-    [ -n "$culprit_node" ] && [ -n "$next" ] || return 0
-    printf '%s\t%s\t%s\n' "$SLURM_JOB_ID" "$culprit_node" "$cause" >> "$chain/left_out"
+    [ -n "$culprit_node" ] || return 0
+    leave_out "$culprit_node" "$cause"
+}
+
+# leave_out NODES CAUSE: the pending successor leaves NODES (comma-separated) out (scontrol update
+# ExcNodeList: the segments' exclusions so far and the job's own), unless the partition would then
+# have too few nodes for it; left_out records each (job, node, cause) for status and the bad-node
+# list. Sets left to what the outcome says.
+leave_out() {
+    local excl have n
+    left=""
+    [ -n "$next" ] || return 0
+    for n in ${1//,/ }; do printf '%s\t%s\t%s\n' "$SLURM_JOB_ID" "$n" "$2" >> "$chain/left_out"; done
     excl=$(exclusions <(cut -f 2 "$chain/left_out"))
     have=$(sinfo -h -N -p "$SLURM_JOB_PARTITION" -o %N 2>/dev/null | sort -u | grep -cvxF "$excl")
     if [ "${have:-0}" -lt "$nodes" ]; then
-        left="; $next keeps $culprit_node: the partition has ${have:-0} other nodes, fewer than $nodes"
+        left="; $next keeps $1: the partition has ${have:-0} other nodes, fewer than $nodes"
     elif scontrol update JobId="$next" ExcNodeList="$(echo "$excl" | paste -sd, -)" 2>/dev/null; then
         left="; $next leaves out $(echo "$excl" | paste -sd, -)"
     else
-        left="; $next could not be told to leave out $culprit_node"
+        left="; $next could not be told to leave out $1"
     fi
 }
 
@@ -166,12 +174,27 @@ judge_previous() {
     fi
 }
 
-# The health step failed (job.sh): the chain stops, its next segment would start on the same nodes.
-on_health_failure() {
-    mkdir -p "$chain"
-    echo "health step failed: $bad" > "$chain/stopped"
+# The image or the health step failed (job.sh): with nodes at fault of their own, this segment counts
+# as a failed one (a restart) and the successor leaves them out (leave_out), as after a failure in
+# training; otherwise the chain stops, its next segment would fail the same way.
+prepare_failed() {
+    local restarts
     record 1
-    exit 1
+    if own_fault "$2" "$3" && [ -n "$next" ]; then
+        restarts=$(($(cat "$chain/restarts" 2>/dev/null || echo 0) + 1))
+        echo "$restarts" > "$chain/restarts"
+        leave_out "$2" "$1"
+        outcome "$SLURM_JOB_ID" failed "$before" "$before" "$1, restart $restarts of $max_restarts$left"
+        if [ "$restarts" -gt "$max_restarts" ]; then
+            stop "failed $restarts times; --max-restarts $max_restarts used up"
+            finish 1
+        fi
+        echo "bridge-launch: segment $segment failed before training ($1); retry $restarts of $max_restarts in $next" >&2
+        end 1
+    fi
+    stop "$1"
+    outcome "$SLURM_JOB_ID" stopped "$before" "$before" "$1"
+    finish 1
 }
 
 segment_run() {
@@ -195,6 +218,7 @@ segment_run() {
     next=""
     submit_successor
     echo "$SLURM_JOB_ID $before" > "$chain/open"
+    prepare
     asked=0
     ended=0
     trap 'asked=1; if [ -e "$chain/stopped" ]; then echo "bridge-launch: cancelled: the training processes are told to save and exit" >&2; echo cancel > "$stop_file"; else echo "bridge-launch: time limit in $((deadline - $(date +%s)))s: the training processes are told to save and exit" >&2; touch "$stop_file"; fi' USR1
