@@ -10,8 +10,11 @@
 #     the sources, the Slurm release or this recipe change ($H/containers/built.key).
 #   - writes enroot.conf with per-host paths (both nodes share one filesystem and pyxis names a
 #     container the same on every node) and $H/etc/plugstack.conf (Slurm reads it from
-#     SLURM_CONF's directory). The plugin stays wired on later plain starts; it acts only on jobs
-#     that name an image.
+#     SLURM_CONF's directory) with pyxis' default use_squashfuse=0 as production runs it
+#     (LOCAL_SLURM_SQUASHFUSE=1: the other setting). The plugin stays wired on later plain starts;
+#     it acts only on jobs that name an image.
+#   - puts a wrapper in enroot's place (the real one: enroot.real) that logs every `enroot create`
+#     and can delay it per job (BRIDGE_LAUNCH_TEST_CREATE_DELAY), for the slow-image tests.
 #   - builds $H/containers/images/local-torch.sqsh: Debian bookworm (debootstrap minbase) with
 #     Python, a venv holding torch==2.13.0 (the CPU wheel this machine has), megatron-energon, hydra-core
 #     and omegaconf (as NeMo images have them). No Megatron-Bridge is baked in: the tests give a job

@@ -333,6 +333,39 @@ def test_a_later_segments_own_dependency_replaces_the_canarys(tmp_path):
 
 
 @pytest.mark.usefixtures("cluster")
+def test_a_retry_of_a_canary_gated_job_starts_whatever_slurm_knows_of_the_canary(tmp_path):
+    """A retry (attempts.sh) resubmits the job's own script, which still holds the canary's
+    --dependency=afterok and --kill-on-invalid-dep=yes, with no dependency on the command line: it
+    starts when the canary's record is there (the canary passed: the job ran) and when Slurm never had
+    that job id (a record purged after MinJobAge counts as done: Slurm 22.05, measured here)."""
+    env = {"SLURM_CONF": SLURM_CONF, "PATH": "/usr/bin:/bin"}
+
+    def sbatch(script):
+        path = tmp_path / f"s{len(list(tmp_path.iterdir()))}.sh"
+        path.write_text(script)
+        out = subprocess.run(["sbatch", "--parsable", str(path)], capture_output=True, text=True, env=env)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip().split(";")[0]
+
+    head = f"#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --time=00:02:00\n#SBATCH --output={tmp_path}/%j.out\n"
+    canary = sbatch(head + "exit 0\n")
+    never = str(int(canary) + 100000)  # above every id Slurm has handed out
+    retries = [
+        sbatch(head + f"#SBATCH --dependency=afterok:{dep}\n#SBATCH --kill-on-invalid-dep=yes\necho ran\n")
+        for dep in (canary, never)
+    ]
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        states = {j: _slurm_state(j).get("state", "") for j in retries}
+        if all(s in ("COMPLETED", "FAILED") or s.startswith("CANCELLED") for s in states.values()):
+            break
+        time.sleep(2)
+    assert _slurm_state(canary).get("state") == "COMPLETED"
+    for job in retries:
+        assert states[job] == "COMPLETED" and (tmp_path / f"{job}.out").read_text() == "ran\n", states
+
+
+@pytest.mark.usefixtures("cluster")
 def test_through_the_login_host(vl, home):
     """The canary's files staged over SSH, its report and logs read back over SSH."""
     write(

@@ -51,7 +51,7 @@ def test_each_node_reports_one_line_and_a_file(tmp_path):
     proc, rep = _run(tmp_path, "--gpus=4", "--gpu-model=GB200", f"--read=dataset.path={data}", path=path)
     assert proc.returncode == 1 and proc.stdout.startswith("bridge-launch health: node2 FAIL gpu: GPU 00000000:01:00.0")
     assert "Volatile DRAM Uncorrectable ECC errors: 2" in proc.stdout and len(proc.stdout.splitlines()) == 1
-    assert rep["status"] == "fail" and [c["name"] for c in rep["checks"]] == ["gpu", "xid", "paths"]
+    assert rep["status"] == "fail" and [c["name"] for c in rep["checks"]] == ["gpu", "driver", "xid", "paths"]
     fake_nvidia_smi(tmp_path / "bin", bad_node="node1")  # node2 is healthy now
     proc, rep = _run(tmp_path, "--gpus=8", "--gpu-model=GB200", path=path)
     assert proc.returncode == 1 and "4 GPUs visible, the profile expects 8" in proc.stdout
@@ -84,14 +84,51 @@ def test_a_gpu_fault_xid_of_the_last_day_in_the_kernel_log_fails_the_node(tmp_pa
     fake_dmesg(tmp_path / "bin", [f"{old} {xid79}", f"{stamp} {xid13}"])
     proc, rep = _run(tmp_path, "--gpus=4", "--gpu-model=GB200", path=path)
     assert proc.returncode == 0, proc.stdout
-    assert rep["checks"][1] == {
+    assert rep["checks"][2] == {
         "name": "xid",
         "status": "ok",
         "detail": "no GPU-fault Xid in the kernel log in 24 h; 1 older than 24 h",
     }
     fake_dmesg(tmp_path / "bin", refuse=True)  # a container without the right to read it
     proc, rep = _run(tmp_path, "--gpus=4", "--gpu-model=GB200", path=path)
-    assert proc.returncode == 0 and rep["checks"][1]["status"] == "skip"
-    assert rep["checks"][1]["detail"] == (
+    assert proc.returncode == 0 and rep["checks"][2]["status"] == "skip"
+    assert rep["checks"][2]["detail"] == (
         "skipped (the kernel log is not readable here: dmesg: read kernel buffer failed: Operation not permitted)"
     )
+
+
+def test_the_driver_against_the_images_cuda(tmp_path):
+    """nvidia-smi's CUDA Version is the newest the driver runs (580.65.06: 13.0): an image of CUDA 13.0
+    or older passes, a newer one only through its cuda-compat libraries; the node says which driver.
+    A node that fails it is at fault on its own unless every node does (the batch script's rule)."""
+    import node_health
+
+    text = report(2)
+    assert node_health.check_driver(text, "12.9", compat=False) == {
+        "name": "driver",
+        "status": "ok",
+        "detail": "driver 580.65.06 (CUDA 13.0), the image's CUDA 12.9",
+    }
+    bad = node_health.check_driver(text, "13.1", compat=False)
+    assert (
+        bad["status"] == "fail"
+        and "driver 580.65.06 (CUDA 13.0), the image's CUDA 13.1: the driver is too old" in (bad["detail"])
+    )
+    assert node_health.check_driver(text, "13.1", compat=True)["status"] == "ok"
+    assert node_health.check_driver(text, "", compat=False)["status"] == "skip"
+    assert node_health.image_cuda({"CUDA_VERSION": "12.9.1.010"}) == "12.9"
+    (tmp_path / "cuda").mkdir()
+    (tmp_path / "cuda" / "version.json").write_text('{"cuda": {"name": "CUDA SDK", "version": "13.0.2"}}')
+    assert node_health.image_cuda({}, str(tmp_path / "cuda")) == "13.0"
+    assert node_health.image_cuda({}, str(tmp_path / "none")) == ""
+    assert "driver" in node_facts.NODE_OWN_CHECKS
+    # in the step: the image's CUDA from its environment, one line naming the node and the check
+    fake_nvidia_smi(tmp_path / "bin", gpus=4)
+    fake_dmesg(tmp_path / "bin", [])
+    env_path = f"{tmp_path / 'bin'}:{os.environ['PATH']}"
+    os.environ["CUDA_VERSION"] = "13.2.0"
+    try:
+        proc, rep = _run(tmp_path, "--gpus=4", "--gpu-model=GB200", path=env_path)
+    finally:
+        del os.environ["CUDA_VERSION"]
+    assert proc.returncode == 1 and proc.stdout.startswith("bridge-launch health: node2 FAIL driver: driver 580.65.06")

@@ -12,8 +12,9 @@ import re
 HEALTH_MARK = "bridge-launch health:"
 
 # The health step's checks whose failure is the node's own fault (it is left out of a retry and goes
-# on the bad-node list); paths and fabric failures name no node of their own.
-NODE_OWN_CHECKS = ("gpu", "xid", "imex")
+# on the bad-node list) unless every node of the job fails it (the batch script's rule: then it is
+# the job's, e.g. an image too new for the site's driver); paths and fabric failures name no node.
+NODE_OWN_CHECKS = ("gpu", "driver", "xid", "imex")
 
 # Xid codes of a GPU or GPU-memory fault (NVIDIA's Xid catalog: 48 double-bit ECC, 63/64 row-remapping
 # event/failure, 74 NVLink error, 79 fallen off the bus, 92 high single-bit ECC rate, 94/95 contained/

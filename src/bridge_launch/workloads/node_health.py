@@ -7,6 +7,8 @@ its report to DIR/<node>.json:
 - gpu: `nvidia-smi -q` (node_facts.gpu_health: uncorrectable ECC errors since the driver loaded, a
   pending row remap, a failed remap), the GPU count and model against the profile's; "skipped (no
   nvidia-smi)" where the node has none (CPU processes);
+- driver: the driver's newest CUDA (nvidia-smi) against the image's (CUDA_VERSION, the toolkit's
+  version.json), passing through the image's cuda-compat libraries where it has them;
 - xid (GPU profiles): GPU-fault Xid lines in the node's kernel log over the last day, where the
   log is readable (`dmesg`), "skipped" with the reason where not;
 - imex: the IMEX channels multi-node NVLink needs, where the profile has NVLink domains;
@@ -48,18 +50,27 @@ def _node() -> str:
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
-def check_gpu(expect: int, model: str) -> dict:
+def smi_report() -> tuple[str | None, dict | None]:
+    """`nvidia-smi -q`'s report, or the gpu check's result where there is none."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
-        return {"name": "gpu", "status": "skip", "detail": "skipped (no nvidia-smi)"}
+        return None, {"name": "gpu", "status": "skip", "detail": "skipped (no nvidia-smi)"}
     try:
         proc = subprocess.run([smi, "-q"], capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT)
     except subprocess.TimeoutExpired:
-        return {"name": "gpu", "status": "fail", "detail": f"nvidia-smi -q did not answer in {NVIDIA_SMI_TIMEOUT} s"}
+        return None, {
+            "name": "gpu",
+            "status": "fail",
+            "detail": f"nvidia-smi -q did not answer in {NVIDIA_SMI_TIMEOUT} s",
+        }
     if proc.returncode:
         why = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
-        return {"name": "gpu", "status": "fail", "detail": f"nvidia-smi -q failed: {why[0]}"}
-    gpus = node_facts.gpu_health(proc.stdout)
+        return None, {"name": "gpu", "status": "fail", "detail": f"nvidia-smi -q failed: {why[0]}"}
+    return proc.stdout, None
+
+
+def check_gpu(text: str, expect: int, model: str) -> dict:
+    gpus = node_facts.gpu_health(text)
     problems = [f"GPU {g['bus']}: {p}" for g in gpus for p in g["problems"]]
     if expect and len(gpus) != expect:
         problems.append(f"{len(gpus)} GPUs visible, the profile expects {expect}")
@@ -71,6 +82,49 @@ def check_gpu(expect: int, model: str) -> dict:
         return {"name": "gpu", "status": "fail", "detail": "; ".join(problems)}
     names = sorted({g["name"] for g in gpus})
     return {"name": "gpu", "status": "ok", "detail": f"{len(gpus)} x {', '.join(names)}: no uncorrectable errors"}
+
+
+def image_cuda(environ=os.environ, root: str = "/usr/local/cuda") -> str:
+    """The image's CUDA release (MAJOR.MINOR): NGC images set CUDA_VERSION (e.g. 12.9.1.010); else the
+    toolkit's version.json; '' where the image says none."""
+    version = environ.get("CUDA_VERSION", "")
+    if not version:
+        try:
+            with open(os.path.join(root, "version.json")) as fh:
+                version = json.load(fh).get("cuda", {}).get("version", "")
+        except (OSError, ValueError, AttributeError):
+            version = ""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return f"{m.group(1)}.{m.group(2)}" if m else ""
+
+
+def check_driver(smi_report: str, cuda: str, compat: bool) -> dict:
+    """The node's driver against the image's CUDA: `nvidia-smi -q` names the driver and the newest CUDA
+    it runs ("CUDA Version"); an image built for a newer CUDA runs only through its forward-compatibility
+    libraries (cuda-compat, data-center GPUs). A mismatch on some nodes is theirs (an old driver left
+    behind); on every node the batch script sees the job's (node_facts.NODE_OWN_CHECKS)."""
+    drv = re.search(r"^Driver Version\s*:\s*(\S+)", smi_report, re.M)
+    top = re.search(r"^CUDA Version\s*:\s*(\d+)\.(\d+)", smi_report, re.M)
+    if not drv or not top:
+        return {"name": "driver", "status": "skip", "detail": "skipped (nvidia-smi names no driver or CUDA version)"}
+    if not cuda:
+        return {
+            "name": "driver",
+            "status": "skip",
+            "detail": f"driver {drv.group(1)}; the image states no CUDA version",
+        }
+    has = (int(top.group(1)), int(top.group(2)))
+    need = tuple(int(x) for x in cuda.split("."))
+    said = f"driver {drv.group(1)} (CUDA {has[0]}.{has[1]}), the image's CUDA {cuda}"
+    if need <= has:
+        return {"name": "driver", "status": "ok", "detail": said}
+    if compat:
+        return {"name": "driver", "status": "ok", "detail": f"{said} through its forward-compatibility libraries"}
+    return {
+        "name": "driver",
+        "status": "fail",
+        "detail": f"{said}: the driver is too old for the image and the image has no cuda-compat libraries",
+    }
 
 
 XID_HOURS = 24  # a GPU-fault Xid older than this is history (a GPU reset does not clear the kernel log)
@@ -187,7 +241,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--domain-nodes", type=int, default=0)
     args = ap.parse_args(argv)
     t0 = time.monotonic()
-    checks = [check_gpu(args.gpus, args.gpu_model)]
+    text, none = smi_report()
+    checks = [none or check_gpu(text or "", args.gpus, args.gpu_model)]
+    if text is not None:
+        checks.append(check_driver(text, image_cuda(), os.path.isdir("/usr/local/cuda/compat")))
     if args.gpus:  # GPU nodes: their kernel's Xid lines too
         checks.append(check_xid())
     if args.imex:

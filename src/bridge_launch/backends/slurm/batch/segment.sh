@@ -150,8 +150,10 @@ start_watch() {
     [ -n "$deadline" ] || deadline=$(($(date +%s) + time_limit_s))
     echo "bridge-launch: this segment reaches its time limit at $(date -d "@$deadline" "+%F %T")" >&2
     watcher=""
-    if ! command -v python3 > /dev/null; then
-        echo "bridge-launch: no python3 on the batch host: the signal lead stays $signal_lead s, unmeasured" >&2
+    # the batch host's own python3 (a GB200 batch host is an aarch64 Grace node; its system python3
+    # may be absent or older than step_times.py and trainer_protocol.py need)
+    if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 8))' 2> /dev/null; then
+        echo "bridge-launch: no python3 3.8 or newer on the batch host: the signal lead stays $signal_lead s, unmeasured" >&2
     else
         watch_limit &
         watcher=$!
