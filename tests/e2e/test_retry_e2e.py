@@ -273,6 +273,40 @@ def test_a_deterministic_failure_never_retries():
 
 
 @pytest.mark.usefixtures("cluster", "home")
+def test_unknown_and_offline_hub_failures_cost_one_attempt_and_progress_buys_an_unknown_one_a_retry():
+    """Retries by evidence (logs/failures.py): a failure no class names is retried only after it
+    saved a newer checkpoint, and the hub's "couldn't connect" under HF_HUB_OFFLINE=1 is a cache miss
+    (deterministic, though upstream's allowlist calls it flaky): each costs one attempt, not four."""
+    unknown = _submit(
+        "--nodes", "1", "train.train_iters=6", "checkpoint.save_interval=2", "+smoke.fail_at_step=3"
+    )  # InjectedFailure: attempt 1 saved iteration 2 (retried), attempt 2 saved nothing new (not)
+    hub = _submit(
+        "--nodes",
+        "1",
+        "--env",
+        "HF_HUB_OFFLINE=1",
+        "train.train_iters=4",
+        "+smoke.fail_at_step=2",
+        "+smoke.fail_message=\"OSError: We couldn't connect to 'https://huggingface.co' to load the files\"",
+    )
+    st = _wait(hub["run_id"])
+    assert st["state"] == "FAILED" and len(st["job_ids"]) == 1, st
+    (rec,) = _records(hub)
+    assert "deterministic, not retried: hub unreachable: " in rec[7] and "couldn't connect" in rec[7], rec
+    table = (Path(hub["run_dir"]) / "launch" / f"{hub['run_id']}.failures.tsv").read_text()
+    assert table.startswith("deterministic\t") and "deterministic\thub unreachable\t" in table
+    st = _wait(unknown["run_id"], timeout=300)
+    assert st["state"] == "FAILED" and len(st["job_ids"]) == 2, st
+    rows = [(r[2], r[3], r[4]) for r in _records(unknown)]
+    assert rows == [("retried", "0", "2"), ("failed", "2", "2")], rows
+    first, second = (r[7] for r in _records(unknown))
+    assert "(unknown)" in first and "it saved iteration 2: no restart used" in first, first
+    assert "unknown failure (no failure class matches its logs), not retried: it saved no newer checkpoint" in second
+    shown = run_cli("status", unknown["run_id"]).out
+    assert "not retried: it saved no newer checkpoint" in shown, shown
+
+
+@pytest.mark.usefixtures("cluster", "home")
 def test_an_attempt_that_saved_a_checkpoint_uses_up_no_restart():
     # every attempt fails at step 3; the first saved iteration 2 (progress: free), the second resumed
     # there and saved nothing new (restart 1 of 1), the third finds the budget used up
@@ -284,6 +318,7 @@ def test_an_attempt_that_saved_a_checkpoint_uses_up_no_restart():
         "train.train_iters=6",
         "checkpoint.save_interval=2",
         "+smoke.fail_at_step=3",
+        "+smoke.fail_message=Watchdog caught collective operation timeout on rank 0",  # flaky
     )
     st = _wait(run["run_id"], timeout=400)
     assert st["state"] == "FAILED" and len(st["job_ids"]) == 3, st

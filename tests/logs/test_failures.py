@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import re
+import subprocess
+
 import pytest
 
 from bridge_launch.logs import reader as logread
@@ -136,3 +139,70 @@ def test_failures_classify_reads_through_the_reader():
 def test_every_failure_class_is_found_behind_its_rank_prefix(line, what):
     err = first_error_detail(["[rank5]: some output\n", f"[rank5]: {line}\n"])
     assert err is not None and err.rank == 5 and err.what == what, err
+
+
+# Megatron-Bridge's allowlist of flaky failures, as 067f987 scripts/performance/setup_experiment.py:359-383
+# writes it (plain substrings; docs/research/retries-upstream.md quotes the lines)
+UPSTREAM_FLAKY = [
+    "The server socket has failed to listen on any local network address.",
+    "Some NCCL operations have failed or timed out.",
+    "uncorrectable ECC error encountered",
+    "illegal memory access",
+    "illegal instruction",
+    "torch.distributed.DistNetworkError",
+    "torch.distributed.DistBackendError",
+    "ncclRemoteError",
+    "Watchdog caught collective operation timeout",
+    "Segmentation fault",
+    "found NaN in",
+    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
+    "double free or corruption",
+    "Call to CUDA function failed.",
+    "Connection reset by peer",
+    "invalid pointer",
+    "malloc(): unaligned tcache chunk detected",
+    "zmq.error.ZMQError: Address already in use",
+    "We couldn't connect to 'https://huggingface.co'",
+    "Unpack failed: incomplete input",
+    "unspecified launch failure",
+    "free(): corrupted unsorted chunks",
+    "Segfault encountered",
+    "Fatal glibc error",
+    "EOFError: No data left in file",
+]
+
+
+def test_the_failure_table_holds_upstreams_allowlist_and_narrows_the_hub_when_offline(tmp_path):
+    """Every substring of upstream's allowlist is retried here too (flaky, or a node fault, which is
+    retried without the node), except the hub's "couldn't connect" when the job runs with the hub
+    offline: a cache miss, which no retry fixes. The batch script reads the same table through
+    grep -E: every row's pattern must mean there what it means to Python."""
+    from bridge_launch.logs import failures
+
+    assert len(UPSTREAM_FLAKY) == 25
+    for text in UPSTREAM_FLAKY:
+        got = failures.classify_line(f"[rank3]: RuntimeError: {text} (injected)")
+        assert got and got[0] in ("flaky", "node"), (text, got)
+    hub = "OSError: We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them"
+    assert failures.classify_line(hub) == ("flaky", "hub unreachable")
+    assert failures.classify_line(hub, {"HF_HUB_OFFLINE": "1"}) == ("deterministic", "hub unreachable")
+    for missing in (
+        "AttributeError: Recipe 'qwen35_vl_9b_sft_config' not found in megatron.bridge.recipes.",  # 987244934
+        "AttributeError: Recipe 'x' not found in megatron.bridge.recipes or megatron.bridge.perf_recipes.",  # 067f987
+    ):
+        assert failures.classify_line(missing) == ("deterministic", "recipe not found"), missing
+    assert failures.classify_line("InjectedFailure: smoke.fail_at_step=3") is None  # unknown
+    assert failures.classify_line("bridge-launch: hang: no step in 600 s") == ("hang", "no progress")
+    # the table as staged: rows in order of class, three tab-separated fields; grep -E agrees with re
+    lines = failures.table_text({"HF_HUB_OFFLINE": "1"}).splitlines()
+    classes = [line.split("\t")[0] for line in lines]
+    assert classes == sorted(classes, key=failures.CLASSES.index) and all(line.count("\t") == 2 for line in lines)
+    assert classes.count("deterministic") == 6  # the hub row moved up with the hub offline
+    samples = tmp_path / "samples.txt"
+    samples.write_text("".join(t + "\n" for t in [*UPSTREAM_FLAKY, hub, "InjectedFailure: nothing known"]))
+    for line in lines:
+        cls, what, ere = line.split("\t")
+        out = subprocess.run(["grep", "-E", "--", ere, str(samples)], capture_output=True, text=True)
+        assert out.returncode in (0, 1), (what, out.stderr)
+        want = [t for t in samples.read_text().splitlines() if re.search(ere, t)]
+        assert out.stdout.splitlines() == want, what

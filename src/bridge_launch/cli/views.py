@@ -265,9 +265,15 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
         r = job.retry
         resume = f", resumed from {r['save']}" if r["save"] else ""
         lines.append(
-            f"Retries    up to {r['max_restarts']} after flaky failures (--max-restarts), from the batch script: "
-            f"resubmitted without the node the logs or the health step name{resume}; an attempt that saved a newer "
-            "checkpoint uses up none, a deterministic failure never retries"
+            f"Retries    up to {r['max_restarts']} after flaky failures and node faults (--max-restarts), from the "
+            f"batch script: resubmitted without the node the logs or the health step name{resume}; an attempt that "
+            "saved a newer checkpoint uses up none; a deterministic failure never retries, an unknown one "
+            + (
+                "retries as a flaky one ([slurm] retry_unknown)"
+                if job.scheduler.get("retry_unknown")
+                else "only after it saved a newer checkpoint"
+            )
+            + " (the classes: logs/failures.py)"
         )
     lines.append(f"\nConfig ({len(job.config)} keys; each is passed to the job explicitly)")
     lines += _table([(k, fmt(v), prov["config"].get(k, "")) for k, v in job.config.items()])

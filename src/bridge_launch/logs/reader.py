@@ -1106,7 +1106,7 @@ _SUSPECT_WORDS = (
 class ErrorLine:
     rank: int | None
     line: str  # without rank prefixes
-    kind: str | None = None  # "deterministic" | "flaky" (failures.py's classes), or None
+    kind: str | None = None  # failures.CLASSES' class ("deterministic", "node", "flaky", "hang"), or None
     what: str | None = None  # the class name, e.g. "out of memory"
 
     def __str__(self) -> str:
@@ -1216,16 +1216,12 @@ def first_error(texts) -> str | None:
 
 
 def classify(text: str) -> tuple[str, str] | None:
-    """('deterministic'|'flaky', what) of a log's failure: the class of the failing rank's first
+    """(class, what) of a log's failure (failures.CLASSES): the class of the failing rank's first
     error line (first_error_detail), else the first known failure anywhere in the log."""
     err = first_error_detail([text])
     if err is not None and err.kind:
         return err.kind, err.what
-    for kind, table in (("deterministic", failures.DETERMINISTIC), ("flaky", failures.FLAKY)):
-        for what, pattern in table.items():
-            if re.search(pattern, text):
-                return kind, what
-    return None
+    return failures.classify_line(text)
 
 
 # Failures of a node's own hardware (failures.py's flaky class for Xid and ECC errors); NCCL errors,

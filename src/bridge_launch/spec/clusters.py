@@ -73,6 +73,9 @@ _SLURM = {
     "sbatch_args": (list, []),
     "srun_args": (list, []),
     # the health step (workloads/node_health.py): one task per node before torchrun, in the job's image
+    # retries (logs/failures.py): an unknown failure is retried only when it saved a newer checkpoint;
+    # true retries it as a flaky one
+    "retry_unknown": (bool, False),
     "health_check": (bool, False),
     # its own --time in minutes, counted from its checks' start (the image step before it unpacks the image)
     "health_minutes": (int, pyxis.HEALTH_MINUTES),

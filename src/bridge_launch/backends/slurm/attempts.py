@@ -1,7 +1,8 @@
 """Retries for a Slurm job that is not a chain, decided by its own batch script (the launcher is not
 running then): a flaky failure is resubmitted without the node the health step or the logs name
 (--exclude), an attempt that saved a newer complete checkpoint does not use up --max-restarts and
-the next one loads it, a deterministic failure (logs/failures.py) never retries. The logic is
+the next one loads it, a deterministic failure never retries and an unknown one only after it saved
+a newer checkpoint (the classes: logs/failures.py). The logic is
 batch/attempts.sh; this holds where it records and how its records read.
 
 Each attempt appends one record to ATTEMPTS/outcomes, tab-separated:

@@ -34,7 +34,8 @@ from bridge_launch.core.ports import EPHEMERAL_PORTS
 from bridge_launch.core.upstream import BRIDGE_IN_CONTAINER
 from bridge_launch.job import derived
 from bridge_launch.job.resolved import RUN_ID_PLACEHOLDER
-from bridge_launch.logs.failures import DETERMINISTIC, LOST_NODE, NCCL_PEER, NODE_FAULT
+from bridge_launch.logs import failures
+from bridge_launch.logs.failures import LOST_NODE, NCCL_PEER, NODE_FAULT
 from bridge_launch.plan import topology
 from bridge_launch.workloads import node_facts
 from bridge_launch.workloads import trainer_protocol as P
@@ -101,7 +102,7 @@ JOB, CONTAINERS, RESUME_POINT, CULPRIT, ATTEMPTS, SEGMENT, NODE_LAUNCH, NODE_CON
     "node-launch.sh",
     "node-containers.sh",
 )
-DETERMINISTIC_FILE = "deterministic.ere"  # logs/failures.py's DETERMINISTIC, one ERE a line (grep -f)
+FAILURES_FILE = "failures.tsv"  # logs/failures.py's table for this job: CLASS<TAB>WHAT<TAB>ERE, in order
 WIDTH = 110  # the batch script's lines of words wrap here (a longer word stands alone)
 
 
@@ -385,7 +386,8 @@ def _logic(job) -> tuple[list[str], dict[str, str], list[str]]:
         inputs |= {
             "logs": f"{run_dir}/logs",
             "script": f"{run_dir}/launch/{job.run_id}.sbatch",
-            "deterministic": f"{run_dir}/{staged(job, DETERMINISTIC_FILE)}",
+            "failures": f"{run_dir}/{staged(job, FAILURES_FILE)}",
+            "retry_unknown": int(bool(s.get("retry_unknown"))),
             "max_restarts": kept["max_restarts"],
             "own_exclude": list(s.get("exclude") or []),
             "node_fault": NODE_FAULT,
@@ -433,7 +435,7 @@ def _logic(job) -> tuple[list[str], dict[str, str], list[str]]:
     if job.container:
         files[staged(job, NODE_CONTAINERS)] = library(NODE_CONTAINERS)
     if kept:
-        files[staged(job, DETERMINISTIC_FILE)] = "\n".join(DETERMINISTIC.values()) + "\n"
+        files[staged(job, FAILURES_FILE)] = failures.table_text(job.env)
     lines = [
         "# the batch logic (" + ", ".join(names) + "): its inputs and files; the steps; the calls",
         *assign(job.run_id, **inputs),

@@ -8,7 +8,7 @@
 #
 # In:  attempts (the record dir), logs (the run's log dir), script (this batch script: the next
 #      attempt), max_restarts, load_from_save (1: an attempt after the first loads save_dir),
-#      nodes (the job's).
+#      nodes (the job's), retry_unknown (1: the profile retries unknown failures too).
 #
 # Each attempt appends one record to $attempts/outcomes, tab-separated:
 #     JOB  ATTEMPT  OUTCOME  FROM  TO  NODES  BAD  DETAIL
@@ -87,7 +87,8 @@ prepare_failed() {
 }
 
 # After the training step (job.sh: rc): the record, and a retry unless it completed, was stopped (a
-# cancel, the time limit) or failed deterministically; exits.
+# cancel, the time limit), failed deterministically, or failed for an unknown reason without saving a
+# newer checkpoint (failure_class names the class; the record says which rule decided); exits.
 attempt_after_step() {
     local why progress=0
     resume_point > /dev/null 2>&1 || true
@@ -104,12 +105,17 @@ attempt_after_step() {
         attempt_end completed - ""
         exit 0
     fi
-    why=$(deterministic_cause)
-    if [ -n "$why" ]; then
-        attempt_end failed - "exit $rc; deterministic, not retried: $why"
+    failure_class
+    if [ "$fclass" = deterministic ]; then
+        attempt_end failed - "exit $rc; deterministic, not retried: $fwhat: $fline"
         exit "$rc"
     fi
     find_culprit
     [ "$after" -gt "$before" ] && progress=1
-    retry "$rc" "exit $rc${cause:+: $cause}" "$culprit_node" "$progress"
+    # unknown: retried only on evidence, a newer checkpoint (progress) or a node named; or by the profile
+    if [ "$fclass" = unknown ] && [ "$progress" = 0 ] && [ -z "$culprit_node" ] && [ "$retry_unknown" != 1 ]; then
+        attempt_end failed - "exit $rc; unknown failure (no failure class matches its logs), not retried: it saved no newer checkpoint"
+        exit "$rc"
+    fi
+    retry "$rc" "exit $rc${cause:+: $cause} (${fclass}${fwhat:+: $fwhat})" "$culprit_node" "$progress"
 }

@@ -3,16 +3,25 @@
 # whether the failure is deterministic, the node at fault, the nodes to leave out. Sourced by the
 # batch script.
 #
-# In:  logs (the run's log dir), deterministic (a file of EREs, one a line: logs/failures.py's
-#      DETERMINISTIC), node_fault, lost_node, nccl_peer (EREs: its NODE_FAULT, LOST_NODE, NCCL_PEER),
-#      own_exclude (array: the job's own --exclude, repeated since a command-line --exclude replaces
-#      the script's).
+# In:  logs (the run's log dir), failures (logs/failures.py's table as this job reads it:
+#      CLASS<TAB>WHAT<TAB>ERE, a row a line, in order of class), node_fault, lost_node, nccl_peer
+#      (EREs: its NODE_FAULT, LOST_NODE, NCCL_PEER), own_exclude (array: the job's own --exclude,
+#      repeated since a command-line --exclude replaces the script's).
 
-# deterministic_cause: the first line of this job's logs that a deterministic failure's pattern
-# matches (240 characters at most; nothing: none), which no retry would get past
-deterministic_cause() {
-    grep -hE -f "$deterministic" "$logs/sbatch-$SLURM_JOB_ID.out" "$logs/$SLURM_JOB_ID"-*.log 2>/dev/null |
-        head -n 1 | cut -c 1-240
+# failure_class: the class of this job's failure, from its logs: the first row of the table (in
+# order of class: deterministic, node, flaky, hang) that matches a line. Sets fclass (the class, or
+# unknown), fwhat (the row's name) and fline (the first line it matched, 240 characters at most).
+failure_class() {
+    local cls what re line
+    fclass=unknown fwhat="" fline=""
+    while IFS=$'\t' read -r cls what re; do
+        line=$(grep -hE -m 1 -- "$re" "$logs/sbatch-$SLURM_JOB_ID.out" "$logs/$SLURM_JOB_ID"-*.log 2>/dev/null |
+            head -n 1 | cut -c 1-240)
+        if [ -n "$line" ]; then
+            fclass=$cls fwhat=$what fline=$line
+            return 0
+        fi
+    done < "$failures"
 }
 
 # exclusions FILE: the nodes the next job must leave out, one a line (the job's own and FILE's)

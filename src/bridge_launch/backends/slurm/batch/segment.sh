@@ -3,8 +3,8 @@
 # it before it could (a save that outlasts the time limit is SIGKILLed with its batch shell), submits
 # its successor (afterany, so two never overlap), resumes from the newest complete checkpoint, runs
 # training, and decides: done -> cancel the successor; a new checkpoint -> let it continue; no new
-# checkpoint in max_no_progress segments in a row, a deterministic failure or no restarts left ->
-# stop. Sourced by the batch script after job.sh, resume-point.sh and culprit.sh (find_culprit,
+# checkpoint in max_no_progress segments in a row, a deterministic failure, an unknown one without
+# a new checkpoint (unless retry_unknown) or no restarts left -> stop. Sourced by the batch script after job.sh, resume-point.sh and culprit.sh (find_culprit,
 # exclusions, deterministic_cause)
 # (backends/slurm/render.py sets the inputs; backend.py reads the chain dir's records).
 #
@@ -246,16 +246,22 @@ segment_run() {
     fi
     if [ "$after" -gt "$before" ]; then echo 0 > "$chain/no_progress"; fi
     if [ "$rc" -ne 0 ] && [ "$asked" = 0 ] && [ "$ended" = 0 ]; then
-        why=$(deterministic_cause)
-        if [ -n "$why" ]; then
-            stop "deterministic failure in segment $segment: $why"
-            outcome "$SLURM_JOB_ID" failed "$before" "$after" "$why"
+        failure_class
+        if [ "$fclass" = deterministic ]; then
+            stop "deterministic failure in segment $segment: $fwhat: $fline"
+            outcome "$SLURM_JOB_ID" failed "$before" "$after" "$fwhat: $fline"
+            finish "$rc"
+        fi
+        find_culprit
+        if [ "$fclass" = unknown ] && [ "$after" -le "$before" ] && [ -z "$culprit_node" ] && [ "$retry_unknown" != 1 ]; then
+            stop "unknown failure in segment $segment (exit $rc; no failure class matches its logs) and no new checkpoint"
+            outcome "$SLURM_JOB_ID" failed "$before" "$after" "exit $rc, unknown: not retried without a new checkpoint"
             finish "$rc"
         fi
         restarts=$(($(cat "$chain/restarts" 2>/dev/null || echo 0) + 1))
         echo "$restarts" > "$chain/restarts"
         leave_out_culprit
-        outcome "$SLURM_JOB_ID" failed "$before" "$after" "exit $rc, restart $restarts of $max_restarts${cause:+: $cause}$left"
+        outcome "$SLURM_JOB_ID" failed "$before" "$after" "exit $rc ($fclass${fwhat:+: $fwhat}), restart $restarts of $max_restarts${cause:+: $cause}$left"
         if [ "$restarts" -gt "$max_restarts" ]; then
             stop "failed $restarts times; --max-restarts $max_restarts used up"
             finish "$rc"
