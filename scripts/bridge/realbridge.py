@@ -21,16 +21,42 @@ from bridge_launch.spec import recipes
 REPO = Path(__file__).resolve().parents[2]
 
 
+class Missing(RuntimeError):
+    """The real Megatron-Bridge cannot be had here: its one line says what is missing."""
+
+
+def vendor() -> Path:
+    """Where scripts/bridge-env finds the pinned sources' tarballs."""
+    return Path(os.environ.get("BRIDGE_VENDOR") or REPO.parent / "shared" / "vendor")
+
+
+def missing(rev: upstream.Revision | None = None) -> str | None:
+    """Why the real Megatron-Bridge of a pinned revision (default: main's) cannot run here, in one line;
+    None when its tarballs are there (scripts/bridge-env unpacks them)."""
+    rev = rev or upstream.revision(upstream.BRIDGE_MAIN)
+    for name in (f"megatron-bridge-{rev.bridge[:9]}.tar.gz", f"megatron-lm-{rev.core[:9]}.tar.gz"):
+        if not (vendor() / name).exists():
+            return (
+                f"the real Megatron-Bridge needs {vendor() / name} (set BRIDGE_VENDOR to the directory that holds it)"
+            )
+    return None
+
+
 def environment(build: bool = True) -> dict:
     """KEY=VALUE lines of scripts/bridge-env: BRIDGE_PY and SRC_MEGATRON_{BRIDGE,LM}_<commit>."""
     args = [str(REPO / "scripts" / "bridge-env")] + ([] if build else ["--check"])
-    out = subprocess.run(args, capture_output=True, text=True, timeout=1200, check=True).stdout
-    return dict(line.split("=", 1) for line in out.split())
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=1200)
+    if proc.returncode:
+        raise Missing((proc.stderr.strip().splitlines() or [f"scripts/bridge-env exited {proc.returncode}"])[-1])
+    return dict(line.split("=", 1) for line in proc.stdout.split())
 
 
 def sources(env: dict, rev: upstream.Revision) -> tuple[str, str]:
     """The unpacked Megatron-Bridge and Megatron-LM trees of a pinned revision."""
-    return env[f"SRC_MEGATRON_BRIDGE_{rev.bridge[:9].upper()}"], env[f"SRC_MEGATRON_LM_{rev.core[:9].upper()}"]
+    names = f"SRC_MEGATRON_BRIDGE_{rev.bridge[:9].upper()}", f"SRC_MEGATRON_LM_{rev.core[:9].upper()}"
+    if not all(n in env for n in names):
+        raise Missing(missing(rev) or f"scripts/bridge-env gave no {' or '.join(n for n in names if n not in env)}")
+    return env[names[0]], env[names[1]]
 
 
 def image_tree(env: dict, rev: upstream.Revision) -> Path:

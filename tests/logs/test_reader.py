@@ -471,3 +471,25 @@ def test_the_columns_of_several_logs_are_dealt_to_one_child_per_further_cpu(monk
     assert children == [0, 0, 0]  # three CPUs: two children
     assert logread.float_columns_of([Log([texts[0]])], "lm loss") == want[:1] and children == [0, 0, 0]
     assert logread.float_columns_of([], "lm loss") == []
+
+
+def test_the_root_causes_signal_is_named_not_the_one_torchrun_sent_the_others():
+    """Rank 1 killed with SIGKILL (an OOM kill's signature); torchrun then stops rank 0 with SIGTERM
+    and lists it first, under "Failures:": the line names rank 1's SIGKILL, as the Root Cause does."""
+    from bridge_launch.logs.reader import first_error
+
+    text = (
+        "[rank0]: iteration        3/     100 | lm loss: 2.0\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+        "============================================================\nsmoke.py FAILED\n"
+        "------------------------------------------------------------\nFailures:\n[1]:\n"
+        "  time      : 2026-12-01_10:00:01\n  host      : node1\n  rank      : 0 (local_rank: 0)\n"
+        "  exitcode  : -15 (pid: 76)\n  error_file: <N/A>\n  traceback : Signal 15 (SIGTERM) received by PID 76\n"
+        "------------------------------------------------------------\n"
+        "Root Cause (first observed failure):\n[0]:\n  time      : 2026-12-01_10:00:00\n  host      : node1\n"
+        "  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 77)\n  error_file: <N/A>\n"
+        "  traceback : Signal 9 (SIGKILL) received by PID 77\n"
+        "============================================================\n"
+    )
+    err = first_error([text])
+    assert err.endswith("ChildFailedError: rank 1 was killed by signal 9 (SIGKILL)"), err

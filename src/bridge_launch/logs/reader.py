@@ -26,6 +26,7 @@ import mmap
 import operator
 import os
 import re
+import signal
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -1195,17 +1196,29 @@ def first_error_detail(texts) -> ErrorLine | None:
         chosen = (r, by_rank[r][0][2])
     rank, line = chosen
     if _COLLATERAL.search(line) and line.rstrip().endswith(":"):  # "ChildFailedError:", its message below it
-        death = next((m for t in texts for m in P.SIGNAL_DEATH_RE.finditer(t)), None)
-        root = next((m for t in texts for m in P.ROOT_CAUSE_RE.finditer(t)), None)
-        if death or root:
-            who = f"rank {root.group(1)}" if root else "a worker"
-            line = (
-                f"{line.rstrip()} {who} was killed by signal {death.group(1)} ({death.group(2)})"
-                if death
-                else f"{line.rstrip()} {who} exited with code {root.group(2)}"
-            )
+        # the root cause's own exit code: torchrun's "Failures:" block before it lists the ranks it
+        # stopped afterwards (SIGTERM), which name no cause
+        found = next(((t, m) for t in texts for m in P.ROOT_CAUSE_RE.finditer(t)), None)
+        if found:
+            root = found[1]
+            code = int(root.group(2))
+            if code < 0:
+                line = f"{line.rstrip()} rank {root.group(1)} was killed by signal {-code} ({_signal_name(-code)})"
+            else:
+                line = f"{line.rstrip()} rank {root.group(1)} exited with code {code}"
+        else:
+            death = next((m for t in texts for m in P.SIGNAL_DEATH_RE.finditer(t)), None)
+            if death:
+                line = f"{line.rstrip()} a worker was killed by signal {death.group(1)} ({death.group(2)})"
     cls = failures.classify_line(line)
     return ErrorLine(rank, line, *(cls or (None, None)))
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def first_error(texts) -> str | None:
