@@ -1,6 +1,8 @@
 """The command line as a user meets it: exit codes, one-line errors, JSON output."""
 
 import json
+import os
+import re
 import subprocess
 import sys
 
@@ -388,3 +390,38 @@ def test_a_usage_error_of_the_parser_is_one_line(args, fragment):
 def test_a_group_named_alone_shows_its_help(args, usage):
     r = run_cli(*args)
     assert r.code == 2 and r.err.startswith(usage) and "Commands" in r.err and "error" not in r.err, r.err
+
+
+@pytest.mark.usefixtures("home")
+def test_a_missing_extra_is_one_line_naming_it_everywhere(tmp_path):
+    """A command that needs an extra that is not installed says which, in one line, exit 2 (data
+    inspect and a Lepton submit gave tracebacks; plan said 2 and data prepare 1); every extra's
+    distribution in pyproject.toml is known by the module it installs."""
+    import tomllib
+
+    from bridge_launch.core.errors import EXTRA_MODULES
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    wanted = {
+        (extra, re.split(r"[<>=!\[ ]", dist)[0]) for extra, dists in extras.items() if extra != "dev" for dist in dists
+    }
+    assert wanted == set(EXTRA_MODULES.values())
+    shadow = tmp_path / "shadow"
+    for module in ("PIL", "leptonai"):
+        (shadow / module).mkdir(parents=True)
+        (shadow / module / "__init__.py").write_text(
+            f"raise ModuleNotFoundError(\"No module named '{module}'\", name={module!r})\n"
+        )
+    env = dict(os.environ, PYTHONPATH=str(shadow))
+    for args, dist, extra in (
+        (["data", "inspect", str(tmp_path)], "pillow", "data"),
+        (["submit", "smoke", "-c", "lepton-gb200"], "leptonai", "cloud"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "bridge_launch.cli.app", *args], capture_output=True, text=True, env=env, timeout=120
+        )
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (args, proc.stderr[-2000:])
+        assert proc.stderr.strip().splitlines() == [
+            f"bridge-launch: error: this needs {dist}, of the '{extra}' extra "
+            f"(No module named '{'PIL' if dist == 'pillow' else dist}'): pip install 'bridge-launch[{extra}]'"
+        ], proc.stderr

@@ -46,3 +46,29 @@ def suggest(name: str, choices, what: str, canonical: dict | None = None) -> str
     else:
         msg += f" ({len(names)} known; list them with '{listing}')"
     return msg
+
+
+# The optional extras (pyproject's [project.optional-dependencies]) by the module each distribution
+# installs: a command that meets one missing says which extra to install, in one line (exit 2).
+EXTRA_MODULES = {
+    "torch": ("local", "torch"),
+    "numpy": ("local", "numpy"),
+    "nemo_run": ("cloud", "nemo-run"),
+    "leptonai": ("cloud", "leptonai"),
+    "requests": ("cloud", "requests"),
+    "megatron.energon": ("data", "megatron-energon"),
+    "submitit": ("data", "submitit"),
+    "PIL": ("data", "pillow"),
+    "tokenizers": ("data", "tokenizers"),
+    "megatron.core": ("plan", "megatron-core"),
+    "matplotlib": ("plot", "matplotlib"),
+}
+
+
+def missing_extra(exc: ImportError) -> str | None:
+    """The one line for an import of an extra's module that failed; None for any other import."""
+    name = getattr(exc, "name", None) or ""
+    for module, (extra, dist) in EXTRA_MODULES.items():
+        if name == module or name.startswith(module + "."):
+            return f"this needs {dist}, of the '{extra}' extra ({exc}): pip install 'bridge-launch[{extra}]'"
+    return None

@@ -29,7 +29,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from bridge_launch import __version__
-from bridge_launch.core.errors import LaunchError, UsageError
+from bridge_launch.core.errors import LaunchError, UsageError, missing_extra
 from bridge_launch.data import shards
 from bridge_launch.data import source as src
 
@@ -236,9 +236,7 @@ def _energon() -> SimpleNamespace:
             importlib.import_module("megatron.energon")
             return _energon()
     except ImportError as e:
-        raise LaunchError(
-            f"megatron-energon is not installed ({e}); install the data extra: pip install 'bridge-launch[data]'"
-        ) from e
+        raise UsageError(missing_extra(e) or f"megatron-energon could not be imported ({e})") from e
     try:  # as megatron/energon/__init__.py sets its __version__ (megatron-energon 7.4.1, lines 4-10)
         energon_version = version("megatron-energon")
     except Exception:  # noqa: BLE001 - Energon's own fallback
