@@ -425,3 +425,61 @@ def test_a_missing_extra_is_one_line_naming_it_everywhere(tmp_path):
             f"bridge-launch: error: this needs {dist}, of the '{extra}' extra "
             f"(No module named '{'PIL' if dist == 'pillow' else dist}'): pip install 'bridge-launch[{extra}]'"
         ], proc.stderr
+
+
+def test_status_keeps_run_ids_whole_on_a_terminal_and_one_long_reason_pads_no_other_row(monkeypatch, capsys):
+    """A 120-column terminal cut run ids ('smoke-1…') so they could not be copied; off a terminal one
+    long reason padded every row to its width."""
+    from bridge_launch.cli import views
+
+    columns = [
+        "run",
+        "state",
+        "recipe",
+        "cluster",
+        "job ids",
+        "elapsed",
+        "nodes",
+        "step",
+        "loss",
+        "reason",
+        "submitted",
+    ]
+    long = "rank 2: InjectedFailure: smoke.fail_at_step=3: injected failure on rank 2 " * 3
+    rows = [
+        [
+            "smoke-1206-b6f1",
+            "COMPLETED",
+            "smoke",
+            "local-slurm",
+            "1201",
+            "00:00:40",
+            "node[1-2]",
+            "6/6",
+            "4.1",
+            "",
+            "x",
+        ],
+        [
+            "qwen35-vl-sft-1206-9a0c",
+            "FAILED",
+            "qwen35-vl-sft",
+            "gb200-32",
+            "1202,1203",
+            "1:00",
+            "n1",
+            "",
+            "",
+            long,
+            "x",
+        ],
+    ]
+    views.table("runs", columns, rows)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines[1]) < 160 and len(lines[2]) > 200, [len(x) for x in lines]
+    monkeypatch.setattr(views, "is_tty", lambda: True)
+    monkeypatch.setenv("COLUMNS", "120")
+    views.table("runs", columns, rows)
+    out = capsys.readouterr().out
+    assert "smoke-1206-b6f1" in out and "qwen35-vl-sft-1206-9a0c" in out and "1202,1203" in out, out
+    assert max(len(line) for line in out.splitlines()) <= 120

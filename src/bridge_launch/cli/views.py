@@ -315,19 +315,28 @@ def print_job(job, artifact: Artifact, placeholder: str) -> None:
         sys.stdout.write("".join(title + text for title, text, _ in parts))
 
 
+WHOLE = ("run", "experiment", "name", "job ids", "job id")  # names a user copies: never cut on a terminal
+PAD_AT_MOST = 40  # off a terminal, a longer value pushes its own row's later columns out, not every row's
+
+
 def table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     if is_tty():
         from rich.console import Console
         from rich.table import Table
 
         t = Table(title=title, title_justify="left")
-        for c in columns:
-            t.add_column(c)
+        for i, c in enumerate(columns):
+            if c in WHOLE:  # whole, so that it can be copied; the other columns wrap or shrink around it
+                t.add_column(c, no_wrap=True, min_width=max([len(c), *(len(str(r[i])) for r in rows)]))
+            else:
+                t.add_column(c, overflow="fold")
         for r in rows:
             t.add_row(*[str(x) for x in r])
         Console().print(t)
         return
-    widths = [max(len(c), *(len(str(r[i])) for r in rows)) if rows else len(c) for i, c in enumerate(columns)]
+    widths = [
+        max([len(c), *(len(str(r[i])) for r in rows if len(str(r[i])) <= PAD_AT_MOST)]) for i, c in enumerate(columns)
+    ]
     out = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=False)).rstrip()]
     out += ["  ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=False)).rstrip() for r in rows]
     sys.stdout.write("\n".join(out) + "\n")

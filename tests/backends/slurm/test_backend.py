@@ -11,6 +11,7 @@ The framing of logs fetched from a Slurm login host (backends/slurm._frames).
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -361,3 +362,18 @@ def test_the_image_is_materialised_once_in_its_own_step_before_the_health_steps_
         write(home / "clusters" / "bad.toml", f'extends = "gb200-8"\n[slurm]\n{key} = {value}\n')
         r = run_cli("submit", "smoke", "-c", "bad", "--dry-run")
         assert r.code == 2 and says in r.err and len(r.err.strip().splitlines()) == 1, r.err
+
+
+@pytest.mark.skipif(shutil.which("sbatch") is None, reason="needs Slurm's sbatch (scripts/test installs it)")
+def test_a_slurm_that_does_not_answer_is_said_before_any_segment_advice(home, tmp_path):
+    """sbatch that cannot read its configuration (no controller to talk to) was reported as 'an
+    unknown Slurm, whose sbatch has no working --segment': the real cause came only after the profile
+    dropped its segment. (An empty file: a missing one makes sbatch retry for 60 s first.)"""
+    (tmp_path / "slurm.conf").write_text("")
+    write(home / "clusters" / "noctl.toml", f'extends = "gb200-8"\n[slurm]\nslurm_conf = "{tmp_path}/slurm.conf"\n')
+    r = run_cli("submit", "smoke", "-c", "noctl")
+    assert r.code == 1 and "--segment" not in r.err, r.err
+    assert r.err.strip().splitlines() == [
+        "bridge-launch: error: sbatch does not answer on cluster 'noctl': sbatch: fatal: Unable to process "
+        "configuration file"
+    ], r.err

@@ -222,7 +222,9 @@ class Backend:
         script = f"{job.run_dir}/{artifact.filename}"
         if artifact.segment:
             ver = self.command(s, ["sbatch", "--version"])
-            if ver.returncode or _version(ver.stdout) < _MIN_SEGMENT_VERSION:
+            if ver.returncode:  # no Slurm to ask (its configuration, the controller): that, not --segment
+                raise LaunchError(f"sbatch does not answer on cluster '{job.cluster}': {self.first_error(ver)}")
+            if _version(ver.stdout) < _MIN_SEGMENT_VERSION:
                 raise UsageError(
                     f"cluster '{job.cluster}' runs {(ver.stdout or '').strip() or 'an unknown Slurm'}, "
                     "whose sbatch has no working --segment (needs 24.05.3 with topology/block); set "
