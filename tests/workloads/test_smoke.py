@@ -260,6 +260,8 @@ def test_timers_and_straggler_lines_under_torchrun(tmp_path):
         timeout=180,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # one node on CPU: no word of IMEX channels, which only multi-node NVLink needs (issue 42, item 12)
+    assert "imex channels" not in proc.stdout + proc.stderr and "[smoke] torch " in proc.stdout + proc.stderr
     log = Log([proc.stdout + proc.stderr])
     assert len(log.stragglers) == 6 and {t.option for t in log.timer_reports} == {"minmax"}
     assert {"forward-backward", "optimizer", "batch-generator"} <= set(log.timer_reports[0].timers)

@@ -607,8 +607,9 @@ class Smoke:
                 f"torch {torch.__version__} world_size={self.world} nodes={self.summary['nodes']} "
                 f"backend={self.backend} hosts={sorted(set(hosts))}"
             )
-            _note(fabric_checks.imex_line(imex_by_host))
             g = self.summary["gpu"]
+            if g or self.summary["nodes"] > 1:  # multi-node NVLink's concern: not a one-node CPU run's
+                _note(fabric_checks.imex_line(imex_by_host))
             if g:
                 _note(
                     f"gpu={g['name']!r} x{g['devices_per_node']}/node ({g['memory_gib']} GiB, cc {g['capability']}) "
