@@ -246,6 +246,13 @@ def test_compare_golden_leaves_a_out_of_its_own_references(cli, tmp_path):
     d = r.json()["comparisons"][0]
     assert d["references"] == [str(p) for p in refs[1:]]
     assert d["notes"][0] == f"A ({refs[0]}) is left out of its own references"
+    # a bands file made from A is no independent judge of A: refused, not passed (issue 42, item 2)
+    out = tmp_path / "bands.json"
+    assert cli("check", *refs, "--export-golden", out).code == 0
+    r = cli("compare", refs[0], out)
+    assert r.code == 2 and "WITHIN THE BAND" not in r.out, r.out + r.err
+    assert f"A ({refs[0]}) is one of the 3 runs {out} was made from" in r.err and "cannot judge it" in r.err, r.err
+    assert cli("compare", good, out).code == 0  # a run outside the band's sources is judged as before
 
 
 @pytest.mark.parametrize(

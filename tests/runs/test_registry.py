@@ -127,3 +127,23 @@ def test_status_filters_and_prune():
     assert (reg.jobs_dir() / f"{b.run_id}.json").exists()
     assert [x["run_id"] for x in run_cli("status", "--all", "-o", "json").json()] == [b.run_id]
     assert run_cli("prune", "--older-than", "soon").code == 2
+
+
+@pytest.mark.usefixtures("home")
+def test_prune_forgets_a_resume_chain_only_whole():
+    """The first run of a chain is old, the run that resumed it is not: pruning the first alone left
+    `check` of the second judging its steps 111-300 of 300 and passing (issue 42, item 3)."""
+    reg = Registry()
+    first = reg.reserve("smoke", "local", "local")
+    reg.update(first.run_id, state="STOPPED")
+    second = reg.reserve("smoke", "local", "local", resumed_from=first.run_id, chain=first.run_id)
+    reg.update(second.run_id, state="COMPLETED")
+    reg.db.execute("UPDATE runs SET updated = updated - 86400 * 10 WHERE run_id = ?", (first.run_id,))
+    alone = _old_runs(1)
+    r = run_cli("prune", "--older-than", "1w", "--yes")
+    assert r.code == 0 and "forgot 1 finished run" in r.out and first.run_id not in r.out, r.out
+    left = {x["run_id"] for x in run_cli("status", "--all", "-o", "json").json()}
+    assert left == {first.run_id, second.run_id} and not set(alone) & left
+    reg.db.execute("UPDATE runs SET updated = updated - 86400 * 10 WHERE run_id = ?", (second.run_id,))
+    r = run_cli("prune", "--older-than", "1w", "--yes")  # the whole chain old: both go
+    assert r.code == 0 and "forgot 2 finished runs" in r.out, r.out

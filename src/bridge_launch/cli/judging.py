@@ -529,6 +529,13 @@ def _compare_bands(words, *, metric, allowed, multiplier, plot, output) -> int:
         )
     if files:
         band = bands.read_band(rulesets.read_golden(files[0]), metric, files[0])
+        inside = [x for x in band.sources if x == a.label or x.startswith(a.label + " (")]
+        if inside:  # a band made from A holds A's own values: no independent verdict, so none
+            raise UsageError(
+                f"compare --golden: A ({a.label}) is one of the {len(band.sources)} runs {files[0]} was made from "
+                f"(its metadata.result_files: {inside[0]}), so its band cannot judge it; export the band without "
+                "A, or give the other runs as the references (A is then left out of them)"
+            )
         if multiplier is not None:
             band = band.with_multiplier(multiplier)
     else:

@@ -153,13 +153,21 @@ class Registry:
         self.db.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
 
     def prunable(self, older_than_s: float) -> list[Run]:
-        """Finished runs not updated for older_than_s, oldest first (what prune would forget)."""
+        """Finished runs not updated for older_than_s, oldest first (what prune would forget); a resume
+        chain only whole: a run whose resumption is kept keeps its history for status and check."""
         cutoff = time.time() - older_than_s
         marks = ",".join("?" * len(TERMINAL))
         rows = self.db.execute(
             f"SELECT * FROM runs WHERE updated < ? AND state IN ({marks}) ORDER BY updated", (cutoff, *TERMINAL)
         ).fetchall()
-        return [Run.from_row(r) for r in rows]
+        runs = [Run.from_row(r) for r in rows]
+        ids = {r.run_id for r in runs}
+        kept = {
+            row["chain"]
+            for row in self.db.execute("SELECT run_id, chain FROM runs WHERE chain IS NOT NULL").fetchall()
+            if row["run_id"] not in ids
+        }
+        return [r for r in runs if not r.chain or r.chain not in kept]
 
     def prune(self, older_than_s: float, only: list[str] | None = None) -> list[str]:
         """Forget finished runs not updated for older_than_s (of `only`, when given: the ones a user
