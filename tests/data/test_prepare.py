@@ -396,3 +396,25 @@ def test_prepare_summary_rate_is_the_progress_bars(monkeypatch, tmp_path):
     assert r.exit_code == 0, r.output
     assert "writing 0.0 s at 25,000 samples/s" in r.output and "reading and checking the source 6.0 s" in r.output
     assert "125 samples/s" not in r.output  # not samples over the whole run, which the bar never shows
+
+
+def test_a_pin_of_this_machines_own_gives_way_when_asked(src, tmp_path):
+    """The CLEVR2 workflow twice in one state dir (issue 42, item 7): after --write-manifest pinned one
+    copy of the source, a larger copy was refused with no way on, and --skip-source-integrity-check did
+    not help; now the refusal says what moves on, and both flags do."""
+    m = _prep(src, tmp_path / "a", skip_integrity=False, write_manifest=True)
+    assert m["integrity_manifests"] == {"clevr_2": "pinned now (--write-manifest)"}
+    jl = src / "clevr_2" / "clevr_2.jsonl"
+    lines = jl.read_text().splitlines()
+    rec = json.loads(lines[0])
+    rec["id"] = rec["id"] + "-more"
+    jl.write_text("\n".join([*lines, json.dumps(rec)]) + "\n")
+    with pytest.raises(UsageError) as e:
+        _prep(src, tmp_path / "b", skip_integrity=False)
+    assert "this machine's own pin (--write-manifest)" in str(e.value) and "--skip-source-integrity-check" in str(
+        e.value
+    )
+    m = _prep(src, tmp_path / "c", skip_integrity=True)
+    assert m["source_integrity_verified"] is False and m["counts"]["train"] + m["counts"]["val"] == len(lines) + 1
+    m = _prep(src, tmp_path / "d", skip_integrity=False, write_manifest=True)  # pinned anew
+    assert _prep(src, tmp_path / "e", skip_integrity=False)["source_integrity_verified"] is True

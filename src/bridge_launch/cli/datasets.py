@@ -106,8 +106,10 @@ def prepare_cmd(
         f"(reading and checking the source {t['plan']:.1f} s; writing {t['write']:.1f} s at "
         f"{sum(c.values()) / max(t['write'], 1e-9):,.0f} samples/s; indexing {t['index']:.1f} s)"
     )
+    pinned = all(v.startswith("pinned now") for v in manifest["integrity_manifests"].values())
+    said = "verified" if manifest["source_integrity_verified"] else "pinned (later runs verify against it)"
     typer.echo(
-        f"Source integrity: {'verified' if manifest['source_integrity_verified'] else 'NOT verified'} "
+        f"Source integrity: {said if manifest['source_integrity_verified'] or pinned else 'NOT verified'} "
         f"({', '.join(f'{k}: {v}' for k, v in manifest['integrity_manifests'].items())})"
     )
     typer.echo(f"Train with: dataset.path={manifest['output_dir']}")

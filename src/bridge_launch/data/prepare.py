@@ -334,6 +334,12 @@ def _prepare(
                 f"at revision {info['revision'][:12]} into --source-dir)"
             )
         pins, origin = src.find_pins(dataset, subset)
+        # a pin of this machine's own (--write-manifest) gives way when asked: a new source re-pinned,
+        # or its check skipped; a shipped pin is checked unless skipped
+        if pins and (skip_integrity or (write_manifest and origin.startswith("user:"))):
+            why = "--skip-source-integrity-check" if skip_integrity else "--write-manifest: pinned anew"
+            log(f"{subset}: the integrity manifest ({origin}) is not checked ({why})")
+            pins = None
         if pins:
             log(f"verifying {len(pins)} pinned files of {subset} ({origin})")
             verified += src.verify_pins(source_dir, pins, origin, threads=max(2, num_workers))
@@ -348,7 +354,9 @@ def _prepare(
             to_hash += [src.jsonl_path(sdir, subset), *archives]
             if write_manifest:
                 to_pin[subset] = [src.jsonl_path(sdir, subset), *archives]
-            origins[subset] = "none (--write-manifest)" if write_manifest else "none (--skip-source-integrity-check)"
+            origins[subset] = (
+                "pinned now (--write-manifest)" if write_manifest else "none (--skip-source-integrity-check)"
+            )
         else:
             raise UsageError(
                 f"subset {subset!r} has no integrity manifest (published: turing); after verifying its "
@@ -441,7 +449,7 @@ def _prepare(
             "max_samples": max_samples,
             "counts": counts,
             "shards": {s: sum(1 for t in tasks if Path(t[0]).name.startswith(s + "-")) for s in SPLITS},
-            "source_integrity_verified": all(not origins[s].startswith("none") for s in subsets),
+            "source_integrity_verified": all(not origins[s].startswith(("none", "pinned now")) for s in subsets),
             "integrity_manifests": origins,
             "source_files": sorted(verified + hashed, key=lambda f: f["path"]),
             "tool": f"bridge-launch {__version__}",

@@ -98,7 +98,19 @@ def sha256_file(path: Path, stop=None) -> str:
 
 def verify_pins(source_dir: Path, pins: dict, origin: str, threads: int = 1) -> list[dict]:
     """Check the size of every pinned file, then their sha256 (in `threads` threads; hashlib drops the
-    GIL); the first mismatch in path order names the file."""
+    GIL); the first mismatch in path order names the file, and what would move on from it."""
+    try:
+        return _verify_pins(source_dir, pins, origin, threads)
+    except UsageError as e:
+        if not origin.startswith("user:"):
+            raise
+        raise UsageError(
+            f"{e}: this machine's own pin (--write-manifest); for another copy of the source pass --write-manifest "
+            "to pin it instead, or --skip-source-integrity-check"
+        ) from None
+
+
+def _verify_pins(source_dir: Path, pins: dict, origin: str, threads: int) -> list[dict]:
     files = []
     for rel, want in sorted(pins.items()):
         p = source_dir / rel
