@@ -143,3 +143,22 @@ def test_a_run_off_slurm_is_refused_in_one_line():
     r = run_cli("report", run.run_id)
     assert r.code == 2 and "GPU-hours are accounted from Slurm's records (sacct)" in r.err, r.err
     assert r.err.strip().count("\n") == 0
+
+
+@pytest.mark.usefixtures("home")
+def test_an_experiment_with_no_run_on_slurm_is_refused_in_one_line_and_draws_nothing(tmp_path, monkeypatch):
+    """report of a local experiment exited 0 with an all-zero page and wrote an empty PNG into the
+    current directory (issue 42, item 8): refused like a local run, nothing written."""
+    from run_records import _record
+
+    reg = Registry()
+    run = _record(reg, "smoke", log="nothing\n")
+    reg.add_experiment("local-lr", {})
+    reg.add_to_experiment("local-lr", run.run_id, 0, "lr=1")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    r = run_cli("report", "local-lr")
+    assert r.code == 2 and r.err.strip().count("\n") == 0, r.err
+    assert "experiment local-lr: none of its 1 runs ran on Slurm" in r.err and "(sacct)" in r.err, r.err
+    assert list(cwd.iterdir()) == []

@@ -219,3 +219,22 @@ def test_a_job_slurm_has_no_record_of_is_named_and_a_run_off_slurm_is_refused():
     local = reg.update(reg.reserve("smoke", "local", "local").run_id, state="COMPLETED")
     with pytest.raises(UsageError, match="accounted from Slurm's records"):
         A.run_account(reg, local)
+
+
+def test_the_health_step_is_found_by_what_it_runs_after_the_image_steps():
+    """A container job's steps (backends/slurm/render.py): 0 the host's prepare (bash), 1 the image step
+    (true), 2 the health step (python3 node_health.py), 3 the training step (bash node-launch.sh), 4
+    the container's removal: the health step is the one that runs Python, not step 0."""
+    rows = (
+        "50|COMPLETED|1000|1000|1400|400|2|billing=16,cpu=2,gres/gpu=16,node=2|node[1-2]|job\n"
+        "50.batch|COMPLETED|1000|1000|1400|400|1|cpu=1|node1|batch\n"
+        "50.0|COMPLETED|1000|1000|1001|1|2|cpu=2|node[1-2]|bash\n"
+        "50.1|COMPLETED|1001|1001|1181|180|2|cpu=2|node[1-2]|true\n"
+        "50.2|COMPLETED|1181|1181|1190|9|2|cpu=2|node[1-2]|python3\n"
+        "50.3|COMPLETED|1190|1190|1390|200|2|cpu=2|node[1-2]|bash\n"
+        "50.4|COMPLETED|1390|1390|1400|10|2|cpu=2|node[1-2]|bash\n"
+    )
+    got = A.parse_sacct(rows, {"50": ("attempt", 1)}, gpus_per_node=4, health=True)
+    assert got["50"].health_s == 9  # step 2's; the 180 s of unpacking are start-up, not the health step's
+    bare = rows.replace("|python3\n", "|/work/venv/bin/python\n")  # a bare-process profile's interpreter
+    assert A.parse_sacct(bare, {"50": ("attempt", 1)}, gpus_per_node=4, health=True)["50"].health_s == 9

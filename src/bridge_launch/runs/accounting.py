@@ -15,8 +15,8 @@ so). Each allocation is split, second by second, into:
   end of a job that ended cleanly (post-training evaluation, exit).
 - redone: steps trained again: at or below the furthest step any earlier job of the run, or of the
   runs it resumed, had printed (a resume from an older checkpoint, a retry, a restart).
-- lost: the canary's whole job, the health step (sacct's step 0 where the profile has
-  `health_check`), and a job that did not end cleanly (FAILED, TIMEOUT, CANCELLED, NODE_FAIL...):
+- lost: the canary's whole job, the health step (the step that runs node_health.py where the
+  profile has `health_check`), and a job that did not end cleanly (FAILED, TIMEOUT, CANCELLED, NODE_FAIL...):
   its start-up and everything after its last step; a job that ran no step and did not complete.
 - checkpointing: the saves, by the trainer's own `save-checkpoint` timer (the slowest rank,
   trainer_protocol.SAVE_TIMER), taken out of the steps' time (a save inside the loop) or out of
@@ -31,6 +31,7 @@ says so. Callers: `status RUN` and `report` (cli), never the runs list (speed)."
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -61,7 +62,7 @@ class Allocation:
     end: float | None  # None: still running
     elapsed_s: float
     submit: float | None = None
-    health_s: float = 0.0  # its health step (sacct's step 0), counted as lost
+    health_s: float = 0.0  # its health step (parse_sacct finds it), counted as lost
     nodes: str = ""
 
     @property
@@ -303,8 +304,9 @@ def _gres_gpus(tres: str) -> int | None:
 
 def parse_sacct(text: str, kinds: dict, gpus_per_node: int, health: bool) -> dict[str, Allocation]:
     """sacct -P rows (backends/slurm ALLOCATION_FIELDS, SLURM_TIME_FORMAT=%s) -> {job id: Allocation}. kinds: {job id:
-    (kind, number)}; with `health`, each job's step 0 is its health step (backends/slurm/render.py
-    runs it before the training step)."""
+    (kind, number)}; with `health`, each job's health step: the first step that runs Python (its
+    JobName: python3 node_health.py; the image step before it runs `true`, the host steps and the
+    training step bash), or step 0 where sacct names no step (rows without JobName)."""
     out: dict[str, Allocation] = {}
     steps: dict[str, float] = {}
     for line in text.splitlines():
@@ -312,9 +314,11 @@ def parse_sacct(text: str, kinds: dict, gpus_per_node: int, health: bool) -> dic
         if len(parts) < 9:
             continue
         jid, state, submit, start, end, elapsed, nnodes, tres, nodelist = parts[:9]
+        name = os.path.basename(parts[9]) if len(parts) > 9 else ""
         base, _, step = jid.partition(".")
         if step:
-            if step == "0" and health:
+            is_health = name.startswith("python") if name else step == "0"
+            if health and is_health and base not in steps:
                 steps[base] = _num(elapsed) or 0.0
             continue
         if base not in kinds:
@@ -458,6 +462,11 @@ def experiment_account(reg, group: dict) -> dict:
             continue
         acc["member"] = label
         runs.append(acc)
+    if not runs:  # an all-zero page would read as a free experiment: it is an unaccounted one
+        raise UsageError(
+            f"experiment {group['name']}: none of its {len(group['runs'])} runs ran on Slurm, whose records "
+            f"(sacct) GPU-hours are accounted from ({notes[0] if notes else 'no runs'})"
+        )
     hours = {k: round(sum(a["gpu_hours"][k] for a in runs), 6) for k in (*CATEGORIES, "total")}
     total = hours["total"]
     lost_by: dict = {}

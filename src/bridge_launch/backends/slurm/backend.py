@@ -49,7 +49,7 @@ def _measured(text: str | None, job_lead) -> dict | None:
 
 
 # What the GPU-hour account reads of each job and step (sacct -o; allocations()).
-ALLOCATION_FIELDS = "JobID,State,Submit,Start,End,ElapsedRaw,NNodes,AllocTRES,NodeList"
+ALLOCATION_FIELDS = "JobID,State,Submit,Start,End,ElapsedRaw,NNodes,AllocTRES,NodeList,JobName"
 _STATES = {
     "PENDING": "PENDING",
     "CONFIGURING": "PENDING",
