@@ -483,3 +483,16 @@ def test_status_keeps_run_ids_whole_on_a_terminal_and_one_long_reason_pads_no_ot
     out = capsys.readouterr().out
     assert "smoke-1206-b6f1" in out and "qwen35-vl-sft-1206-9a0c" in out and "1202,1203" in out, out
     assert max(len(line) for line in out.splitlines()) <= 120
+
+
+@pytest.mark.usefixtures("home")
+def test_a_dry_run_ends_on_its_warnings_where_the_eye_lands():
+    """A GB200 dry run is hundreds of lines (the script and every file it sources) and ended on the
+    canary's JSON spec, its warnings ~100 lines up: it now ends on a summary with them (issue 42, item 11)."""
+    r = run_cli("submit", "qwen35-vl-sft", "-c", "gb200-32", "--dry-run")
+    assert r.code == 0, r.err
+    tail = r.out.rstrip().splitlines()[-3:]
+    assert tail[0].startswith("=== dry run: nothing submitted. qwen35-vl-sft on gb200-32: 8 node(s) x 4; the sbatch")
+    assert tail[0].endswith("2 warning(s):") and tail[1].startswith("  ! required input dataset.path is not set")
+    r = run_cli("submit", "smoke", "--dry-run")
+    assert r.out.rstrip().splitlines()[-1].endswith("; no warnings"), r.out[-500:]

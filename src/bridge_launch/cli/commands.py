@@ -40,6 +40,7 @@ def submit(recipe, opts, *, dry_run, follow, output, yes=False) -> int:
                 from bridge_launch.runs import canary as _canary
 
                 sys.stdout.write(_canary.dry_run_text(job, artifact))
+            sys.stdout.write(views.closing_text(job, artifact))
         return 2 if job.errors else 0
     if job.refusals:  # the same job the dry run shows; some of its warnings block a submit
         return _refused(job.refusals, output)

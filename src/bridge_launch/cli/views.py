@@ -297,6 +297,19 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def closing_text(job, artifact: Artifact) -> str:
+    """The dry run's last lines, where a reader who does not page lands: what would be submitted, how
+    long the text above is, and the warnings again."""
+    what = f"{job.recipe} on {job.cluster}: {job.nodes} node(s) x {job.gpus_per_node}"
+    staged = f" and {len(artifact.files)} staged file(s)" if artifact.files else ""
+    lines = [
+        f"\n=== dry run: nothing submitted. {what}; the {artifact.kind}{staged} above"
+        + (f"; {len(job.warnings)} warning(s):" if job.warnings else "; no warnings")
+    ]
+    lines += [f"  ! {w}" for w in job.warnings]
+    return "\n".join(lines) + "\n"
+
+
 def print_job(job, artifact: Artifact, placeholder: str) -> None:
     head = job_text(job, artifact, placeholder)
     lexer = "bash" if artifact.kind != "lepton-job" and artifact.kind != "dgxc-workload" else "json"
