@@ -64,7 +64,7 @@ def test_live_metrics_watch_check_and_parity_on_slurm(tmp_path):
         cwd=REPO,
     )
     try:
-        # while it runs: step/total, loss, grad norm, step time, TFLOP/s/GPU, tokens/s, ETA
+        # while it runs: step/total, loss, grad norm, step time, tokens/s, ETA
         deadline, live = time.time() + 240, None
         while time.time() < deadline:
             (st,) = _status(run_id)
@@ -77,13 +77,14 @@ def test_live_metrics_watch_check_and_parity_on_slurm(tmp_path):
         assert live, "no metrics while the run was running"
         m = live["metrics"]
         assert m["train_iters"] == 40 and math.isfinite(m["loss"]) and m["grad_norm"] >= 0
-        assert m["step_time_s"] >= 0.4 and m["tflops_per_gpu"] >= 0
+        # CPU processes: no TFLOP/s/GPU, which would read 0 (issue 42, item 12)
+        assert m["step_time_s"] >= 0.4 and "tflops_per_gpu" not in m
         # 4 ranks x micro batch 4 = 16 sequences of 64 tokens per step
         assert m["global_batch"] == 16 and m["tokens_per_s"] == pytest.approx(16 * 64 / m["step_time_s"])
         assert m["eta_s"] == pytest.approx((40 - m["step"]) * m["step_time_s"])
         text = run_cli("status", run_id).out
         assert re.search(r"step        \d+/40 \(\d+%\)   ETA \d+s", text), text
-        assert re.search(r"speed       [\d.]+ s/step   [\d.]+ TFLOP/s/GPU   [\d,]+ tokens/s", text), text
+        assert re.search(r"speed       [\d.]+ s/step   [\d,]+ tokens/s", text) and "TFLOP/s" not in text, text
         table = run_cli("status").out.splitlines()
         row = next(ln for ln in table if ln.startswith(run_id))
         assert re.search(r" \d+/40 +\d+\.\d{4} ", row), row  # the runs table: step and last loss

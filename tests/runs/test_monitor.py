@@ -27,14 +27,18 @@ def test_status_of_a_finished_run_shows_its_metrics_from_the_log_tail(cli):
     out = r.out
     assert "step        100/100 (100%)" in out and "ETA" not in out  # finished: no ETA
     assert "lm loss 1.82085   grad norm 1   lr 0.0003" in out
-    # 16 sequences of 128 tokens every 0.5 s
-    assert "0.5 s/step   123.4 TFLOP/s/GPU   4,096 tokens/s" in out
+    # 16 sequences of 128 tokens every 0.5 s; CPU processes: no TFLOP/s/GPU (issue 42, item 12)
+    assert "0.5 s/step   4,096 tokens/s" in out and "TFLOP" not in out
     assert "saved       iteration 100 (the last checkpoint saved)" in out
     assert "error       rank 1: ValueError: boom" in out
     d = cli("status", run.run_id, "-o", "json").json()[0]
     m = d["metrics"]
     assert (m["step"], m["train_iters"], m["saved"], m["tokens_per_s"]) == (100, 100, 100, 4096.0)
-    assert m["error"] == "rank 1: ValueError: boom"
+    assert m["error"] == "rank 1: ValueError: boom" and "tflops_per_gpu" not in m
+    # the same log from GPUs: the trainer's own TFLOP/s/GPU
+    path = reg.jobs_dir() / f"{run.run_id}.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), gpu_type="gb200")))
+    assert "0.5 s/step   123.4 TFLOP/s/GPU   4,096 tokens/s" in cli("status", run.run_id).out
 
 
 @pytest.mark.usefixtures("home")

@@ -147,6 +147,8 @@ def run_metrics_and_log(reg, run) -> tuple[dict, "Log | None", object]:  # noqa:
     except Exception as exc:  # noqa: BLE001 - the logs may be unreachable; say so, show the rest
         return {"logs": f"unreadable: {exc}"}, None, job
     m = metrics(run, job, texts=texts)
+    if job is not None and job.gpu_type == "cpu":  # CPU processes: a trainer's TFLOP/s/GPU says nothing
+        m.pop("tflops_per_gpu", None)
     if run.info.get("cancelled"):  # what the cancel's signal made the ranks print is not the run's error
         m.pop("error", None)
     return m, Log(texts), job
