@@ -274,7 +274,8 @@ def test_tty_free_text_dry_run_shows_provenance_and_script(cli):
     assert r.code == 0
     assert "train.train_iters" in r.out and "cli" in r.out
     assert "--- local-command: launch/@RUN_ID@.sh" in r.out
-    assert r.out.rstrip().endswith('exit "$rc"')
+    script, summary = r.out.rstrip().rsplit("\n\n=== dry run: nothing submitted.", 1)
+    assert script.endswith('exit "$rc"') and summary.endswith("no warnings")
 
 
 def test_sequence_lengths_bridge_accepts_pass(cli):

@@ -13,7 +13,7 @@ from bridge_launch.core.errors import UsageError
 from bridge_launch.plan import sizing
 from bridge_launch.resolve import resolver as resolve
 from bridge_launch.spec import recipes
-from conftest import run_cli
+from conftest import run_cli, write
 
 VL = ("dataset.path=/lustre/fsw/data/clevr2", "checkpoint.pretrained_checkpoint=/lustre/fsw/ckpt/qwen35")
 GB200 = ("gb200-8", "gb200-32", "gb200-64")
@@ -215,12 +215,13 @@ def test_size_hint_never_suggests_nodes_the_cluster_refuses_and_plan_agrees():
 
 
 @pytest.mark.usefixtures("home")
-def test_chains_keep_the_profiles_most_recent_k_and_the_dry_run_shows_the_storage():
-    """gb200 profiles keep 3 checkpoints in a chain (Megatron-Bridge deletes the oldest once a new
-    save completes); a value the job sets wins; 0 (delete every checkpoint) is refused in a chain;
-    a plain job keeps what the recipe says, and the dry run says what that costs."""
+def test_chains_keep_the_profiles_most_recent_k_and_the_dry_run_shows_the_storage(home):
+    """gb200 profiles keep 3 checkpoints in a chain and in a plain job (Megatron-Bridge deletes the
+    oldest once a new save completes); a value the job sets wins; 0 (delete every checkpoint) is
+    refused in a chain; the dry run says what that costs."""
     from bridge_launch.cli import views
 
+    write(home / "clusters" / "keep-all.toml", 'extends = "gb200-32"\ncheckpoint_most_recent_k = -1\n')
     chained = _job("qwen35-vl-sft-mxfp8", "gb200-32", VL, until_done=True)
     assert chained.config["checkpoint.most_recent_k"] == 3
     assert chained.provenance["config"]["checkpoint.most_recent_k"] == "cluster gb200-32 (checkpoint_most_recent_k)"
@@ -234,7 +235,11 @@ def test_chains_keep_the_profiles_most_recent_k_and_the_dry_run_shows_the_storag
     assert own.config["checkpoint.most_recent_k"] == 5 and own.provenance["config"]["checkpoint.most_recent_k"] == "cli"
     with pytest.raises(UsageError, match="checkpoint.most_recent_k=0 removes every checkpoint"):
         _job("qwen35-vl-sft-mxfp8", "gb200-32", (*VL, "checkpoint.most_recent_k=0"), until_done=True)
+    # a plain job that saves keeps the profile's 3 too (issue 38: it kept ~295 TB); a profile of -1 keeps all
     plain = _job("qwen35-vl-sft-mxfp8", "gb200-32", VL)
+    assert plain.config["checkpoint.most_recent_k"] == 3
+    assert plain.provenance["config"]["checkpoint.most_recent_k"] == "cluster gb200-32 (checkpoint_most_recent_k)"
+    plain = _job("qwen35-vl-sft-mxfp8", "keep-all", VL)
     assert plain.config.get("checkpoint.most_recent_k") in (None, -1)
     saves = plain.config["train.train_iters"] // plain.config["checkpoint.save_interval"]
     assert views.storage_line(plain).startswith(f"Storage    ~{gb:,.0f} GB a checkpoint, every one kept (")

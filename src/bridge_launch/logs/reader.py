@@ -1237,17 +1237,13 @@ def classify(text: str) -> tuple[str, str] | None:
     return failures.classify_line(text)
 
 
-# Failures of a node's own hardware (failures.py's flaky class for Xid and ECC errors); NCCL errors,
-# timeouts and resets show on every peer of the node that failed, so they name no node.
-NODE_FAULTS = ("ECC error",)
-
-
 def failing_node(node_texts: dict) -> tuple[str, str] | None:
-    """(node, its error line) when exactly one node's own log holds a node fault (NODE_FAULTS); with
-    per-node logs (Slurm's %N), the node is the log's."""
+    """(node, its error line) when exactly one node's own log holds a node fault (failures.py's node
+    class: Xid and ECC errors; NCCL errors, timeouts and resets show on every peer of the node that
+    failed, so they name no node); with per-node logs (Slurm's %N), the node is the log's."""
     hits = {}
     for node, text in node_texts.items():
         err = first_error_detail([text])
-        if err is not None and err.kind == "flaky" and err.what in NODE_FAULTS:
+        if err is not None and err.kind == "node":
             hits[node] = str(err)
     return next(iter(hits.items())) if len(hits) == 1 else None

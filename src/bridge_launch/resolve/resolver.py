@@ -255,17 +255,8 @@ def _chain(opts: Options, prof: dict, layers: _Layers) -> dict:
             f"segment; remove it (the chain sets it itself when the newest checkpoint is incomplete)"
         )
     layers.set("checkpoint.load", save, "until-done")
-    # Retention: Megatron-Bridge removes all but the newest most_recent_k iter_* once a save is
-    # complete (067f987 checkpointing.py:1609-1626, 1647-1655; 987244934 :1274-1276); MC's default
-    # -1 keeps every one (training_config.py:421), hundreds of TB over a long chain.
     keep = values.get("checkpoint.most_recent_k")
-    if keep in (None, -1) and prof["checkpoint_most_recent_k"] > 0:
-        layers.set(
-            "checkpoint.most_recent_k",
-            prof["checkpoint_most_recent_k"],
-            f"cluster {prof['name']} (checkpoint_most_recent_k)",
-        )
-    elif keep == 0:
+    if keep == 0:
         raise UsageError(
             "--until-done: checkpoint.most_recent_k=0 removes every checkpoint once a save completes "
             "(Megatron-Bridge keeps none), so no segment could resume; use 1 or more, or -1 to keep all"
@@ -284,6 +275,22 @@ def _chain(opts: Options, prof: dict, layers: _Layers) -> dict:
         "non_persistent_dir": np_dir,
         "complete_files": list(P.complete_files(values.get("checkpoint.ckpt_format"))),
     }
+
+
+def _retention(prof: dict, layers: _Layers) -> None:
+    """The profile's checkpoint_most_recent_k for every job that saves checkpoints and keeps them all:
+    Megatron-Bridge removes all but the newest most_recent_k iter_* once a save is complete (067f987
+    checkpointing.py:1609-1626, 1647-1655; 987244934 :1274-1276); MC's default -1 keeps every one
+    (training_config.py:421), hundreds of TB over a long run, a chain's or a plain job's alike."""
+    values = layers.values
+    if not values.get("checkpoint.save") or prof["checkpoint_most_recent_k"] <= 0:
+        return
+    if values.get("checkpoint.most_recent_k") in (None, -1):
+        layers.set(
+            "checkpoint.most_recent_k",
+            prof["checkpoint_most_recent_k"],
+            f"cluster {prof['name']} (checkpoint_most_recent_k)",
+        )
 
 
 def _retry(opts: Options, prof: dict, layers: _Layers) -> dict | None:
@@ -678,6 +685,7 @@ def _time_limit(opts: Options, prof: dict, layers: _Layers, scheduler: dict):
         raise UsageError(f"--max-restarts must be >= 0, got {opts.max_restarts}")
     chain = _chain(opts, prof, layers) if opts.until_done else None
     retry = None if chain else _retry(opts, prof, layers)
+    _retention(prof, layers)
     limit_save = _limit_save(opts, prof, layers, scheduler, chained=chain is not None)
     if prof["backend"] == "slurm" and chain is None:
         scheduler["cancel_signal"] = "USR2"  # the batch shell's cancel trap; USR1 is the time-limit signal

@@ -30,7 +30,7 @@ _TOP: dict = {
     "nvlink_domain_nodes": (int, 0),
     "job_root": (str, ""),
     "checkpoint_write_gbps_per_node": ((int, float), 0),
-    # checkpoints an --until-done chain keeps (checkpoint.most_recent_k, unless the job sets it); -1: all
+    # checkpoints a job that saves keeps (checkpoint.most_recent_k, unless the job sets it); -1: all
     "checkpoint_most_recent_k": (int, -1),
     # submit on a terminal shows a summary and asks above this many GPU-hours (0: never asks)
     "confirm_gpu_hours": ((int, float), 0),

@@ -305,10 +305,6 @@ def _steps(job, env: list[str], secret_lines: bool) -> list[str]:
     if job.container:
         lines += [
             *array(
-                "host_step",
-                ["srun", f"--nodes={job.nodes}", "--ntasks-per-node=1", "--mpi=none", "--kill-on-bad-exit=0"],
-            ),
-            *array(
                 "image",
                 [
                     "srun",
@@ -400,6 +396,7 @@ def _logic(job) -> tuple[list[str], dict[str, str], list[str]]:
             # bridge-launch.RUN.JOB: unique per job and image (a name that exists is reused whatever its
             # image, pyxis_slurmstepd.c:1355), never <digits>_... (scope=job's epilog match, pyxis_slurmd.c:84-93)
             "container": Raw(f'bridge-launch.{job.run_id}."$SLURM_JOB_ID"'),
+            "host_step": ["srun", f"--nodes={job.nodes}", "--ntasks-per-node=1", "--mpi=none", "--kill-on-bad-exit=0"],
             "node_containers": f"{run_dir}/{staged(job, NODE_CONTAINERS)}",
             "image_space_gb": s.get("image_space_gb", pyxis.IMAGE_SPACE_GB),
         }
@@ -440,7 +437,11 @@ def _logic(job) -> tuple[list[str], dict[str, str], list[str]]:
         "# the batch logic (" + ", ".join(names) + "): its inputs and files; the steps; the calls",
         *assign(job.run_id, **inputs),
         f"stop_file={_arg(stop_file)}",
-        *[f". {q(run_dir + '/' + staged(job, n))} || exit 1" for n in names],
+        # two a line: shellcheck -x follows each literal path, as it could not a loop's
+        *[
+            "; ".join(f". {q(run_dir + '/' + staged(job, n))} || exit 1" for n in names[i : i + 2])
+            for i in range(0, len(names), 2)
+        ],
     ]
     return lines, files, calls
 
