@@ -208,12 +208,12 @@ def test_until_done_across_a_time_limit_in_containers():
         "local-slurm-pyxis",
         "--until-done",
         "--time",
-        "00:02:00",
+        "00:03:00",  # each segment unpacks the image first (use_squashfuse=0): 15-50 s here, under load
         "--signal-lead",
-        "60",
+        "90",
         *FAST,
-        "train.train_iters=40",  # a segment trains ~30 s: 2 min less the lead and the image step's unpacking
-        "smoke.step_sleep=1.0",
+        "train.train_iters=50",  # a segment trains 20-45 steps of 1.5 s: 3 min less the lead and the image step
+        "smoke.step_sleep=1.5",
         "~checkpoint.save_interval",
         "validation.eval_iters=1",
     )
@@ -229,9 +229,9 @@ def test_until_done_across_a_time_limit_in_containers():
     saved = ran[0]["checkpoint"]
     assert f"successfully saved checkpoint from iteration {saved:7d}" in first
     assert re.search(rf"successfully loaded checkpoint from \S+ .*at iteration {saved}\b", second), second[-3000:]
-    assert re.search(rf"iteration +{saved + 1}/ +40 \|", second)
+    assert re.search(rf"iteration +{saved + 1}/ +50 \|", second)
     s = json.loads((Path(sub["run_dir"]) / "summary.json").read_text())
-    assert s["python"].startswith("/venv/") and s["steps_completed"] == 40  # the image's interpreter, to the end
+    assert s["python"].startswith("/venv/") and s["steps_completed"] == 50  # the image's interpreter, to the end
 
 
 @pytest.mark.usefixtures("cluster")

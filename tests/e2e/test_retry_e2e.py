@@ -256,27 +256,18 @@ def test_a_two_node_job_measures_its_fabric_in_the_health_step(home, tmp_path):
 
 
 @pytest.mark.usefixtures("cluster", "home")
-def test_a_deterministic_failure_never_retries():
-    run = _submit(
+def test_deterministic_and_unknown_failures_cost_one_attempt_and_progress_buys_an_unknown_one_a_retry():
+    """Retries by evidence (logs/failures.py): a deterministic failure never retries (out of memory;
+    the hub's "couldn't connect" under HF_HUB_OFFLINE=1, a cache miss, though upstream's allowlist calls
+    it flaky), and a failure no class names is retried only after it saved a newer checkpoint: each
+    costs one attempt, not four."""
+    oom = _submit(
         "--nodes",
         "1",
         "train.train_iters=4",
         "+smoke.fail_at_step=2",
         "+smoke.fail_message=torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
     )
-    st = _wait(run["run_id"])
-    assert st["state"] == "FAILED" and len(st["job_ids"]) == 1, st
-    (rec,) = _records(run)
-    assert rec[2] == "failed" and "deterministic, not retried: " in rec[7] and "CUDA out of memory" in rec[7], rec
-    assert "attempt 1: deterministic, not retried: " in st["reason"], st
-    assert not (Path(run["run_dir"]) / "attempts" / run["run_id"] / "jobs").exists()
-
-
-@pytest.mark.usefixtures("cluster", "home")
-def test_unknown_and_offline_hub_failures_cost_one_attempt_and_progress_buys_an_unknown_one_a_retry():
-    """Retries by evidence (logs/failures.py): a failure no class names is retried only after it
-    saved a newer checkpoint, and the hub's "couldn't connect" under HF_HUB_OFFLINE=1 is a cache miss
-    (deterministic, though upstream's allowlist calls it flaky): each costs one attempt, not four."""
     unknown = _submit(
         "--nodes", "1", "train.train_iters=6", "checkpoint.save_interval=2", "+smoke.fail_at_step=3"
     )  # InjectedFailure: attempt 1 saved iteration 2 (retried), attempt 2 saved nothing new (not)
@@ -293,6 +284,12 @@ def test_unknown_and_offline_hub_failures_cost_one_attempt_and_progress_buys_an_
     assert st["state"] == "FAILED" and len(st["job_ids"]) == 1, st
     (rec,) = _records(hub)
     assert "deterministic, not retried: hub unreachable: " in rec[7] and "couldn't connect" in rec[7], rec
+    st = _wait(oom["run_id"])
+    assert st["state"] == "FAILED" and len(st["job_ids"]) == 1, st
+    (rec,) = _records(oom)
+    assert rec[2] == "failed" and "deterministic, not retried: " in rec[7] and "CUDA out of memory" in rec[7], rec
+    assert "attempt 1: deterministic, not retried: " in st["reason"], st
+    assert not (Path(oom["run_dir"]) / "attempts" / oom["run_id"] / "jobs").exists()
     table = (Path(hub["run_dir"]) / "launch" / f"{hub['run_id']}.failures.tsv").read_text()
     assert table.startswith("deterministic\t") and "deterministic\thub unreachable\t" in table
     st = _wait(unknown["run_id"], timeout=300)
