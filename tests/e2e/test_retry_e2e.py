@@ -143,7 +143,8 @@ def test_a_chain_segment_failing_on_a_bad_node_has_its_successor_leave_it_out(no
         assert time.time() < deadline, "the first segment wrote no outcome"
         time.sleep(0.5)
     first = outcomes.read_text().splitlines()[0]
-    assert " failed " in first and "restart 1 of 3: node2: " in first and "uncorrectable ECC" in first, first
+    assert " failed " in first and "(node: ECC error): node2: " in first and "uncorrectable ECC" in first, first
+    assert ", restart 1 of 3; " in first, first
     assert first.endswith(" leaves out node2"), first
     node1_drained()  # node1 back: the successor, which may not use node2, runs there
     st = _wait(run["run_id"], timeout=300)

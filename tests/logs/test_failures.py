@@ -186,6 +186,10 @@ def test_the_failure_table_holds_upstreams_allowlist_and_narrows_the_hub_when_of
     hub = "OSError: We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them"
     assert failures.classify_line(hub) == ("flaky", "hub unreachable")
     assert failures.classify_line(hub, {"HF_HUB_OFFLINE": "1"}) == ("deterministic", "hub unreachable")
+    # huggingface_hub's reading (constants.py:194): "on" is true; an explicit HF_HUB_OFFLINE=0 shadows
+    # TRANSFORMERS_OFFLINE=1 (the hub stays online, as upstream's OFFLINE_BENCHMARK_ENV_VARS run it)
+    assert failures.classify_line(hub, {"HF_HUB_OFFLINE": "on"})[0] == "deterministic"
+    assert failures.classify_line(hub, {"HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "1"})[0] == "flaky"
     for missing in (
         "AttributeError: Recipe 'qwen35_vl_9b_sft_config' not found in megatron.bridge.recipes.",  # 987244934
         "AttributeError: Recipe 'x' not found in megatron.bridge.recipes or megatron.bridge.perf_recipes.",  # 067f987

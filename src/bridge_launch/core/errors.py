@@ -68,7 +68,12 @@ EXTRA_MODULES = {
 def missing_extra(exc: ImportError) -> str | None:
     """The one line for an import of an extra's module that failed; None for any other import."""
     name = getattr(exc, "name", None) or ""
-    for module, (extra, dist) in EXTRA_MODULES.items():
-        if name == module or name.startswith(module + "."):
-            return f"this needs {dist}, of the '{extra}' extra ({exc}): pip install 'bridge-launch[{extra}]'"
-    return None
+    module = next((m for m in EXTRA_MODULES if name == m or name.startswith(m + ".")), None)
+    return extra_line(module, str(exc)) if module else None
+
+
+def extra_line(module: str, why: str = "") -> str:
+    """'this needs DIST, of the EXTRA extra (WHY): pip install ...' for a module of EXTRA_MODULES."""
+    extra, dist = EXTRA_MODULES[module]
+    why = why or f"No module named {module!r}"
+    return f"this needs {dist}, of the '{extra}' extra ({why}): pip install 'bridge-launch[{extra}]'"

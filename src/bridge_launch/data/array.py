@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from bridge_launch.core import slurm_time
-from bridge_launch.core.errors import LaunchError, UsageError, missing_extra
+from bridge_launch.core.errors import LaunchError, UsageError, extra_line
 
 
 def check_cluster(cluster: str) -> dict:
@@ -40,7 +40,7 @@ def check_cluster(cluster: str) -> dict:
     if shutil.which("sbatch") is None:
         raise LaunchError("sbatch is not on PATH; --cluster needs a Slurm client on this machine")
     if importlib.util.find_spec("submitit") is None:
-        raise UsageError(missing_extra(ModuleNotFoundError("No module named 'submitit'", name="submitit")) or "")
+        raise UsageError(extra_line("submitit"))
     return slurm
 
 

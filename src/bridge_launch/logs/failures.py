@@ -146,10 +146,14 @@ ROWS: tuple[Row, ...] = (
 )
 
 
+HUB_TRUE = {"1", "ON", "YES", "TRUE"}  # huggingface_hub constants.ENV_VARS_TRUE_VALUES
+
+
 def rows(env: dict | None = None) -> list[Row]:
     """The table for a job: a row's class as the job's environment makes it (the hub offline)."""
     env = env or {}
-    offline = str(env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE") or "").lower() in ("1", "true", "yes")
+    # huggingface_hub's own rule (constants.py:194, _is_true): HF_HUB_OFFLINE, else TRANSFORMERS_OFFLINE
+    offline = str(env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE") or "").upper() in HUB_TRUE
     return [r._replace(cls=r.offline_cls) if offline and r.offline_cls else r for r in ROWS]
 
 

@@ -30,16 +30,16 @@ prepare() {
 # (hbad) are the ones a retry or a chain's next segment leaves out, unless every node of a larger
 # job failed (the same failure everywhere is the job's or the profile's).
 health_step() {
-    local hbad nfail
+    local fails hbad nfail
     "${health[@]}"
     health_rc=$?
     cat "$health_out" 2>/dev/null
     if [ "$health_rc" -ne 0 ]; then
-        bad=$(grep -h " FAIL " "$health_out" 2>/dev/null | sed "s/^.*$health_mark //" | paste -sd "|" -)
+        fails=$(grep -h " FAIL " "$health_out" 2>/dev/null | sed "s/^.*$health_mark //") # NODE FAIL check: ...
+        bad=$(echo "$fails" | paste -sd "|" -)
         echo "bridge-launch: the health step failed: ${bad:-srun exit $health_rc}" >&2
-        hbad=$(grep -h " FAIL " "$health_out" 2>/dev/null | sed "s/^.*$health_mark //" |
-            awk -v own="^($node_own_checks):" '$3 ~ own {print $1}' | sort -u | paste -sd, -)
-        nfail=$(grep -h " FAIL " "$health_out" 2>/dev/null | sed "s/^.*$health_mark //" | awk '{print $1}' | sort -u | grep -c .)
+        hbad=$(echo "$fails" | awk -v own="^($node_own_checks):" '$3 ~ own {print $1}' | sort -u | paste -sd, -)
+        nfail=$(echo "$fails" | awk 'NF {print $1}' | sort -u | grep -c .)
         prepare_failed "health step: ${bad:-srun exit $health_rc}" "$hbad" "${nfail:-0}"
     fi
 }

@@ -4,8 +4,8 @@
 # its successor (afterany, so two never overlap), resumes from the newest complete checkpoint, runs
 # training, and decides: done -> cancel the successor; a new checkpoint -> let it continue; no new
 # checkpoint in max_no_progress segments in a row, a deterministic failure, an unknown one without
-# a new checkpoint (unless retry_unknown) or no restarts left -> stop. Sourced by the batch script after job.sh, resume-point.sh and culprit.sh (find_culprit,
-# exclusions, deterministic_cause)
+# a new checkpoint (unless retry_unknown) or no restarts left -> stop. Sourced by the batch script
+# after job.sh, resume-point.sh and culprit.sh (find_culprit, exclusions, failure_class)
 # (backends/slurm/render.py sets the inputs; backend.py reads the chain dir's records).
 #
 # In:  chain (the chain's dir), logs (the run's log dir), script (this batch script: the
@@ -93,15 +93,6 @@ submit_successor() {
     fi
 }
 
-# A flaky failure whose logs name a node (find_culprit): the pending successor leaves that node out
-# (leave_out). Sets left to what the outcome says.
-leave_out_culprit() {
-    find_culprit
-    left=""
-    [ -n "$culprit_node" ] || return 0
-    leave_out "$culprit_node" "$cause"
-}
-
 # leave_out NODES CAUSE: the pending successor leaves NODES (comma-separated) out (scontrol update
 # ExcNodeList: the segments' exclusions so far and the job's own), unless the partition would then
 # have too few nodes for it; left_out records each (job, node, cause) for status and the bad-node
@@ -176,23 +167,30 @@ judge_previous() {
     fi
 }
 
+# restart RC TO DETAIL SAID: this segment failed and its successor tries again (leave_out has set
+# left): one restart counted and the outcome recorded (DETAIL, the restart, left); with --max-restarts
+# used up the chain stops. Exits RC.
+restart() {
+    local n
+    n=$(($(cat "$chain/restarts" 2>/dev/null || echo 0) + 1))
+    echo "$n" > "$chain/restarts"
+    outcome "$SLURM_JOB_ID" failed "$before" "$2" "$3, restart $n of $max_restarts$left"
+    if [ "$n" -gt "$max_restarts" ]; then
+        stop "failed $n times; --max-restarts $max_restarts used up"
+        finish "$1"
+    fi
+    echo "bridge-launch: segment $segment failed ($4); retry $n of $max_restarts in ${next:-nothing}" >&2
+    end "$1"
+}
+
 # The image or the health step failed (job.sh): with nodes at fault of their own, this segment counts
 # as a failed one (a restart) and the successor leaves them out (leave_out), as after a failure in
 # training; otherwise the chain stops, its next segment would fail the same way.
 prepare_failed() {
-    local restarts
     record 1
     if own_fault "$2" "$3" && [ -n "$next" ]; then
-        restarts=$(($(cat "$chain/restarts" 2>/dev/null || echo 0) + 1))
-        echo "$restarts" > "$chain/restarts"
         leave_out "$2" "$1"
-        outcome "$SLURM_JOB_ID" failed "$before" "$before" "$1, restart $restarts of $max_restarts$left"
-        if [ "$restarts" -gt "$max_restarts" ]; then
-            stop "failed $restarts times; --max-restarts $max_restarts used up"
-            finish 1
-        fi
-        echo "bridge-launch: segment $segment failed before training ($1); retry $restarts of $max_restarts in $next" >&2
-        end 1
+        restart 1 "$before" "$1" "before training: $1"
     fi
     stop "$1"
     outcome "$SLURM_JOB_ID" stopped "$before" "$before" "$1"
@@ -258,16 +256,9 @@ segment_run() {
             outcome "$SLURM_JOB_ID" failed "$before" "$after" "exit $rc, unknown: not retried without a new checkpoint"
             finish "$rc"
         fi
-        restarts=$(($(cat "$chain/restarts" 2>/dev/null || echo 0) + 1))
-        echo "$restarts" > "$chain/restarts"
-        leave_out_culprit
-        outcome "$SLURM_JOB_ID" failed "$before" "$after" "exit $rc ($fclass${fwhat:+: $fwhat}), restart $restarts of $max_restarts${cause:+: $cause}$left"
-        if [ "$restarts" -gt "$max_restarts" ]; then
-            stop "failed $restarts times; --max-restarts $max_restarts used up"
-            finish "$rc"
-        fi
-        echo "bridge-launch: segment $segment failed (exit $rc); retry $restarts of $max_restarts in ${next:-nothing}" >&2
-        end "$rc"
+        left=""
+        if [ -n "$culprit_node" ]; then leave_out "$culprit_node" "$cause"; fi # the node the logs name
+        restart "$rc" "$after" "exit $rc ($fclass${fwhat:+: $fwhat})${cause:+: $cause}" "exit $rc"
     fi
     judge "$SLURM_JOB_ID" "$before" "$after" "$asked" "$rc" "$ended"
     if [ -z "$why" ]; then
