@@ -248,6 +248,18 @@ def _namespace(energon_version: str, modules) -> SimpleNamespace:
     return SimpleNamespace(version=energon_version, **{m.__name__.rsplit(".", 1)[1]: m for m in modules})
 
 
+def _same_source(source_dir: Path, sdir: Path, subset: str, pins: dict, origin: str, threads: int) -> list[dict] | None:
+    """The files of this machine's own pin, verified, when the source holds exactly them; None when it
+    holds other files or they differ (so --write-manifest pins it anew)."""
+    have = {str(p.relative_to(source_dir)) for p in (src.jsonl_path(sdir, subset), *src.media_archives(sdir))}
+    if have != set(pins):
+        return None
+    try:
+        return src.verify_pins(source_dir, pins, origin, threads=threads)
+    except UsageError:
+        return None
+
+
 def prepare(
     dataset: str,
     source_dir: Path,
@@ -334,15 +346,21 @@ def _prepare(
                 f"at revision {info['revision'][:12]} into --source-dir)"
             )
         pins, origin = src.find_pins(dataset, subset)
-        # a pin of this machine's own (--write-manifest) gives way when asked: a new source re-pinned,
-        # or its check skipped; a shipped pin is checked unless skipped
-        if pins and (skip_integrity or (write_manifest and origin.startswith("user:"))):
-            why = "--skip-source-integrity-check" if skip_integrity else "--write-manifest: pinned anew"
-            log(f"{subset}: the integrity manifest ({origin}) is not checked ({why})")
+        # a pin of this machine's own (--write-manifest) gives way when asked: its check skipped, or a
+        # source that no longer matches it pinned anew (the same source is verified); a shipped pin is
+        # checked unless skipped
+        checked = None
+        if pins and skip_integrity:
+            log(f"{subset}: the integrity manifest ({origin}) is not checked (--skip-source-integrity-check)")
             pins = None
+        elif pins and write_manifest and origin.startswith("user:"):
+            checked = _same_source(source_dir, sdir, subset, pins, origin, max(2, num_workers))
+            if checked is None:
+                log(f"{subset}: the source differs from the integrity manifest ({origin}): pinned anew")
+                pins = None
         if pins:
             log(f"verifying {len(pins)} pinned files of {subset} ({origin})")
-            verified += src.verify_pins(source_dir, pins, origin, threads=max(2, num_workers))
+            verified += checked or src.verify_pins(source_dir, pins, origin, threads=max(2, num_workers))
             archives = [source_dir / p for p in sorted(pins) if p.endswith(".tar")]
             allow_loose = False  # verified mode: media only from the verified tars
             jl = src.jsonl_path(sdir, subset)
