@@ -39,17 +39,18 @@ def local_slurm(*args, check=True):
 
 # scripts/test runs pytest in TEST_WORKERS processes (xdist, --dist loadgroup: a test's xdist group
 # keeps it on one worker, in collection order; 2 by default). The suite is CPU-bound on this project's
-# 2-core machines, but its Slurm tests are not: a job's trainers mostly sleep through their steps,
-# and time limits wait for slurmctld's 30 s check, so the machine idles for about half of their 44
-# minutes (issue 44's note). They run in one Slurm lane, one test after another as in a single
-# process, while the other worker runs the CPU-bound rest (Megatron-Bridge's config builds, the local
-# jobs, the fast tests) in that idle time. With 3 workers or more the local Slurm cluster is shared by
-# two lanes (its nodes have 2 CPUs and a job takes one on each, so two jobs run at once); a test marked
-# `slurm_alone` (it drains a node, sets one DOWN, stops slurmctld or slurmdbd, fills the queue) has
-# the cluster to itself: it waits for the other lane's test to end, and the other lane waits for it
-# (slurm_hold). In one process the holds cost nothing.
+# 2-core machines, but its Slurm tests are not all: a job's trainers mostly sleep through their steps,
+# and time limits wait for slurmctld's 30 s check. The Slurm tests run in two lanes that share the
+# local cluster (its nodes have 2 CPUs and a job takes one on each, so two jobs run at once): the
+# time-limit tests (SECOND_LANE, mostly waiting) in one, the rest in the other, each one test after
+# another; xdist hands each lane to a worker first (the largest units), and the CPU-bound rest
+# (Megatron-Bridge's config builds, the local jobs, the fast tests) fills both workers after their
+# lane. With TEST_WORKERS=1 everything runs in one process. A test marked `slurm_alone` (it drains a
+# node, sets one DOWN, stops slurmctld or slurmdbd, fills the queue) has the cluster to itself: it
+# waits for the other lane's test to end, and the other lane waits for it (slurm_hold). In one
+# process the holds cost nothing.
 SLURM_LANES = ("slurm-1", "slurm-2")
-# Modules of the second lane, with 3 workers or more (about half the lanes' time; docs/test-times.md).
+# Modules of the second lane: the time-limit tests (docs/test-times.md).
 SECOND_LANE = {"test_until_done_e2e"}
 SLURM_HOLD = Path(os.environ.get("BRIDGE_LAUNCH_TEST_HOLD", "/tmp/bridge-launch-tests.slurm-hold"))
 
@@ -65,7 +66,7 @@ def _in_slurm_lane(item) -> bool:
 
 
 def _lane_of(item) -> str:
-    two_lanes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) >= 3
+    two_lanes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) >= 2
     second = two_lanes and item.module.__name__.rsplit(".", 1)[-1] in SECOND_LANE
     return SLURM_LANES[1] if second else SLURM_LANES[0]
 

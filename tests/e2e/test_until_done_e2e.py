@@ -353,7 +353,9 @@ def test_a_plain_job_saves_at_its_time_limit_and_resume_continues():
     st = _wait(sub["run_id"], {"COMPLETED", "STOPPED", "FAILED", "TIMEOUT", "CANCELLED"}, timeout=300)
     assert st["state"] == "STOPPED", st
     text = _segment_text(sub, sub["job_ids"][0])
-    assert "bridge-launch: time limit in 30s: the training processes are told to save and exit" in text
+    # Slurm's signal, 30-60 s before the limit (its 30 s check): the watch measured 0.5 s steps, asked nothing
+    assert re.search(r"bridge-launch: time limit in \d+s: the training processes are told to save and exit", text)
+    assert "asking for the save now" not in text
     ckpt = Path(sub["run_dir"]) / "checkpoints"
     saved = int((ckpt / "latest_checkpointed_iteration.txt").read_text())
     assert 0 < saved < 400 and sorted(p.name for p in ckpt.glob("iter_*")) == [f"iter_{saved:07d}"]
@@ -368,6 +370,55 @@ def test_a_plain_job_saves_at_its_time_limit_and_resume_continues():
     first, consumed, gbs = (int(x) for x in counts[0])
     assert first == saved + 1 and consumed == (saved + 1) * gbs
     assert int((ckpt / "latest_checkpointed_iteration.txt").read_text()) == saved + 6
+
+
+@pytest.mark.usefixtures("cluster")
+def test_a_plain_job_measures_its_steps_and_asks_for_its_save_in_time():
+    """A plain job (no --until-done) whose steps (45 s) and save (20 s) need more than its signal lead
+    of 30 s: its time-limit watch (time-limit.sh, every 30 s) measures the steps from Megatron's
+    iteration lines and asks for the save itself about 90 s before the 4-minute limit, before Slurm's
+    own signal could come (at most lead + 30 s before it); the trainer finishes its step and saves
+    before the limit, status says STOPPED there and shows what the job measured."""
+    r = run_cli(
+        "submit",
+        "smoke",
+        "-c",
+        "local-slurm",
+        "-o",
+        "json",
+        *FAST,
+        "--time",
+        "00:04:00",
+        "--signal-lead",
+        "30",
+        "--step-time",
+        "1",
+        "train.train_iters=10",
+        "smoke.step_sleep=45",
+        "smoke.save_sleep=20",
+        "~checkpoint.save_interval",
+        "validation.eval_iters=1",
+        "logger.log_interval=1",
+    )
+    assert r.code == 0, r.err
+    sub = r.json()
+    st = _wait(sub["run_id"], {"COMPLETED", "STOPPED", "FAILED", "TIMEOUT", "CANCELLED"}, timeout=420)
+    text = _segment_text(sub, sub["job_ids"][0])
+    assert st["state"] == "STOPPED", (st, text[-3000:])
+    asked = re.search(r"bridge-launch: measured step ([\d.]+) s, save - s: they need a lead of (\d+) s, not 30 s", text)
+    assert asked and float(asked.group(1)) >= 45 and int(asked.group(2)) >= 60, text[-3000:]
+    first = re.search(r"bridge-launch: time limit in (\d+)s: the training processes are told to save", text)
+    assert first and first.start() > asked.start() and int(first.group(1)) > 60, text[-3000:]  # before Slurm's
+    ckpt = Path(sub["run_dir"]) / "checkpoints"
+    saved = int((ckpt / "latest_checkpointed_iteration.txt").read_text())
+    assert 2 <= saved < 10 and f"successfully saved checkpoint from iteration {saved:7d}" in text
+    assert re.fullmatch(rf"stopped at the time limit, iteration {saved} of 10; resume continues", st["reason"]), st
+    shown = run_cli("status", sub["run_id"]).out
+    assert re.search(
+        r"measured    step 4[5-9][.\d]* s, save (19|2\d)[.\d]* s \(the slowest so far\): they need a lead of \d+ s, "
+        r"more than the job's 30 s: the job asks for its save that early",
+        shown,
+    ), shown
 
 
 @pytest.mark.usefixtures("home")

@@ -24,18 +24,18 @@ def _job(recipe="smoke", cluster="local-slurm", overrides=(), **opts):
 
 
 def _signalled(art, sig: str, tmp_path) -> tuple[str, str]:
-    """The batch shell of a plain job (its inputs and the staged job.sh) with a stand-in training
+    """The batch shell of a plain job (its inputs, the staged job.sh and time-limit.sh) with a stand-in training
     step, sent `sig` while the step runs: what it said, and what the stop file holds."""
     import subprocess
 
     text = art.text
     inputs = text[text.index("\n", text.index("# the batch logic")) + 1 : text.index("\nstop_file=")]
-    (library,) = (body for rel, body in art.files.items() if rel.endswith(".job.sh"))
+    libraries = [body for rel, body in art.files.items() if rel.endswith((".job.sh", ".time-limit.sh"))]
     stop = tmp_path / f"stop-{sig}"
     script = "\n".join(
         [
             inputs,
-            library,
+            *libraries,
             f"exit_dir={tmp_path} stop_file={stop} SLURM_JOB_ID=1",
             "train=(sleep 3)",
             "single_step &",
@@ -60,7 +60,9 @@ def test_every_slurm_job_with_a_time_limit_saves_before_it(tmp_path):
     assert "#SBATCH --signal=B:USR1@120" in art.text
     # USR1 (the limit): an empty stop file, which status reads as a stop at the limit; USR2: a cancel
     said, stop = _signalled(art, "USR1", tmp_path)
-    assert "bridge-launch: time limit in 120s: the training processes are told to save and exit" in said
+    # the time left to the watch's deadline (no squeue here: the start plus the limit, a second ago)
+    assert re.search(r"bridge-launch: time limit in 59[89]s: the training processes are told to save and exit", said)
+    assert "bridge-launch: this job reaches its time limit at " in said  # the time-limit watch started
     assert stop == ""
     said, stop = _signalled(art, "USR2", tmp_path)
     assert "bridge-launch: cancelled: SIGTERM to the training processes" in said and stop == "cancel\n"

@@ -328,13 +328,13 @@ def status(run_ref, *, all_runs, state, recipe, output, watch=False, interval=5.
             if r.info.get("checkpoint") is not None:
                 print(f"checkpoint  iteration {r.info['checkpoint']} (the newest complete one)")
             print(f"restarts    {r.info.get('restarts', 0)} of {limit}")
-            if r.info.get("measured"):
-                print("measured    " + _measured_text(r.info["measured"]))
         if r.info.get("attempts"):
             job = launch.load_job(reg, r)
             for a in r.info["attempts"]:
                 print(f"attempt {a['attempt']:<3} {_attempt_text(a)}")
             print(f"restarts    {r.info.get('restarts', 0)} of {job.retry['max_restarts'] if job.retry else '?'}")
+        if r.info.get("measured"):
+            print("measured    " + _measured_text(r.info["measured"], "segment" if r.info.get("segments") else "job"))
         from bridge_launch.cli import gpu_report as report_view  # GPU-hours: one run only (runs/accounting.py)
 
         for line in report_view.status_lines(reg, r):
@@ -353,8 +353,8 @@ def _attempt_text(a: dict) -> str:
     return text
 
 
-def _measured_text(m: dict) -> str:
-    """What the segments measured (backends/slurm: the slowest log interval and save so far)."""
+def _measured_text(m: dict, who: str) -> str:
+    """What the segments or the job measured (backends/slurm: the slowest log interval and save so far)."""
     parts = [
         f"step {m['step_s']:g} s" if m.get("step_s") else "step not yet",
         f"save {m['save_s']:g} s" if m.get("save_s") else "no save yet",
@@ -364,7 +364,8 @@ def _measured_text(m: dict) -> str:
         lead = m.get("job_lead_s")
         more = m["lead_s"] > lead if lead else False
         text += f": they need a lead of {m['lead_s']} s" + (
-            f", more than the job's {lead} s: each segment asks for its save that early"
+            f", more than the job's {lead} s: {'each segment asks' if who == 'segment' else 'the job asks'} "
+            "for its save that early"
             if more
             else f" (the job's: {lead} s)"
         )

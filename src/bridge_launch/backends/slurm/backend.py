@@ -26,7 +26,7 @@ from bridge_launch.backends.slurm import attempts
 from bridge_launch.backends.slurm import secrets as slurm_secrets
 
 # render and secret_origins, render.py's, are this platform module's API too (backends/__init__.py)
-from bridge_launch.backends.slurm.render import MEASURE_STATE, render, secret_origins
+from bridge_launch.backends.slurm.render import measure_file, render, secret_origins
 
 __all__ = ["Backend", "render", "secret_origins"]
 from bridge_launch.core.errors import LaunchError, UsageError
@@ -36,7 +36,8 @@ from bridge_launch.workloads import trainer_protocol as P
 
 
 def _measured(text: str | None, job_lead) -> dict | None:
-    """The chain's measured figures (the segments' step_times.py state) and the lead they need."""
+    """What a job that saves before its time limit measured (time-limit.sh's step_times.py state:
+    a chain's segments', a plain job's attempts') and the lead the figures need."""
     try:
         state = json.loads(text) if text else {}
     except ValueError:
@@ -353,8 +354,14 @@ class Backend:
                         st["bad_node"] = {"node": bad[0], "evidence": bad[1], "job_id": jid}
                 if job.limit_save and not job.chain and st.get("state") == "COMPLETED":
                     st = self._limit_stop(s, run, job, jid, st)
+                ls = job.limit_save
+                # a chain's segments, a plain job once it has started (time-limit.sh)
+                if ls and (job.chain or (ls.get("time_limit_s") and st.get("state") != "PENDING")):
+                    measured = _measured(self.read_file(s, measure_file(job)), ls["signal_lead"])
+                    if measured:
+                        st["measured"] = measured
                 if job.chain:
-                    st = self._chain_status(s, run, job, st)
+                    st = self._chain_status(s, run, st)
                 elif job.retry:
                     st = self._attempt_status(s, run, job, st)
                 out[run.run_id] = st
@@ -413,7 +420,7 @@ class Backend:
         where = f"iteration {step} of {iters}" if step is not None else f"below train_iters={iters}"
         return dict(st, state="STOPPED", reason=f"stopped at the time limit, {where}; resume continues")
 
-    def _chain_status(self, s, run, job, st: dict) -> dict:
+    def _chain_status(self, s, run, st: dict) -> dict:
         """A --until-done run: every segment's state, the restarts used, and the chain's own
         verdict (done / stopped markers the segments write) over the last job's state."""
         chain_dir = f"{run.run_dir}/chain/{run.run_id}"
@@ -445,9 +452,6 @@ class Backend:
         ]
         if bad:  # the nodes segments left out of their successors: the runs layer records each (runs/bad_nodes.py)
             out["bad_nodes"] = bad
-        measured = _measured(self.read_file(s, f"{chain_dir}/{MEASURE_STATE}"), job.limit_save["signal_lead"])
-        if measured:
-            out["measured"] = measured
         saved = [x["checkpoint"] for x in segments if x.get("checkpoint")]
         if saved:
             out["checkpoint"] = saved[-1]

@@ -92,11 +92,12 @@ def directives(job) -> list[tuple[str, str | None]]:
 # inputs, stages them in the run dir under launch/, sources them and calls their functions.
 # node-launch.sh is run by srun on every node.
 BATCH_DIR = Path(__file__).with_name("batch")
-JOB, CONTAINERS, RESUME_POINT, CULPRIT, ATTEMPTS, SEGMENT, NODE_LAUNCH, NODE_CONTAINERS = (
+JOB, CONTAINERS, RESUME_POINT, CULPRIT, TIME_LIMIT, ATTEMPTS, SEGMENT, NODE_LAUNCH, NODE_CONTAINERS = (
     "job.sh",
     "containers.sh",
     "resume-point.sh",
     "culprit.sh",
+    "time-limit.sh",
     "attempts.sh",
     "segment.sh",
     "node-launch.sh",
@@ -400,9 +401,22 @@ def _logic(job) -> tuple[list[str], dict[str, str], list[str]]:
             "node_containers": f"{run_dir}/{staged(job, NODE_CONTAINERS)}",
             "image_space_gb": s.get("image_space_gb", pyxis.IMAGE_SPACE_GB),
         }
+    watched = bool(job.limit_save and (job.chain or job.limit_save.get("time_limit_s")))
+    if watched:
+        names.append(TIME_LIMIT)
+        e = job.limit_save["estimate"]
+        inputs |= {
+            "logs": f"{run_dir}/logs",
+            "step_times": f"{run_dir}/{WORKLOAD_DIR}/step_times.py",
+            "planned_save": e.get("save_s") or "-",
+            "planned_eval": e.get("eval_s") or "-",
+            "time_limit_s": job.limit_save.get("time_limit_s") or 0,
+            "watch_period": LIMIT_WATCH_PERIOD,
+            "measure_file": measure_file(job),
+        }
     if job.chain:
         names.append(SEGMENT)
-        c, e = job.chain, job.limit_save["estimate"]
+        c = job.chain
         inputs |= {
             "chain": f"{run_dir}/chain/{job.run_id}",
             "train_iters": c["train_iters"],
@@ -410,12 +424,6 @@ def _logic(job) -> tuple[list[str], dict[str, str], list[str]]:
             "max_segments": c.get("max_segments") or 0,
             "saving_grep": P.SAVING_GREP,
             "saved_grep": P.SAVED_GREP,
-            "step_times": f"{run_dir}/{WORKLOAD_DIR}/step_times.py",
-            "planned_save": e.get("save_s") or "-",
-            "planned_eval": e.get("eval_s") or "-",
-            "time_limit_s": job.limit_save.get("time_limit_s") or 0,
-            "watch_period": LIMIT_WATCH_PERIOD,
-            "measure_state": MEASURE_STATE,
         }
         stop_file = Raw('"$chain/stop-$SLURM_JOB_ID"')
         calls = ["segment_run"]
@@ -446,8 +454,16 @@ def _logic(job) -> tuple[list[str], dict[str, str], list[str]]:
     return lines, files, calls
 
 
-LIMIT_WATCH_PERIOD = 30  # seconds between two reads of the segment's log (Slurm's own signal granularity)
-MEASURE_STATE = "measure.json"  # in the chain dir: the figures so far and how far each log was read
+LIMIT_WATCH_PERIOD = 30  # seconds between two reads of the job's log (Slurm's own signal granularity)
+MEASURE_STATE = "measure.json"  # the figures so far and how far each log was read (time-limit.sh)
+
+
+def measure_file(job) -> str:
+    """Where a job that saves before its time limit keeps what it measured: a chain's in its chain dir
+    (each segment starts from the figures of those before it), a plain job's in its run dir (each
+    retried attempt likewise)."""
+    where = f"{job.run_dir}/chain/{job.run_id}" if job.chain else job.run_dir
+    return f"{where}/{MEASURE_STATE}"
 
 
 # The rendezvous host, resolved once, here on the batch host (the allocation's first node): the
@@ -513,7 +529,7 @@ def _script(job) -> Artifact:
         "",
         *logic,
         *_steps(job, [*env, *([T.TRACE_FILE_VAR] if trace else [])], bool(secret_lines)),
-        *calls,
+        "; ".join(calls),
     ]
     files[node_launcher_path(job)] = library(NODE_LAUNCH)
     if secret_lines:

@@ -8,7 +8,8 @@
 #      own, an ERE alternation), nodes (the job's), train (array: the training step's srun command),
 #      exit_dir (where each job's exit code is recorded), stop_file (its appearance asks the
 #      training processes to save and exit; 'cancel' in it: stop), signal_lead (seconds; '' for
-#      no save at the time limit), cancel_signal (what `bridge-launch cancel` sends this shell).
+#      no save at the time limit), cancel_signal (what `bridge-launch cancel` sends this shell),
+#      measure_file (set where time-limit.sh is sourced: the job measures its step and save times).
 #      attempts.sh and segment.sh redefine prepare_failed (what a failed image or health step does;
 #      it exits).
 
@@ -72,11 +73,17 @@ train_step() {
 # One job (not a chain): `bridge-launch cancel` sends cancel_signal to this shell alone (scancel
 # --batch), which has the launcher on every node send SIGTERM to the training processes (torchrun
 # left alone); with a time limit, Slurm's USR1 signal_lead seconds before it has them save and exit
-# the same way (an empty stop file: status reads it as a stop at the time limit, not a completion).
+# the same way (an empty stop file: status reads it as a stop at the time limit, not a completion),
+# or the time-limit watch's USR1 earlier, when the step and save it measures need a longer lead
+# (time-limit.sh, where it is sourced).
+# time_left: seconds to the time limit (the watch's deadline; the signal lead where there is none)
+time_left() { if [ -n "${deadline:-}" ]; then echo $((deadline - $(date +%s))); else echo "$signal_lead"; fi; }
 single_step() {
     trap 'echo "bridge-launch: cancelled: SIGTERM to the training processes on every node (torchrun is left alone)" >&2; echo cancel > "$stop_file"' "$cancel_signal"
     if [ -n "$signal_lead" ]; then
-        trap 'echo "bridge-launch: time limit in ${signal_lead}s: the training processes are told to save and exit" >&2; [ -e "$stop_file" ] || : > "$stop_file"' USR1
+        trap 'echo "bridge-launch: time limit in $(time_left)s: the training processes are told to save and exit" >&2; [ -e "$stop_file" ] || : > "$stop_file"' USR1
     fi
+    if [ -n "${measure_file:-}" ]; then start_watch; fi
     train_step
+    if [ -n "${measure_file:-}" ]; then stop_watch; fi
 }

@@ -5,15 +5,14 @@
 # training, and decides: done -> cancel the successor; a new checkpoint -> let it continue; no new
 # checkpoint in max_no_progress segments in a row, a deterministic failure, an unknown one without
 # a new checkpoint (unless retry_unknown) or no restarts left -> stop. Sourced by the batch script
-# after job.sh, resume-point.sh and culprit.sh (find_culprit, exclusions, failure_class)
-# (backends/slurm/render.py sets the inputs; backend.py reads the chain dir's records).
+# after job.sh, resume-point.sh, culprit.sh (find_culprit, exclusions, failure_class) and
+# time-limit.sh (start_watch, stop_watch) (backends/slurm/render.py sets the inputs; backend.py reads
+# the chain dir's records).
 #
 # In:  chain (the chain's dir), logs (the run's log dir), script (this batch script: the
 #      successor), train_iters, signal_lead, max_restarts, max_no_progress, max_segments (0: no
 #      limit), saving_grep and saved_grep (EREs: a save's start and end lines in the log),
-#      nodes (the job's); for the time-limit watch: step_times (workloads/step_times.py),
-#      planned_save and planned_eval (the estimate's seconds, - for none), time_limit_s,
-#      watch_period (seconds between two reads of the log), measure_state (a file in the chain dir).
+#      nodes (the job's).
 #
 # Records in the chain dir: segments (JOB SEGMENT start|end EPOCH), outcomes (JOB WHAT FROM TO
 # DETAIL), jobs (the successors), open (the segment still to be judged), done, stopped (why),
@@ -113,44 +112,6 @@ leave_out() {
     fi
 }
 
-# The segment measures its own step and save times (step_times over its logs, every watch_period s,
-# with the figures of the segments before it) and, when they need a longer lead than the job's
-# signal, asks for the save itself (USR1 to this shell, the same path as Slurm's signal) early enough
-# for them. The deadline is the job's EndTime as Slurm holds it (the start plus the time limit where
-# squeue does not answer). The figures stay in measure_state (status shows them); no python3 on the
-# batch host: the lead stays.
-measure() { python3 "$step_times" "$chain/$measure_state" "$planned_save" "$planned_eval" "$logs/$SLURM_JOB_ID"-*.log 2>/dev/null; }
-watch_limit() {
-    local fig need step_s save_s
-    while sleep "$watch_period"; do
-        fig=$(measure) || continue
-        need=${fig%% *}
-        if [ "$need" -gt "$signal_lead" ] && [ $(($(date +%s) + need + watch_period)) -ge "$deadline" ]; then
-            read -r _ step_s save_s _ <<< "$fig"
-            echo "bridge-launch: measured step $step_s s, save $save_s s: they need a lead of $need s, not $signal_lead s; asking for the save now" >&2
-            kill -USR1 $$
-            return
-        fi
-    done
-}
-start_watch() {
-    local ends
-    deadline=""
-    ends=$(squeue -h -j "$SLURM_JOB_ID" -o %e 2>/dev/null)
-    case $ends in [0-9][0-9][0-9][0-9]-*) deadline=$(date -d "$ends" +%s 2>/dev/null) || deadline="" ;; esac
-    [ -n "$deadline" ] || deadline=$(($(date +%s) + time_limit_s))
-    echo "bridge-launch: this segment reaches its time limit at $(date -d "@$deadline" "+%F %T")" >&2
-    watcher=""
-    # the batch host's own python3 (a GB200 batch host is an aarch64 Grace node; its system python3
-    # may be absent or older than step_times.py and trainer_protocol.py need)
-    if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 8))' 2> /dev/null; then
-        echo "bridge-launch: no python3 3.8 or newer on the batch host: the signal lead stays $signal_lead s, unmeasured" >&2
-    else
-        watch_limit &
-        watcher=$!
-    fi
-}
-
 # A segment Slurm ended before it could judge itself (its 'open' record is still here): judge it now.
 judge_previous() {
     local pjob pfrom psig=0
@@ -221,15 +182,11 @@ segment_run() {
     prepare
     asked=0
     ended=0
-    trap 'asked=1; if [ -e "$chain/stopped" ]; then echo "bridge-launch: cancelled: the training processes are told to save and exit" >&2; echo cancel > "$stop_file"; else echo "bridge-launch: time limit in $((deadline - $(date +%s)))s: the training processes are told to save and exit" >&2; touch "$stop_file"; fi' USR1
+    trap 'asked=1; if [ -e "$chain/stopped" ]; then echo "bridge-launch: cancelled: the training processes are told to save and exit" >&2; echo cancel > "$stop_file"; else echo "bridge-launch: time limit in $(time_left)s: the training processes are told to save and exit" >&2; touch "$stop_file"; fi' USR1
     trap 'ended=1' TERM
     start_watch
     train_step
-    # the last figures (the final save) for the watcher of the next segment and for status
-    if [ -n "${watcher:-}" ]; then
-        kill "$watcher" 2>/dev/null
-        measure > /dev/null
-    fi
+    stop_watch
     resume_point || true
     after=$resume_it
     # the spare successor goes before the chain says it is done, so no status shows it pending after
