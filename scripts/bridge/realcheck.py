@@ -6,7 +6,10 @@ REQUEST: {"bridge": Megatron-Bridge checkout, "core": Megatron-LM checkout (the 
 pins), "hf_home": an offline HF cache holding config.json files, "gpu": "NAME:MAJOR:MINOR",
 "jobs": [...]}. A job is either {"id", "function": NAME} (the recipe function itself: what it sets)
 or {"id", "argv": [...], "world_size": N} (the job's exact run_recipe.py arguments, through that
-revision's own scripts/training/run_recipe.py main(), then runtime_config_update() and validate()).
+revision's own scripts/training/run_recipe.py main(), then runtime_config_update() and validate())
+or {"id", "nemo_ci": [...], "world_size": N} (NeMo-CI's command line through that revision's
+scripts/performance/run_recipe.py main(), which needs nemo_run for its argument parser, up to the
+training call; then the same).
 Either may name a "module": a recipe module bridge-launch ships (workloads/bridge_recipes/), whose
 functions are first set on megatron.bridge.recipes by workloads/bridge_recipe_entry.py's register(),
 the code the job's entry runs.
@@ -47,6 +50,49 @@ def _function(name: str):
         raise recipe_build.BuildError("recipe function", recipe_build.error_text(exc)) from exc
 
 
+class _Trained(Exception):
+    """Raised where NeMo-CI's main() would start training: the config it built is kept."""
+
+
+def _nemo_ci(bridge: Path, argv: list, world_size: int):
+    """The config NeMo-CI's entry, scripts/performance/run_recipe.py at this revision, hands to
+    training for `argv`: its own main() (argument parser, library-recipe lookup, set_user_overrides,
+    Hydra overrides: 987244934 and dd81e664e :217-236), its pretrain()/finetune() replaced by a catch."""
+    import importlib.util
+
+    import megatron.bridge.training.finetune as finetune_module
+    import megatron.bridge.training.pretrain as pretrain_module
+
+    perf = bridge / "scripts" / "performance"
+    kept: dict = {}
+
+    def catch(config, **_kw):
+        kept["config"] = config
+        raise _Trained
+
+    saved = (pretrain_module.pretrain, finetune_module.finetune, sys.argv)
+    sys.path.insert(0, str(perf))
+    os.environ.update(WORLD_SIZE=str(world_size), RANK="0", LOCAL_RANK="0")
+    try:
+        pretrain_module.pretrain, finetune_module.finetune = catch, catch
+        sys.argv = [str(perf / "run_recipe.py"), *argv]
+        spec = importlib.util.spec_from_file_location("nemo_ci_run_recipe", perf / "run_recipe.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        try:
+            mod.main()
+        except _Trained:
+            return kept["config"]
+        except BaseException as exc:
+            raise recipe_build.BuildError("NeMo-CI's run_recipe.py", recipe_build.error_text(exc)) from exc
+        raise recipe_build.BuildError("NeMo-CI's run_recipe.py", "main() returned without starting training")
+    finally:
+        pretrain_module.pretrain, finetune_module.finetune, sys.argv = saved
+        sys.path.remove(str(perf))
+        for name in [n for n in sys.modules if n == "argument_parser" or n == "utils" or n.startswith("utils.")]:
+            del sys.modules[name]  # the script's own modules: another revision's are its own
+
+
 def one(job: dict, entry: str) -> dict:
     out: dict = {"id": job["id"], "ok": False}
     registered: list = []
@@ -56,6 +102,13 @@ def one(job: dict, entry: str) -> dict:
         if "function" in job:
             config = _function(job["function"])
             out.update(values=recipe_build.flatten(config), classes=recipe_build.classes(config))
+        elif "nemo_ci" in job:
+            config = _nemo_ci(Path(entry).parents[2], list(job["nemo_ci"]), int(job["world_size"]))
+            before = recipe_build.flatten(config)
+            out["values"] = before
+            recipe_build.runtime_update(config)
+            after = recipe_build.flatten(config)
+            out["runtime"] = {k: v for k, v in after.items() if before.get(k, v) != v}
         else:
             mod = recipe_build.load_entry(entry)
             config, mode = recipe_build.build(mod, list(job["argv"]), int(job["world_size"]))

@@ -314,7 +314,7 @@ def test_diff_of_two_sets_and_of_two_runs():
         3072,
         "recipe",
         512,
-        "overlay:nemo-ci-convergence",
+        "nemo-ci@9872449 scripts/performance/run_recipe.py:63-64",
     )
     assert d[("job", "nodes")]["a"] == 2 and d[("job", "nodes")]["b"] == 16
     assert ("config", "dataset.seq_length") not in d  # equal on both sides

@@ -23,8 +23,37 @@ from conftest import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("home")]
 
-# The seed's convergence run: the Nemotron 3 Nano recipe with NeMo-CI's template on 64 GPUs.
-OVERLAYS = {"nemotron-3-nano-pretrain": [("nemo-ci-convergence", "gb200-64")]}
+# The seed's convergence runs: its two candidates with NeMo-CI's template on 64 GPUs.
+OVERLAYS = {
+    "nemotron-3-nano-pretrain": [("nemo-ci-convergence", "gb200-64")],
+    "qwen35-9b-pretrain": [("nemo-ci-convergence", "gb200-64")],
+}
+# ... and as NeMo-CI launches them: the seed's command line for its entry, scripts/performance/
+# run_recipe.py (argument names at 987244934 and dd81e664e: argument_parser.py; --gpu is required
+# there, and --wandb_experiment_name, since get_library_recipe joins it into the output paths,
+# utils/utils.py:302-305).
+NEMO_CI = {
+    "nemotron-3-nano-pretrain": ("nemotronh", "nemotron_3_nano_gb200"),
+    "qwen35-9b-pretrain": ("qwen", "qwen35_9b"),
+}
+NEMO_CI_ARGS = (
+    "--task pretrain --num_gpus 64 --gpus_per_node 4 --global_batch_size 512 --micro_batch_size 2 "
+    "--seq_length 4096 --max_steps 48000 --gpu gb200 --wandb_experiment_name convergence"
+).split()
+# What NeMo-CI's run and bridge-launch's may set differently, and why: the dataset and tokenizer
+# (the script replaces the dataset with its mock config, run_recipe.py:101-151; a bridge-launch run
+# names its data), the output paths (/nemo_run/NAME there, utils/utils.py:301-314; the run dir here),
+# and bridge-launch's own additions (the time-limit save's handler, checkpoint retention).
+NEMO_CI_EXCEPT = (
+    "dataset.",
+    "tokenizer.",
+    "checkpoint.save",
+    "checkpoint.load",
+    "logger.tensorboard_dir",
+    "logger.wandb_",
+    "train.exit_signal_handler",
+    "checkpoint.most_recent_k",
+)
 
 
 def _shipped() -> list[dict]:
@@ -70,6 +99,10 @@ def checked(tmp_path_factory):
             if "module" in request:  # the same arguments without the entry's registration: what it is for
                 bare = {k: v for k, v in request.items() if k != "module"}
                 requests[rev.bridge].append(dict(bare, id="without-module:" + job_id))
+        if rec["name"] in NEMO_CI:
+            family, name = NEMO_CI[rec["name"]]
+            argv = ["--model_family_name", family, "--model_recipe_name", name, *NEMO_CI_ARGS]
+            requests[rev.bridge].append({"id": f"nemo-ci:{rec['name']}", "nemo_ci": argv, "world_size": 64})
     results: dict = {}
     for bridge, reqs in requests.items():
         results.update(realbridge.run(env, upstream.revision(bridge), hf, reqs, tmp))
@@ -121,6 +154,37 @@ def test_every_value_the_dry_run_states_is_the_value_main_hands_to_training(chec
             if theirs != ours:
                 differ[f"{job_id} {key}"] = (ours, theirs)
     assert differ == {}
+
+
+def test_the_convergence_runs_are_nemo_cis_own_at_each_pin(checked):
+    """The seed's two convergence candidates with the nemo-ci-convergence overlay hand training the
+    config NeMo-CI's entry builds from the seed's command line, at each recipe's pin: every value
+    after validate() equal outside NEMO_CI_EXCEPT, and each of the overlay's values labelled with
+    its line in that script."""
+    jobs, results = checked
+
+    def validated(result: dict) -> dict:
+        return {**result["values"], **(result.get("runtime") or {})}
+
+    for recipe_name in NEMO_CI:
+        theirs_result = results[f"nemo-ci:{recipe_name}"]
+        assert theirs_result["ok"], theirs_result
+        rec, job = jobs[f"{recipe_name}+nemo-ci-convergence@gb200-64"]
+        ours_result = results[f"{recipe_name}+nemo-ci-convergence@gb200-64"]
+        assert ours_result["ok"], ours_result
+        ours, theirs = validated(ours_result), validated(theirs_result)
+        differ = {
+            key: (ours.get(key, "<unset>"), theirs.get(key, "<unset>"))
+            for key in sorted(set(ours) | set(theirs))
+            if ours.get(key, "<unset>") != theirs.get(key, "<unset>") and not key.startswith(NEMO_CI_EXCEPT)
+        }
+        assert differ == {}, recipe_name
+        # the run controls the script sets for a run of more than 100 steps
+        assert (theirs["scheduler.lr_warmup_iters"], theirs["checkpoint.save_interval"]) == (480, 1000)
+        assert (theirs["validation.eval_interval"], theirs["logger.log_interval"]) == (800, 1)
+        short = upstream.short(rec["bridge_commit"])
+        for key in ("scheduler.lr_warmup_iters", "checkpoint.save_interval", "validation.eval_interval"):
+            assert job.provenance["config"][key].startswith(f"nemo-ci@{short} scripts/performance/run_recipe.py:")
 
 
 def test_a_value_the_trainer_changes_at_start_is_named_in_the_dry_run(checked):

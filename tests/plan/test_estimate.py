@@ -200,7 +200,7 @@ def test_throughput_for_the_convergence_overlay():
     thr = report.plan(job("nemotron-3-nano-pretrain", "gb200-64", overlays=("nemo-ci-convergence",)))["throughput"]
     assert thr["tokens_per_step"] == 512 * 4096
     assert thr["steps"] == 48000 and thr["tokens"] == 48000 * 512 * 4096
-    assert thr["budget_source"] == "overlay:nemo-ci-convergence"
+    assert thr["budget_source"] == "nemo-ci@9872449 scripts/performance/run_recipe.py:61-62 (--max_steps 48000)"
     # the recipe is BF16 and the only published GB200 figure is MXFP8: no GPU-hours, said plainly
     assert thr["precision"] == "bf16" and thr["tflops_assumption"] is None and thr["gpu_hours"] is None
     assert "no BF16 measurement on gb200" in thr["no_assumption"] and "MXFP8 on gb200: 776" in thr["no_assumption"]

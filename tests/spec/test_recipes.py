@@ -284,14 +284,28 @@ def test_submitting_without_required_inputs_is_refused():
 def test_overlays():
     d = _dry("nemotron-3-nano-pretrain", "--overlay", "nemo-ci-convergence", cluster="gb200-64")
     assert d["errors"] == [] and d["world_size"] == 64 and d["nodes"] == 16
-    for key, value in {
-        "train.train_iters": 48000,
-        "dataset.sequence_length": 4096,
-        "train.global_batch_size": 512,
-        "train.micro_batch_size": 2,
-    }.items():
+    # NeMo-CI's run: each value labelled with its line in NeMo-CI's entry at the recipe's pin
+    # (tests/e2e/test_real_bridge_e2e.py holds them equal to what that script builds)
+    for key, value, line in [
+        ("train.train_iters", 48000, "61-62 (--max_steps 48000)"),
+        ("dataset.sequence_length", 4096, "105-106 (its mock dataset's)"),
+        ("train.global_batch_size", 512, "63-64"),
+        ("train.micro_batch_size", 2, "65-66"),
+        ("scheduler.lr_warmup_iters", 480, "211-212"),
+        ("checkpoint.save_interval", 1000, "201-202"),
+        ("validation.eval_interval", 800, "208-209"),
+        ("logger.log_interval", 1, "194"),
+        ("logger.log_timers_to_tensorboard", True, "176"),
+    ]:
         assert d["config"][key] == value
-        assert d["provenance"]["config"][key] == "overlay:nemo-ci-convergence"
+        assert d["provenance"]["config"][key] == f"nemo-ci@9872449 scripts/performance/run_recipe.py:{line}"
+    assert not [w for w in d["warnings"] if "nemo-ci-convergence" in w]  # a candidate the seed names
+    other = _dry("qwen35-35b-a3b-pretrain", "--overlay", "nemo-ci-convergence", cluster="gb200-64")
+    assert other["provenance"]["config"]["scheduler.lr_warmup_iters"].startswith("nemo-ci@dd81e66 ")
+    assert (
+        "overlay 'nemo-ci-convergence' is written for nemotron-3-nano-pretrain, qwen35-9b-pretrain, not recipe "
+        "'qwen35-35b-a3b-pretrain': its values were not validated for this model" in other["warnings"]
+    )
     assert d["provenance"]["job"]["nodes"] == "cluster:gb200-64"
     wrong = run_cli(
         "submit", "nemotron-3-nano-pretrain", "-c", "gb200-8", "--overlay", "nemo-ci-convergence", "--dry-run"
@@ -334,3 +348,24 @@ def test_every_recipe_value_fits_the_schema():
 def test_abstract_base_recipe_cannot_be_submitted():
     r = run_cli("submit", "qwen35-vl-sft-common", "-c", "gb200-32", "--dry-run")
     assert r.code == 2 and "is a base for other recipes" in r.err
+
+
+def test_an_overlays_sources_name_its_own_values(home):
+    """An overlay says where a value comes from ([sources], "{bridge}": the recipe's pinned commit);
+    a source for a value it does not set is one line, exit 2."""
+    write(
+        home / "recipes" / "overlays" / "mine.toml",
+        'name = "mine"\n[config]\ntrain.train_iters = 7\n'
+        '[sources]\n"train.train_iters" = "my-ci@{bridge} run.py:3"\n',
+    )
+    d = run_cli("submit", "smoke", "-c", "local", "--overlay", "mine", "--dry-run", "-o", "json").json()
+    assert d["config"]["train.train_iters"] == 7
+    assert re.fullmatch(r"my-ci@[0-9a-f]{7} run\.py:3", d["provenance"]["config"]["train.train_iters"])
+    write(
+        home / "recipes" / "overlays" / "mine.toml",
+        'name = "mine"\n[config]\ntrain.train_iters = 7\n[sources]\n"train.global_batch_size" = "x"\n',
+    )
+    r = run_cli("submit", "smoke", "-c", "local", "--overlay", "mine", "--dry-run")
+    assert r.code == 2 and r.err.count("\n") == 1, r.err
+    assert "sources.train.global_batch_size must be the text naming where [config]'s" in r.err
+    assert "[config] sets no train.global_batch_size" in r.err

@@ -409,6 +409,12 @@ def resolve(recipe_name: str, opts: Options | None = None) -> ResolvedJob:
     known = schema.at(recipe["bridge_commit"])  # the keys of the revision the recipe pins
     layers, deleted = _config_layers(recipe, overlays, prof, opts, known)
     env, envsrc, secrets, secret_sources, cli_secrets = _environment(recipe, overlays, prof, opts, found)
+    for ov in overlays:
+        if ov["recipes"] and recipe["name"] not in ov["recipes"]:
+            found.warn(
+                f"overlay '{ov['name']}' is written for {', '.join(ov['recipes'])}, not recipe '{recipe['name']}': "
+                "its values were not validated for this model"
+            )
     if not opts.memory_check:
         jobsrc["memory_check"] = "off (--no-memory-check)"  # kept for resume, which validates again
     if opts.force:
@@ -500,7 +506,12 @@ def _config_layers(recipe: dict, overlays: list, prof: dict, opts: Options, know
         for key, value in ov["config"].items():
             _check_file_key(known, own, key, ov, "config", f"overlay '{ov['name']}'", layers.values)
             _check_value(known, key, value, f"overlay '{ov['name']}'")
-            layers.set(key, value, f"overlay:{ov['name']}")
+            source = ov["sources"].get(key)
+            layers.set(
+                key,
+                value,
+                source.format(bridge=upstream.short(recipe["bridge_commit"])) if source else f"overlay:{ov['name']}",
+            )
     for key, value in recipes.flatten(prof["config"], keep_dict=known.is_dict_key).items():
         _check_file_key(known, own, key, prof, "config", f"cluster '{prof['name']}'", layers.values)
         _check_value(known, key, value, f"cluster '{prof['name']}'")

@@ -59,6 +59,11 @@ _OVERLAY_KEYS = {
     "env": dict,
     "config": dict,
     "notes": str,
+    # where a value comes from, by key ("{bridge}": the short commit the recipe pins), e.g. NeMo-CI's
+    # script line; the rest are labelled overlay:<name>
+    "sources": dict,
+    # the recipes the overlay is written for; on another, the job warns
+    "recipes": list,
 }
 
 
@@ -277,6 +282,14 @@ def load_overlay(name: str) -> dict:
     data["config"] = flatten(data.get("config", {}), keep_dict=_keep_dict())
     _check_values(at, "config", data["config"], None)  # overlays apply to any recipe; the job checks its own keys
     data["env"] = _env(at, "env", data.get("env", {}))
+    data["sources"] = flatten(data.get("sources", {}), keep_dict=_keep_dict())
+    for key, text in data["sources"].items():
+        if key not in data["config"] or not isinstance(text, str):
+            raise UsageError(
+                f"{at('sources')}: sources.{key} must be the text naming where [config]'s {key} comes from"
+                + ("" if key in data["config"] else f"; [config] sets no {key}")
+            )
+    data["recipes"] = [str(r) for r in data.get("recipes", [])]
     data["origin"] = entry.origin
     data["path"] = str(entry.path)
     data["files"] = [str(p) for p in files]
