@@ -355,8 +355,7 @@ def test_an_overlays_sources_name_its_own_values(home):
     a source for a value it does not set is one line, exit 2."""
     write(
         home / "recipes" / "overlays" / "mine.toml",
-        'name = "mine"\n[config]\ntrain.train_iters = 7\n'
-        '[sources]\n"train.train_iters" = "my-ci@{bridge} run.py:3"\n',
+        'name = "mine"\n[config]\ntrain.train_iters = 7\n[sources]\n"train.train_iters" = "my-ci@{bridge} run.py:3"\n',
     )
     d = run_cli("submit", "smoke", "-c", "local", "--overlay", "mine", "--dry-run", "-o", "json").json()
     assert d["config"]["train.train_iters"] == 7

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 from bridge_launch.core import paths, pyxis, secret_ref, slurm_time
@@ -57,6 +58,8 @@ _TOP: dict = {
     "dgxcloud": (dict, {}),
     "canary": (dict, {}),  # runs/canary.py: the checks before the job (submit --canary)
 }
+# a word of `lfs setstripe`'s options: an option, a count, a size (16M), a pool or OST list
+_STRIPE_WORD = re.compile(r"-{1,2}[A-Za-z][\w-]*|-?\d+[KkMmGg]?|[\w.,:-]+")
 _SLURM = {
     "account": (str, ""),
     "partition": (str, ""),
@@ -106,6 +109,9 @@ _SLURM = {
     "cpu_bind": (str, "none"),
     # the cluster's TopologyPlugin, when stated here instead of read once with `scontrol show config`
     "topology_plugin": (str, ""),
+    # the checkpoint directory's Lustre layout: `lfs setstripe` options ("-c -1 -S 16M"), set by the
+    # batch script before training (job.sh stripe_dir); "" leaves the file system's default
+    "checkpoint_stripe": (str, ""),
 }
 _LEPTON = {
     "resource_shape": (str, ""),
@@ -233,6 +239,13 @@ def _validate(data: dict, path, paths=None) -> dict:
         raise UsageError(
             f"{at('slurm.image_space_gb')}: [slurm] image_space_gb is the free space (GB) enroot's data path "
             f"needs for the image, 0 or more (0: not checked); got {prof['slurm']['image_space_gb']}"
+        )
+    stripe = prof["slurm"]["checkpoint_stripe"].split()
+    if stripe and (not stripe[0].startswith("-") or not all(_STRIPE_WORD.fullmatch(w) for w in stripe)):
+        raise UsageError(
+            f"{at('slurm.checkpoint_stripe')}: [slurm] checkpoint_stripe is `lfs setstripe`'s options for the "
+            f'checkpoint directory, e.g. "-c -1 -S 16M" (no directory, no shell); got '
+            f"{prof['slurm']['checkpoint_stripe']!r}"
         )
     for section in ("slurm", "lepton"):
         if prof[section]["segment_size"] not in SEGMENT_SIZES:

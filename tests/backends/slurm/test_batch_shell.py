@@ -95,3 +95,39 @@ def test_a_rendered_script_reads_as_shell(name):
     assert len(lines) <= 160, len(lines)
     longest = max((line for line in lines if not line.startswith("#")), key=len)
     assert len(longest) <= 300, longest
+
+
+@pytest.mark.usefixtures("home")
+def test_a_profiles_lustre_layout_reaches_the_checkpoint_directory(home, tmp_path):
+    """[slurm] checkpoint_stripe: the batch script runs `lfs setstripe` with the profile's options on the
+    checkpoint directory before the first save; without lfs (this machine: no Lustre), or when it
+    refuses, the job goes on and says so. `lfs` here is a stand-in that records its arguments and
+    exits as told (Lustre's own cannot run on this machine). A wrong value is one line, exit 2."""
+    from conftest import run_cli, write
+
+    write(home / "clusters" / "striped.toml", 'extends = "gb200-8"\n[slurm]\ncheckpoint_stripe = "-c -1 -S 16M"\n')
+    art = backends.render(_job("smoke", "striped"))
+    text = art.text
+    inputs = text[text.index("\n", text.index("# the batch logic")) + 1 : text.index("\nstop_file=")]
+    assert "stripe=(-c -1 -S 16M)" in inputs
+    (library,) = (body for rel, body in art.files.items() if rel.endswith(".job.sh"))
+    ckpt, bin_dir = tmp_path / "ckpt", tmp_path / "bin"
+    write(bin_dir / "lfs", '#!/bin/sh\necho "$@" >> "$(dirname "$0")/calls"\nexit "${LFS_RC:-0}"\n')
+    (bin_dir / "lfs").chmod(0o755)
+
+    def stripe(path: str, rc: int = 0) -> str:
+        script = "\n".join([inputs, library, f"stripe_dir={ckpt}", "stripe_dir"])
+        env = {"PATH": path, "LFS_RC": str(rc)}
+        return subprocess.run(["/bin/bash", "-c", script], capture_output=True, text=True, env=env, check=True).stderr
+
+    said = stripe(f"{bin_dir}:/usr/bin:/bin")
+    assert (bin_dir / "calls").read_text() == f"setstripe -c -1 -S 16M {ckpt}\n" and ckpt.is_dir()
+    assert f"bridge-launch: checkpoints in {ckpt} are striped: lfs setstripe -c -1 -S 16M" in said
+    said = stripe(f"{bin_dir}:/usr/bin:/bin", rc=22)
+    assert f"bridge-launch: lfs setstripe -c -1 -S 16M {ckpt} failed: checkpoints keep the directory's layout" in said
+    said = stripe("/usr/bin:/bin")
+    assert f"bridge-launch: no lfs on the batch host: {ckpt} keeps its layout (checkpoint_stripe -c -1 -S 16M)" in said
+    assert "stripe=" not in backends.render(_job("smoke", "gb200-8")).text  # no layout unless the profile says
+    write(home / "clusters" / "striped.toml", 'extends = "gb200-8"\n[slurm]\ncheckpoint_stripe = "-c 4 /lustre/x"\n')
+    r = run_cli("submit", "smoke", "-c", "striped", "--dry-run")
+    assert r.code == 2 and r.err.count("\n") == 1 and "[slurm] checkpoint_stripe is `lfs setstripe`'s options" in r.err

@@ -376,6 +376,9 @@ def _logic(job) -> tuple[list[str], dict[str, str], list[str]]:
         "signal_lead": job.limit_save["signal_lead"] if job.limit_save else "",
         "cancel_signal": s.get("cancel_signal", "USR1"),
     }
+    stripe, save = (s.get("checkpoint_stripe") or "").split(), job.config.get("checkpoint.save")
+    if stripe and save:  # the profile's Lustre layout for the checkpoint directory (job.sh stripe_dir)
+        inputs |= {"stripe": stripe, "stripe_dir": save}
     kept = job.chain or job.retry
     if kept:
         names += [RESUME_POINT, CULPRIT]

@@ -9,7 +9,8 @@
 #      exit_dir (where each job's exit code is recorded), stop_file (its appearance asks the
 #      training processes to save and exit; 'cancel' in it: stop), signal_lead (seconds; '' for
 #      no save at the time limit), cancel_signal (what `bridge-launch cancel` sends this shell),
-#      measure_file (set where time-limit.sh is sourced: the job measures its step and save times).
+#      measure_file (set where time-limit.sh is sourced: the job measures its step and save times),
+#      stripe and stripe_dir (set where the profile gives the checkpoint directory a Lustre layout).
 #      attempts.sh and segment.sh redefine prepare_failed (what a failed image or health step does;
 #      it exits).
 
@@ -18,11 +19,26 @@ resume_args=() # the resume point's overrides (resume-point.sh), for a chain's s
 # record RC: this job's exit code, for clusters where neither squeue nor sacct knows it
 record() { printf '%s\n' "$1" > "$exit_dir/$SLURM_JOB_ID"; }
 
-# The steps before training, where the job has them: the image step (containers.sh), then the health
-# step, whose bound so starts when its checks start.
+# The steps before training, where the job has them: the checkpoint directory's layout, the image
+# step (containers.sh), then the health step, whose bound so starts when its checks start.
 prepare() {
+    if [ -n "${stripe_dir:-}" ]; then stripe_dir; fi
     if [ "$has_image" = 1 ]; then image_step; fi
     if [ "$has_health" = 1 ]; then health_step; fi
+}
+
+# The profile's Lustre layout for the checkpoint directory (`lfs setstripe` with the profile's
+# checkpoint_stripe), set before the first save so that every checkpoint's files inherit it (files
+# written before keep theirs); where lfs is missing or refuses, the job goes on and says so.
+stripe_dir() {
+    mkdir -p "$stripe_dir" || return 0
+    if ! command -v lfs > /dev/null; then
+        echo "bridge-launch: no lfs on the batch host: $stripe_dir keeps its layout (checkpoint_stripe ${stripe[*]})" >&2
+    elif lfs setstripe "${stripe[@]}" "$stripe_dir" >&2; then
+        echo "bridge-launch: checkpoints in $stripe_dir are striped: lfs setstripe ${stripe[*]}" >&2
+    else
+        echo "bridge-launch: lfs setstripe ${stripe[*]} $stripe_dir failed: checkpoints keep the directory's layout" >&2
+    fi
 }
 
 # The health step: each node checks its GPUs, IMEX channels and the paths of the job, then (several
