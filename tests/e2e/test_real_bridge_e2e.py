@@ -173,6 +173,10 @@ def test_the_convergence_runs_are_nemo_cis_own_at_each_pin(checked):
         ours_result = results[f"{recipe_name}+nemo-ci-convergence@gb200-64"]
         assert ours_result["ok"], ours_result
         ours, theirs = validated(ours_result), validated(theirs_result)
+        # the script sets the deprecated train.eval_interval (run_recipe.py:209), which validate() copies into
+        # validation.eval_interval and keeps; the job sets validation.eval_interval itself
+        assert theirs.pop("train.eval_interval") == ours["validation.eval_interval"] == 800
+        assert ours.pop("train.eval_interval", None) is None
         differ = {
             key: (ours.get(key, "<unset>"), theirs.get(key, "<unset>"))
             for key in sorted(set(ours) | set(theirs))
