@@ -20,10 +20,18 @@ from launch_checks import check_torchrun_artifacts
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 
-def _chain(*args, timeout=120):
-    r = run_cli("submit", "smoke", "-c", "local-slurm", "--until-done", "-o", "json", *FAST, *args, timeout=timeout)
+def _submit(*args, timeout=120) -> dict:
+    """submit's answer for the smoke workload on local-slurm with these options and overrides."""
+    r = run_cli("submit", "smoke", "-c", "local-slurm", "-o", "json", *FAST, *args, timeout=timeout)
     assert r.code == 0, r.err
     return r.json()
+
+
+def _chain(*args, timeout=120):
+    return _submit("--until-done", *args, timeout=timeout)
+
+
+ENDED = {"COMPLETED", "STOPPED", "FAILED", "TIMEOUT", "CANCELLED"}
 
 
 def _segments(sub):
@@ -331,14 +339,7 @@ def test_a_plain_job_saves_at_its_time_limit_and_resume_continues():
     slurmctld's 30 s time-limit check sends it, once at most lead + 30 s remain), after the
     trainer has started (~10 s in) even on a loaded machine (with 1 minute it could come before,
     and nothing saves)."""
-    r = run_cli(
-        "submit",
-        "smoke",
-        "-c",
-        "local-slurm",
-        "-o",
-        "json",
-        *FAST,
+    sub = _submit(
         "--time",
         "00:02:00",
         "--signal-lead",
@@ -348,9 +349,7 @@ def test_a_plain_job_saves_at_its_time_limit_and_resume_continues():
         "~checkpoint.save_interval",
         "logger.log_interval=1",
     )
-    assert r.code == 0, r.err
-    sub = r.json()
-    st = _wait(sub["run_id"], {"COMPLETED", "STOPPED", "FAILED", "TIMEOUT", "CANCELLED"}, timeout=300)
+    st = _wait(sub["run_id"], ENDED, timeout=300)
     assert st["state"] == "STOPPED", st
     text = _segment_text(sub, sub["job_ids"][0])
     # Slurm's signal, 30-60 s before the limit (its 30 s check): the watch measured 0.5 s steps, asked nothing
@@ -363,7 +362,7 @@ def test_a_plain_job_saves_at_its_time_limit_and_resume_continues():
     r = run_cli("resume", sub["run_id"], f"train.train_iters={saved + 6}", "-o", "json")
     assert r.code == 0, r.err
     again = r.json()
-    st = _wait(again["run_id"], {"COMPLETED", "STOPPED", "FAILED", "TIMEOUT", "CANCELLED"}, timeout=180)
+    st = _wait(again["run_id"], ENDED, timeout=180)
     assert st["state"] == "COMPLETED", st
     resumed = _segment_text(again, again["job_ids"][0])
     counts = re.findall(r"iteration +(\d+)/ +\d+ \| consumed samples: +(\d+) \| .*global batch size: +(\d+)", resumed)
@@ -379,14 +378,7 @@ def test_a_plain_job_measures_its_steps_and_asks_for_its_save_in_time():
     iteration lines and asks for the save itself about 90 s before the 4-minute limit, before Slurm's
     own signal could come (at most lead + 30 s before it); the trainer finishes its step and saves
     before the limit, status says STOPPED there and shows what the job measured."""
-    r = run_cli(
-        "submit",
-        "smoke",
-        "-c",
-        "local-slurm",
-        "-o",
-        "json",
-        *FAST,
+    sub = _submit(
         "--time",
         "00:04:00",
         "--signal-lead",
@@ -400,9 +392,7 @@ def test_a_plain_job_measures_its_steps_and_asks_for_its_save_in_time():
         "validation.eval_iters=1",
         "logger.log_interval=1",
     )
-    assert r.code == 0, r.err
-    sub = r.json()
-    st = _wait(sub["run_id"], {"COMPLETED", "STOPPED", "FAILED", "TIMEOUT", "CANCELLED"}, timeout=420)
+    st = _wait(sub["run_id"], ENDED, timeout=420)
     text = _segment_text(sub, sub["job_ids"][0])
     assert st["state"] == "STOPPED", (st, text[-3000:])
     asked = re.search(r"bridge-launch: measured step ([\d.]+) s, save - s: they need a lead of (\d+) s, not 30 s", text)
