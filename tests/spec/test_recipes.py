@@ -368,3 +368,9 @@ def test_an_overlays_sources_name_its_own_values(home):
     assert r.code == 2 and r.err.count("\n") == 1, r.err
     assert "sources.train.global_batch_size must be the text naming where [config]'s" in r.err
     assert "[config] sets no train.global_batch_size" in r.err
+    write(
+        home / "recipes" / "overlays" / "mine.toml",
+        'name = "mine"\n[config]\ntrain.train_iters = 7\n[sources]\n"train.train_iters" = "ci@{commit}"\n',
+    )
+    r = run_cli("submit", "smoke", "-c", "local", "--overlay", "mine", "--dry-run")
+    assert r.code == 2 and r.err.count("\n") == 1 and "its only placeholder may be {bridge}" in r.err, r.err

@@ -354,13 +354,16 @@ def _prepare(
             log(f"{subset}: the integrity manifest ({origin}) is not checked (--skip-source-integrity-check)")
             pins = None
         elif pins and write_manifest and origin.startswith("user:"):
+            log(f"verifying {len(pins)} pinned files of {subset} ({origin}; a changed source is pinned anew)")
             checked = _same_source(source_dir, sdir, subset, pins, origin, max(2, num_workers))
             if checked is None:
                 log(f"{subset}: the source differs from the integrity manifest ({origin}): pinned anew")
                 pins = None
         if pins:
-            log(f"verifying {len(pins)} pinned files of {subset} ({origin})")
-            verified += checked or src.verify_pins(source_dir, pins, origin, threads=max(2, num_workers))
+            if checked is None:
+                log(f"verifying {len(pins)} pinned files of {subset} ({origin})")
+                checked = src.verify_pins(source_dir, pins, origin, threads=max(2, num_workers))
+            verified += checked
             archives = [source_dir / p for p in sorted(pins) if p.endswith(".tar")]
             allow_loose = False  # verified mode: media only from the verified tars
             jl = src.jsonl_path(sdir, subset)

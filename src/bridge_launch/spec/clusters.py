@@ -110,7 +110,7 @@ _SLURM = {
     # the cluster's TopologyPlugin, when stated here instead of read once with `scontrol show config`
     "topology_plugin": (str, ""),
     # the checkpoint directory's Lustre layout: `lfs setstripe` options ("-c -1 -S 16M"), set by the
-    # batch script before training (job.sh stripe_dir); "" leaves the file system's default
+    # batch script before training (job.sh stripe_checkpoints); "" leaves the file system's default
     "checkpoint_stripe": (str, ""),
 }
 _LEPTON = {

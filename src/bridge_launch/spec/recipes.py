@@ -269,6 +269,15 @@ def load(name: str, allow_abstract: bool = False) -> dict:
     return data
 
 
+def _formats(text: str) -> bool:
+    """Whether an overlay's source text formats with {bridge} alone (the resolver fills it)."""
+    try:
+        text.format(bridge="0000000")
+    except (KeyError, IndexError, ValueError):
+        return False
+    return True
+
+
 def load_overlay(name: str) -> dict:
     cat = overlay_catalog()
     entry = cat.get(name)
@@ -284,10 +293,11 @@ def load_overlay(name: str) -> dict:
     data["env"] = _env(at, "env", data.get("env", {}))
     data["sources"] = flatten(data.get("sources", {}), keep_dict=_keep_dict())
     for key, text in data["sources"].items():
-        if key not in data["config"] or not isinstance(text, str):
+        if key not in data["config"] or not isinstance(text, str) or not _formats(text):
             raise UsageError(
                 f"{at('sources')}: sources.{key} must be the text naming where [config]'s {key} comes from"
                 + ("" if key in data["config"] else f"; [config] sets no {key}")
+                + ("" if not isinstance(text, str) or _formats(text) else "; its only placeholder may be {bridge}")
             )
     data["recipes"] = [str(r) for r in data.get("recipes", [])]
     data["origin"] = entry.origin

@@ -116,7 +116,7 @@ def test_a_profiles_lustre_layout_reaches_the_checkpoint_directory(home, tmp_pat
     (bin_dir / "lfs").chmod(0o755)
 
     def stripe(path: str, rc: int = 0) -> str:
-        script = "\n".join([inputs, library, f"stripe_dir={ckpt}", "stripe_dir"])
+        script = "\n".join([inputs, library, f"stripe_dir={ckpt}", "stripe_checkpoints"])
         env = {"PATH": path, "LFS_RC": str(rc)}
         return subprocess.run(["/bin/bash", "-c", script], capture_output=True, text=True, env=env, check=True).stderr
 

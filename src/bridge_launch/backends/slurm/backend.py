@@ -354,10 +354,10 @@ class Backend:
                         st["bad_node"] = {"node": bad[0], "evidence": bad[1], "job_id": jid}
                 if job.limit_save and not job.chain and st.get("state") == "COMPLETED":
                     st = self._limit_stop(s, run, job, jid, st)
-                ls = job.limit_save
-                # a chain's segments, a plain job once it has started (time-limit.sh)
-                if ls and (job.chain or (ls.get("time_limit_s") and st.get("state") != "PENDING")):
-                    measured = _measured(self.read_file(s, measure_file(job)), ls["signal_lead"])
+                # what the job measured (time-limit.sh): a chain's segments, a plain job once it has started
+                figures = measure_file(job)
+                if figures and (job.chain or st.get("state") != "PENDING"):
+                    measured = _measured(self.read_file(s, figures), job.limit_save["signal_lead"])
                     if measured:
                         st["measured"] = measured
                 if job.chain:

@@ -377,7 +377,7 @@ def _logic(job) -> tuple[list[str], dict[str, str], list[str]]:
         "cancel_signal": s.get("cancel_signal", "USR1"),
     }
     stripe, save = (s.get("checkpoint_stripe") or "").split(), job.config.get("checkpoint.save")
-    if stripe and save:  # the profile's Lustre layout for the checkpoint directory (job.sh stripe_dir)
+    if stripe and save:  # the profile's Lustre layout for the checkpoint directory (job.sh stripe_checkpoints)
         inputs |= {"stripe": stripe, "stripe_dir": save}
     kept = job.chain or job.retry
     if kept:
@@ -404,8 +404,7 @@ def _logic(job) -> tuple[list[str], dict[str, str], list[str]]:
             "node_containers": f"{run_dir}/{staged(job, NODE_CONTAINERS)}",
             "image_space_gb": s.get("image_space_gb", pyxis.IMAGE_SPACE_GB),
         }
-    watched = bool(job.limit_save and (job.chain or job.limit_save.get("time_limit_s")))
-    if watched:
+    if measure_file(job):
         names.append(TIME_LIMIT)
         e = job.limit_save["estimate"]
         inputs |= {
@@ -461,10 +460,13 @@ LIMIT_WATCH_PERIOD = 30  # seconds between two reads of the job's log (Slurm's o
 MEASURE_STATE = "measure.json"  # the figures so far and how far each log was read (time-limit.sh)
 
 
-def measure_file(job) -> str:
-    """Where a job that saves before its time limit keeps what it measured: a chain's in its chain dir
-    (each segment starts from the figures of those before it), a plain job's in its run dir (each
-    retried attempt likewise)."""
+def measure_file(job) -> str | None:
+    """Where a job that saves before its time limit keeps what it measured (time-limit.sh): a chain's in
+    its chain dir (each segment starts from the figures of those before it), a plain job's in its run
+    dir (each retried attempt likewise); None for a job with no time limit, which measures nothing."""
+    ls = job.limit_save
+    if not ls or not (job.chain or ls.get("time_limit_s")):
+        return None
     where = f"{job.run_dir}/chain/{job.run_id}" if job.chain else job.run_dir
     return f"{where}/{MEASURE_STATE}"
 

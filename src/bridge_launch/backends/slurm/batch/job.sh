@@ -22,7 +22,7 @@ record() { printf '%s\n' "$1" > "$exit_dir/$SLURM_JOB_ID"; }
 # The steps before training, where the job has them: the checkpoint directory's layout, the image
 # step (containers.sh), then the health step, whose bound so starts when its checks start.
 prepare() {
-    if [ -n "${stripe_dir:-}" ]; then stripe_dir; fi
+    if [ -n "${stripe_dir:-}" ]; then stripe_checkpoints; fi
     if [ "$has_image" = 1 ]; then image_step; fi
     if [ "$has_health" = 1 ]; then health_step; fi
 }
@@ -30,7 +30,7 @@ prepare() {
 # The profile's Lustre layout for the checkpoint directory (`lfs setstripe` with the profile's
 # checkpoint_stripe), set before the first save so that every checkpoint's files inherit it (files
 # written before keep theirs); where lfs is missing or refuses, the job goes on and says so.
-stripe_dir() {
+stripe_checkpoints() {
     mkdir -p "$stripe_dir" || return 0
     if ! command -v lfs > /dev/null; then
         echo "bridge-launch: no lfs on the batch host: $stripe_dir keeps its layout (checkpoint_stripe ${stripe[*]})" >&2
