@@ -95,16 +95,18 @@ def _segment_text(sub, job_id):
 
 @pytest.mark.usefixtures("home")
 def test_time_limited_segments_reach_the_target(cluster):
-    """1-minute segments told to save 30 s before their limit reach train_iters through at least three
-    of them. Slurm signals between lead and lead + 30 s before the limit (its time-limit check runs
-    every 30 s), and a segment can run its whole minute: once, 60 steps of 1 s took only two
-    segments (the first ran 62 s). 110 steps take three or more."""
+    """2-minute segments told to save 60 s before their limit reach train_iters through two or more
+    of them. slurmctld checks time limits every 30 s and signals at the first check within lead + 30 s
+    of the limit, so a segment is signalled 30 to 60 s after its start: at most ~55 steps of 1 s
+    after the trainer's start-up, fewer than the 70 asked, and never before a loaded machine's
+    start-up is over (a 1-minute segment with a 30 s lead, signalled 0 to 30 s in, made no progress
+    twice in a row on a loaded CI machine and stopped its chain)."""
     sub = _chain(
         "--time",
-        "00:01:00",
+        "00:02:00",
         "--signal-lead",
-        "30",
-        "train.train_iters=110",
+        "60",
+        "train.train_iters=70",
         "smoke.step_sleep=1.0",
         "checkpoint.save_interval=5",
     )
@@ -112,11 +114,11 @@ def test_time_limited_segments_reach_the_target(cluster):
     assert st["state"] == "COMPLETED", st
     segs = _segments(sub)
     ran = [s for s in segs if "end" in s]
-    assert len(ran) >= 3, segs
+    assert len(ran) >= 2, segs
     for a, b in zip(ran, ran[1:], strict=False):  # never two segments at once
         assert a["end"] <= b["start"], (a, b)
     runs = _steps_by_job(sub, [s["job_id"] for s in ran])
-    assert runs[-1][1][-1] == 110
+    assert runs[-1][1][-1] == 70
     for (_, before), (_, after) in zip(runs, runs[1:], strict=False):  # resumes lose at most one checkpoint interval
         assert 0 <= before[-1] - (after[0] - 1) <= 5, (before[-1], after[0])
     assert st["info"]["restarts"] == 0
