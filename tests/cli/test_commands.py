@@ -188,8 +188,12 @@ def test_each_submit_parameter_is_a_job_field_or_named_as_not_one():
     assert [n for n in names if n not in ("recipe", *job, *cli.NOT_JOB)] == []
     assert [n for n in (*job, *cli.NOT_JOB) if n not in names] == []
     assert not set(job) & set(cli.NOT_JOB)
-    # every field submit does not spell is one the runs layer fills (the cluster's bad nodes)
-    assert [f.name for f in dataclasses.fields(resolve.Options) if f not in options.flagged()] == ["bad_nodes"]
+    # every field submit does not spell is one the runs layer fills (the cluster's bad nodes, what past
+    # runs measured)
+    assert [f.name for f in dataclasses.fields(resolve.Options) if f not in options.flagged()] == [
+        "bad_nodes",
+        "measured",
+    ]
     # the command line's defaults are the declaration's: nothing given is Options()
     params = cmd.make_context("submit", ["smoke"]).params
     assert options.from_params(params) == resolve.Options()

@@ -373,13 +373,24 @@ def test_a_plain_job_saves_at_its_time_limit_and_resume_continues():
     assert int((ckpt / "latest_checkpointed_iteration.txt").read_text()) == saved + 6
 
 
+# a plain job whose steps and save need more than its lead (and one more of its step shape)
+SHAPE = (
+    "smoke.step_sleep=45",
+    "smoke.save_sleep=20",
+    "~checkpoint.save_interval",
+    "validation.eval_iters=1",
+    "logger.log_interval=1",
+)
+
+
 @pytest.mark.usefixtures("cluster")
 def test_a_plain_job_measures_its_steps_and_asks_for_its_save_in_time():
     """A plain job (no --until-done) whose steps (45 s) and save (20 s) need more than its signal lead
     of 30 s: its time-limit watch (time-limit.sh, every 30 s) measures the steps from Megatron's
     iteration lines and asks for the save itself about 90 s before the 4-minute limit, before Slurm's
     own signal could come (at most lead + 30 s before it); the trainer finishes its step and saves
-    before the limit, status says STOPPED there and shows what the job measured."""
+    before the limit, status says STOPPED there and shows what the job measured, and a new job of
+    the same step shape is sized on those figures."""
     sub = _submit(
         "--time",
         "00:04:00",
@@ -388,11 +399,7 @@ def test_a_plain_job_measures_its_steps_and_asks_for_its_save_in_time():
         "--step-time",
         "1",
         "train.train_iters=10",
-        "smoke.step_sleep=45",
-        "smoke.save_sleep=20",
-        "~checkpoint.save_interval",
-        "validation.eval_iters=1",
-        "logger.log_interval=1",
+        *SHAPE,
     )
     st = _wait(sub["run_id"], ENDED, timeout=420)
     text = _segment_text(sub, sub["job_ids"][0])
@@ -411,6 +418,14 @@ def test_a_plain_job_measures_its_steps_and_asks_for_its_save_in_time():
         r"more than the job's 30 s: the job asks for its save that early",
         shown,
     ), shown
+    # a new job of the same step shape (another target) is sized on these figures (runs/measured.py)
+    again = run_cli(
+        "submit", "smoke", "-c", "local-slurm", *FAST, "--time", "00:04:00", *SHAPE, "train.train_iters=20", "--dry-run"
+    )
+    by = f"measured by run {sub['run_id']}"
+    assert again.code == 0 and re.search(
+        rf"estimate: ~4[5-9] s a step \({by}\), ~(19|2\d) s a save \({by}, its slowest save\)", again.out
+    ), again.out
 
 
 @pytest.mark.usefixtures("home")

@@ -560,6 +560,13 @@ RULE_CASES = [
         ["ddp.average_in_collective=false", *VL_IN],
     ),
     (
+        "async-save",
+        VL,
+        ["checkpoint.async_save=true", "checkpoint.ckpt_format=torch", *VL_IN],
+        "checkpoint.async_save=true needs checkpoint.ckpt_format torch_dist or fsdp_dtensor, not torch",
+        ["checkpoint.async_save=true", *VL_IN],
+    ),
+    (
         "mock-data",
         Q9,
         ["dataset.data_path=null"],

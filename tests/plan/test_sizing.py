@@ -10,6 +10,7 @@ import pytest
 
 from bridge_launch.backends.slurm import backend as slurm
 from bridge_launch.core.errors import UsageError
+from bridge_launch.job.step_shape import step_shape
 from bridge_launch.plan import sizing
 from bridge_launch.resolve import resolver as resolve
 from bridge_launch.spec import recipes
@@ -201,6 +202,39 @@ def test_dry_run_shows_the_mechanism_and_the_estimate():
     r = run_cli("submit", "smoke", "-c", "local-slurm", "--dry-run")  # a plain job says how it stops
     assert "Time limit USR1 120 s (default) before it" in r.out
     assert "status says STOPPED (iteration N of M); `bridge-launch resume RUN` continues" in r.out
+    r = run_cli("submit", "qwen35-vl-sft", "-c", "gb200-32", *VL, "checkpoint.async_save=true", "--dry-run")
+    assert r.code == 0 and re.search(
+        r"estimate: .*checkpoint\.async_save: a periodic save blocks a step only for its copy to host memory; the "
+        r"save before the limit is finished before the trainer exits, so the lead holds all of it",
+        r.out,
+    ), r.out
+
+
+@pytest.mark.usefixtures("home")
+def test_a_past_runs_measured_step_and_save_size_the_lead_of_a_job_of_its_step_shape():
+    """What a past run measured (runs/measured.candidates, here given directly) sizes the lead over
+    plan's estimate and the profile's write rate, for a job of the same step shape only: the target,
+    the save interval and the paths do not change the shape, the step's own settings do. --step-time
+    still wins for the step; the newest candidate of the shape is taken."""
+    past = _job(overrides=["train.train_iters=10", "smoke.step_sleep=45"])
+    shape = step_shape(past)
+    other = step_shape(_job(overrides=["smoke.step_sleep=1"]))
+    candidates = (("smoke-new", other, 1.0, 0.1), ("smoke-b", shape, 80.0, 30.0), ("smoke-a", shape, 10.0, 1.0))
+    job = _job(
+        overrides=["train.train_iters=99", "smoke.step_sleep=45", "checkpoint.save_interval=3"], measured=candidates
+    )
+    e = job.limit_save["estimate"]
+    assert job.limit_save["measured"] == {"run": "smoke-b", "step_s": 80.0, "save_s": 30.0}
+    assert (e["step_s"], e["step_source"]) == (80.0, "measured by run smoke-b")
+    assert (e["save_s"], e["save_source"]) == (30.0, "measured by run smoke-b, its slowest save")
+    assert job.scheduler["signal"] == "B:USR1@140"  # 1.25 x (80 + 30), in whole 10 s
+    assert job.limit_save["lead_source"] == "sized: 1.25 x (a step + a save)"
+    timed = _job(overrides=["smoke.step_sleep=45"], measured=candidates, step_time=5.0)
+    assert timed.limit_save["estimate"]["step_source"] == "--step-time"
+    assert timed.limit_save["estimate"]["save_source"] == "measured by run smoke-b, its slowest save"
+    unlike = _job(overrides=["smoke.step_sleep=2"], measured=candidates)
+    assert unlike.limit_save["measured"] is None and unlike.limit_save["estimate"]["step_s"] is None
+    assert _job(nodes=1, overrides=["smoke.step_sleep=45"], measured=candidates).limit_save["measured"] is None
 
 
 @pytest.mark.usefixtures("home")

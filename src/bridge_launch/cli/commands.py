@@ -54,13 +54,17 @@ def submit(recipe, opts, *, dry_run, follow, output, yes=False) -> int:
 
 
 def _checked(recipe, opts):
-    """The resolved job, with the cluster's bad nodes left out, and --bridge-src checked: what one
-    submit and each run of an experiment go through alike."""
+    """The resolved job, with the cluster's bad nodes left out, its save before the limit sized on
+    what past runs of its step shape measured, and --bridge-src checked: what one submit and each run
+    of an experiment go through alike."""
     import dataclasses
 
     from bridge_launch.resolve import resolver as resolve
+    from bridge_launch.runs import measured
 
-    opts = dataclasses.replace(opts, bad_nodes=_bad_nodes(opts.cluster))
+    opts = dataclasses.replace(
+        opts, bad_nodes=_bad_nodes(opts.cluster), measured=measured.candidates(recipe, opts.cluster)
+    )
     job = resolve.resolve(recipe, opts)
     if job.bridge_src:
         from bridge_launch.runs import codepack

@@ -47,10 +47,11 @@ def overlays(incomplete: str) -> list[str]:
 def runs(incomplete: str) -> list[str]:
     """Recorded run ids, newest first (nothing when no run was ever recorded)."""
     from bridge_launch.core import paths
+
+    if not paths.registry_file().exists():
+        return []
     from bridge_launch.runs.registry import Registry
 
-    if not (paths.state_dir() / "registry.sqlite").exists():
-        return []
     reg = Registry()
     try:
         return [r.run_id for r in reg.find(incomplete)] if incomplete else [r.run_id for r in reg.recent(50)]

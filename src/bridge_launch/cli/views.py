@@ -114,6 +114,11 @@ def limit_lines(job) -> list[str]:
         parts.append(f"step time unknown ({e.get('step_unknown') or 'unknown'}; --step-time)")
     if e.get("save_s"):
         parts.append(f"~{e['save_s']:.0f} s a save ({e['save_source']})")
+    if e.get("save_async"):  # plan/sizing: async_save
+        parts.append(
+            "checkpoint.async_save: a periodic save blocks a step only for its copy to host memory; the save "
+            "before the limit is finished before the trainer exits, so the lead holds all of it"
+        )
     if e.get("eval_s"):
         parts.append(f"~{e['eval_s']:.0f} s an evaluation")
     if e.get("segments"):

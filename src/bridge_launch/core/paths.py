@@ -40,6 +40,11 @@ def state_dir() -> Path:
     return Path(base) / "bridge-launch"
 
 
+def registry_file() -> Path:
+    """The run registry's database (runs/registry.py makes it on first use)."""
+    return state_dir() / "registry.sqlite"
+
+
 def write_private(path: Path, text: str) -> None:
     """Files that hold environment values are readable by the owner only."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

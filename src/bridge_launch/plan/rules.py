@@ -931,6 +931,38 @@ def rule_runner_cp_loss(c: Ctx) -> list:
 
 
 # ------------------------------------------------------------------------------------------
+# checkpoints
+
+ASYNC_FORMATS = ("torch_dist", "fsdp_dtensor")
+
+
+# checkpoint.async_save: ConfigContainer.validate() asserts the format (config.py:1536-1539; the same
+# at 987244934 and dd81e664e, :1281-1284), CheckpointConfig.finalize() the persistent worker
+# (:601-603; :668-670); ckpt_format's default is torch_dist (Megatron-LM training_config.py:486).
+@rule(
+    "async-save",
+    "checkpoint",
+    f"{MB} src/megatron/bridge/training/config.py:601-603,1536-1539",
+)
+def rule_async_save(c: Ctx) -> list:
+    if c.cfg.get("checkpoint.async_save") is not True:
+        return []
+    errs = []
+    fmt = c.cfg.get("checkpoint.ckpt_format", "torch_dist")
+    if fmt not in ASYNC_FORMATS and not (isinstance(fmt, str) and "${" in fmt):
+        errs.append(
+            f"checkpoint.async_save=true needs checkpoint.ckpt_format torch_dist or fsdp_dtensor, not {fmt}; "
+            "Megatron-Bridge refuses it at start-up"
+        )
+    if c.cfg.get("checkpoint.use_persistent_ckpt_worker") is False:
+        errs.append(
+            "checkpoint.async_save=true needs checkpoint.use_persistent_ckpt_worker=true (Megatron-Bridge "
+            "refuses it at start-up); drop checkpoint.use_persistent_ckpt_worker=false"
+        )
+    return errs
+
+
+# ------------------------------------------------------------------------------------------
 # inputs: mock data and paths no container mount covers (warnings)
 
 DATA_KEYS = (

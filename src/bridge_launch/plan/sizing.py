@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from bridge_launch.core.errors import UsageError
+from bridge_launch.job.step_shape import step_shape
 from bridge_launch.plan import estimate as plan
 from bridge_launch.plan import topology
 from bridge_launch.workloads import trainer_protocol as P
@@ -23,6 +24,12 @@ from bridge_launch.workloads import trainer_protocol as P
 CKPT_BYTES_PER_PARAM = 14
 # An evaluation step is a forward pass: 2 of the 6 FLOPs per weight per token of a training step.
 FORWARD_SHARE = 1 / 3
+# checkpoint.async_save (Megatron-LM's default False, training_config.py:516 at 2a75ac12c; no seed
+# recipe sets it): Megatron-Bridge accepts it with torch_dist or fsdp_dtensor (config.py:1281-1284 at
+# 987244934 and dd81e664e, :1536-1539 at 067f987) and the persistent worker (:668-670; :601-603); a
+# periodic save then blocks the step only for the copy to host memory, but the save on the exit
+# signal is finalized, blocking, before the trainer exits (train.py:767,783; :793,809), so the lead
+# still holds a whole save. bridge-launch leaves it as the recipe has it; the dry run says which.
 # The lead rule is the one the segments apply to what they measure (workloads/step_times.py).
 DEFAULT_LEAD, LEAD_MARGIN, UNKNOWN_STEP_ALLOWANCE = P.DEFAULT_LEAD, P.LEAD_MARGIN, P.UNKNOWN_STEP_ALLOWANCE
 
@@ -60,11 +67,26 @@ def _hms(seconds: float) -> str:
     return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
 
 
+def measured(job, candidates) -> dict | None:
+    """The figures of the newest past run (runs/measured.candidates) of the job's own step shape:
+    {"run", "step_s", "save_s"}, or None."""
+    shape = step_shape(job)
+    for run_id, their_shape, step, save in candidates:
+        if their_shape == shape and (step or save):
+            return {"run": run_id, "step_s": step, "save_s": save}
+    return None
+
+
 def estimate(job) -> dict:
-    """The estimates (None where unknown) and where each comes from."""
-    ls, cfg = job.limit_save, job.config
+    """The estimates (None where unknown) and where each comes from: --step-time, else what a past
+    run of the same step shape measured (limit_save's "measured"), else plan's estimate; a save as
+    measured, else the checkpoint's size at the profile's write rate."""
+    ls, cfg, m = job.limit_save, job.config, job.limit_save.get("measured") or {}
     step, source, arch, unknown = ls.get("step_time"), "--step-time", None, None
-    if step is None:
+    if step is None and m.get("step_s"):
+        step, source = m["step_s"], f"measured by run {m['run']}"
+        arch = _plan_step(job)[1] if job.workload != "smoke" else None
+    elif step is None:
         step, arch, said = _plan_step(job)
         source, unknown = (said, None) if step else (None, said)
     elif job.workload != "smoke":
@@ -74,6 +96,14 @@ def estimate(job) -> dict:
     params = _params(arch) if arch is not None else None
     if params and gbps:
         save = params * CKPT_BYTES_PER_PARAM / (gbps * 1e9 * job.nodes)
+    save_source = (
+        f"{params / 1e9:.1f}B parameters x {CKPT_BYTES_PER_PARAM} bytes at {gbps} GB/s per node x "
+        f"{job.nodes} nodes (profile checkpoint_write_gbps_per_node)"
+        if save
+        else None
+    )
+    if m.get("save_s"):
+        save, save_source = m["save_s"], f"measured by run {m['run']}, its slowest save"
     evaluation = None
     interval, eval_iters = cfg.get("validation.eval_interval"), cfg.get("validation.eval_iters", 100)
     gbs = cfg.get("train.global_batch_size")
@@ -93,14 +123,10 @@ def estimate(job) -> dict:
         "step_source": source,
         "step_unknown": unknown,
         "save_s": round(save, 1) if save else None,
-        "save_source": (
-            f"{params / 1e9:.1f}B parameters x {CKPT_BYTES_PER_PARAM} bytes at {gbps} GB/s per node x "
-            f"{job.nodes} nodes (profile checkpoint_write_gbps_per_node)"
-        )
-        if save
-        else None,
+        "save_source": save_source,
         "eval_s": round(evaluation, 1) if evaluation else None,
         "checkpoint_gb": round(params * CKPT_BYTES_PER_PARAM / 1e9, 1) if params else None,
+        "save_async": cfg.get("checkpoint.async_save") is True,
     }
 
 

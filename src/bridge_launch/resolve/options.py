@@ -28,7 +28,7 @@ def _flag(default: Any, *decls: str, help: str, negated: bool = False, complete:
 @dataclass(frozen=True)
 class Options:
     """Everything the command line can say about a job besides the recipe name. A field with a flag
-    is one of submit's parameters (in this order); one without comes from elsewhere (bad_nodes)."""
+    is one of submit's parameters (in this order); one without comes from elsewhere (bad_nodes, measured)."""
 
     cluster: str = _flag("local", "--cluster", "-c", help="Cluster profile.", complete="cluster")
     overlays: tuple[str, ...] = _flag(
@@ -98,6 +98,9 @@ class Options:
     )
     # ((node, why), ...): the cluster's bad-node list (runs/bad_nodes.py), excluded on Slurm; no flag
     bad_nodes: tuple[tuple[str, str], ...] = ()
+    # ((run_id, step shape, step_s, save_s), ...), newest first: what past runs of the recipe on the
+    # cluster measured (runs/measured.py); sizing takes the first of the job's own shape. No flag
+    measured: tuple[tuple[str, str, float | None, float | None], ...] = ()
 
 
 def flagged() -> list[Field]:

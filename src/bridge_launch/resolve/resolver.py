@@ -475,7 +475,7 @@ def resolve(recipe_name: str, opts: Options | None = None) -> ResolvedJob:
         canary=canary,
     )
     job = _checked(draft, gpu_count_ok=gpu_count_ok, memory_check=opts.memory_check)
-    return _sized(job, force=opts.force) if job.limit_save is not None else job
+    return _sized(job, force=opts.force, measured=opts.measured) if job.limit_save is not None else job
 
 
 def _files(recipe_name: str, opts: Options) -> tuple[dict, dict, list]:
@@ -771,13 +771,16 @@ def _checked(job: ResolvedJob, *, gpu_count_ok: bool, memory_check: bool) -> Res
     return dataclasses.replace(job, findings=[*job.findings, *resolved.errors(errs), *resolved.warnings(warns)])
 
 
-def _sized(job: ResolvedJob, *, force: bool) -> ResolvedJob:
-    """Stage 10: the save before the time limit sized (plan/sizing): the estimates, the signal lead
-    and Slurm's --signal, a chain's segments, and what they let through; each step a new job."""
+def _sized(job: ResolvedJob, *, force: bool, measured=()) -> ResolvedJob:
+    """Stage 10: the save before the time limit sized (plan/sizing): what a past run of the same
+    step shape measured (Options.measured), the estimates, the signal lead and Slurm's --signal, a
+    chain's segments, and what they let through; each step a new job."""
     from bridge_launch.plan import sizing
 
-    ls = job.limit_save
-    job = dataclasses.replace(job, limit_save={**ls, "estimate": sizing.estimate(job)})
+    ls = {**job.limit_save, "measured": sizing.measured(job, measured)}
+    job = dataclasses.replace(
+        job, limit_save={**ls, "estimate": sizing.estimate(dataclasses.replace(job, limit_save=ls))}
+    )
     lead, lead_source = sizing.lead(job)
     job = dataclasses.replace(
         job,

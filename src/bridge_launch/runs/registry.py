@@ -81,9 +81,9 @@ class ChainBusy(UsageError):
 
 class Registry:
     def __init__(self, root: Path | None = None):
-        self.root = Path(root) if root else paths.state_dir()
+        self.path = Path(root) / paths.registry_file().name if root else paths.registry_file()
+        self.root = self.path.parent
         self.root.mkdir(parents=True, exist_ok=True)
-        self.path = self.root / "registry.sqlite"
         self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA busy_timeout = 30000")
