@@ -492,8 +492,10 @@ def test_a_dry_run_ends_on_its_warnings_where_the_eye_lands():
     canary's JSON spec, its warnings ~100 lines up: it now ends on a summary with them (issue 42, item 11)."""
     r = run_cli("submit", "qwen35-vl-sft", "-c", "gb200-32", "--dry-run")
     assert r.code == 0, r.err
-    tail = r.out.rstrip().splitlines()[-3:]
+    tail = r.out.rstrip().splitlines()[-5:]
     assert tail[0].startswith("=== dry run: nothing submitted. qwen35-vl-sft on gb200-32: 8 node(s) x 4; the sbatch")
-    assert tail[0].endswith("2 warning(s):") and tail[1].startswith("  ! required input dataset.path is not set")
+    # what a submit would refuse first: the missing inputs, then where the job differs from the seed's run
+    assert tail[0].endswith("4 warning(s):") and tail[1].startswith("  ! required input dataset.path is not set")
+    assert tail[2].startswith("  ! required input checkpoint.pretrained_checkpoint") and "seed's run" in tail[3]
     r = run_cli("submit", "smoke", "--dry-run")
     assert r.out.rstrip().splitlines()[-1].endswith("; no warnings"), r.out[-500:]

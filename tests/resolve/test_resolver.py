@@ -96,6 +96,23 @@ def test_the_dry_run_names_the_revision_and_its_run_recipe_interface():
     assert "--recipe qwen35_vl_35b_a3b_sft_long_context_32gpu_gb200_bf16_config --mode sft)" in vl
 
 
+@pytest.mark.usefixtures("home")
+def test_the_vl_dry_run_says_where_the_job_differs_from_the_seeds_run():
+    """The recipe's seed_differences: a warning each while the job keeps the recipe's value, none
+    where the command line sets the key (whatever it sets: a refused value is refused by its rule)."""
+    base = ("submit", "qwen35-vl-sft", "-c", "gb200-32", "--dry-run", "-o", "json", "dataset.path=/lustre/fsw/d")
+    warnings = run_cli(*base).json()["warnings"]
+    mtp = [w for w in warnings if w.startswith("model.mtp_num_layers=0 differs from the seed's run: MTP is off")]
+    assert len(mtp) == 1 and "training/config.py:1334-1335" in mtp[0], warnings
+    assert any(
+        w.startswith("model.recompute_granularity=selective differs from the seed's run: the vision tower is")
+        for w in warnings
+    ), warnings
+    warnings = run_cli(*base, "model.recompute_granularity=full").json()["warnings"]
+    assert not any("recompute_granularity" in w and "seed" in w for w in warnings)
+    assert any("MTP is off" in w for w in warnings)
+
+
 @pytest.mark.parametrize(
     "line,fragment",
     [

@@ -304,14 +304,15 @@ def job_text(job, artifact: Artifact, placeholder: str) -> str:
 
 def closing_text(job, artifact: Artifact) -> str:
     """The dry run's last lines, where a reader who does not page lands: what would be submitted, how
-    long the text above is, and the warnings again."""
+    long the text above is, and the warnings again, those a submit would refuse first."""
     what = f"{job.recipe} on {job.cluster}: {job.nodes} node(s) x {job.gpus_per_node}"
     staged = f" and {len(artifact.files)} staged file(s)" if artifact.files else ""
     lines = [
         f"\n=== dry run: nothing submitted. {what}; the {artifact.kind}{staged} above"
         + (f"; {len(job.warnings)} warning(s):" if job.warnings else "; no warnings")
     ]
-    lines += [f"  ! {w}" for w in job.warnings]
+    warned = sorted((f for f in job.findings if not f.error), key=lambda f: not f.blocks_submit)
+    lines += [f"  ! {f.text}" for f in warned]
     return "\n".join(lines) + "\n"
 
 

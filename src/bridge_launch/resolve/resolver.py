@@ -415,6 +415,9 @@ def resolve(recipe_name: str, opts: Options | None = None) -> ResolvedJob:
                 f"overlay '{ov['name']}' is written for {', '.join(ov['recipes'])}, not recipe '{recipe['name']}': "
                 "its values were not validated for this model"
             )
+    for key, why in (recipe.get("seed_differences") or {}).items():
+        if key in layers.values and layers.source.get(key) != "cli" and not layers.source[key].startswith("overlay"):
+            found.warn(f"{key}={layers.values[key]} differs from the seed's run: {why}")
     if not opts.memory_check:
         jobsrc["memory_check"] = "off (--no-memory-check)"  # kept for resume, which validates again
     if opts.force:

@@ -48,6 +48,9 @@ _RECIPE_KEYS = {
     "config": dict,
     "upstream_config": dict,
     "assumptions": dict,
+    # config key -> how the job differs there from the seed's run and why: a warning in the dry run
+    # and at submit while the job keeps the recipe's value (a command line or overlay value: none)
+    "seed_differences": dict,
 }
 _OVERLAY_KEYS = {
     "name": str,
