@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 
 from bridge_launch.core.errors import UsageError
 from bridge_launch.judge.parity import GOLDEN_NAMES, Series, allowed_outside
-from bridge_launch.logs.reader import finite
+from bridge_launch.logs.reader import finite, gaps_text, unlogged
 
 SCRIPT = "Megatron-LM@2a75ac12c tests/functional_tests/python_test_utils/compute_golden_statistics.py"
 MULTIPLIER = 1.5  # the script's CLI default (:689-696)
@@ -338,6 +338,9 @@ def judge(a: Series, b: Band, *, metric: str, allowed: int | None = None) -> Ban
         problems.append(f"{a.label} has no '{metric}' values")
     if not b.steps:
         problems.append(f"the band has no '{metric}' values")
+    missing, gaps = unlogged(sorted(a.values))
+    if missing:  # steps of A's own range without the metric: not judged (parity.compare says the same)
+        problems.append(f"{a.label} has no '{metric}' at {missing} step(s) inside its own range ({gaps_text(gaps)})")
     common = sorted(set(a.values) & set(b.steps))
     rows, out = [], []
     for s in common:

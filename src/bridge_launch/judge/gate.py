@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from bridge_launch.judge import throughput
-from bridge_launch.logs.reader import LOSS, Log, finite, number
+from bridge_launch.logs.reader import LOSS, Log, finite, gaps_text, number, unlogged
 from bridge_launch.workloads import trainer_protocol as P
 
 # name -> what it checks (the order of the report)
@@ -107,8 +107,17 @@ def check(
             out.append(Criterion(n, False, "no iteration lines in the output"))
         return Verdict(source, False, None, total, out)
 
-    # steps
-    if last.step == total:
+    # steps: the last one, and none missing inside the log's own range (a hole is evidence not judged)
+    missing, gaps = _unlogged(log, last, metric) if "steps" in names else (0, [])
+    if missing:
+        add(
+            "steps",
+            False,
+            f"{last.step}/{total}, but {missing} iteration(s) inside it are not in the output ({gaps_text(gaps)}): "
+            "not judged",
+            gaps[0][0],
+        )
+    elif last.step == total:
         add("steps", True, f"{last.step}/{total}", last.step)
     elif last.step < total:
         still = "stopped early" if finished else "not finished"
@@ -167,6 +176,15 @@ def check(
 
     passed = all(c.passed for c in out)
     return Verdict(source, passed, last.step, total, out)
+
+
+def _unlogged(log: Log, last, metric: str) -> tuple[int, list]:
+    """Iterations missing inside the log's own range at its log interval (logs/reader.unlogged):
+    from the line count alone when the lines are every step from the first to the last."""
+    first, n = log.initial(), log.tally(metric)["lines"]
+    if first is None or n < 3 or last.step - first.step == n - 1:
+        return 0, []
+    return unlogged(sorted({it.step for it in log.iterations}))
 
 
 def _lines(log: Log, last, metric: str, add) -> None:

@@ -16,7 +16,7 @@ from itertools import repeat
 
 from bridge_launch.core.errors import UsageError
 from bridge_launch.judge import rulesets
-from bridge_launch.logs.reader import LOSS, as_float, finite, increasing
+from bridge_launch.logs.reader import LOSS, as_float, finite, gaps_text, increasing, unlogged
 
 # The harness's metric names (golden files) for the iteration-line fields, and back.
 GOLDEN_NAMES = {"lm loss": LOSS, "num-zeros": "num zeros", "iteration-time": "elapsed time per iteration (ms)"}
@@ -167,6 +167,7 @@ def compare(
 ) -> Comparison:
     """`a` against the reference `b`, on the steps both have."""
     (a_steps, a_vals), (common, b_vals) = a.columns, b.columns
+    b_steps = common
     same = common == a_steps and increasing(common)  # the same steps, in order (two logs of one run length)
     if same:
         xs, ys = a_vals, b_vals
@@ -180,6 +181,15 @@ def compare(
         problems.append(f"{a.label} has no '{metric}' values")
     if not b_vals:
         problems.append(f"{b.label} has no '{metric}' values")
+    # steps inside a side's own range without the metric (a NaN average is not printed, a log lost
+    # lines): not judged, so no parity on what is left
+    for side, steps in ((a, a_steps), (b, b_steps)):
+        missing, gaps = unlogged(steps if same or increasing(steps) else sorted(side.values))
+        if missing:
+            problems.append(
+                f"{side.label} has no '{metric}' at {missing} step(s) inside its own range ({gaps_text(gaps)}): "
+                "not judged"
+            )
     # np.isclose, a value that is not finite never close; where every value is finite, in C loops
     all_finite = _all_finite(xs, ys)
     sizes = None  # |A - B| / |B| of every step, where no B is 0

@@ -27,6 +27,7 @@ import operator
 import os
 import re
 import signal
+from collections import Counter
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -174,6 +175,27 @@ def _rx_for(pattern: str, raw) -> re.Pattern:
 def increasing(xs: list) -> bool:
     """Each item above the one before."""
     return all(map(operator.lt, xs, islice(xs, 1, None)))
+
+
+def unlogged(steps: list) -> tuple[int, list[tuple[int, int]]]:
+    """Steps missing inside a sorted series of distinct steps, at the series' own most common spacing
+    (its log interval): (how many, [(first, last), ...] of each gap). A series whose last step is
+    off that spacing (train_iters not a multiple of the interval) has no gap there."""
+    n = len(steps)
+    if n < 3 or steps[-1] - steps[0] == n - 1:  # every step, the common case, without a pass
+        return 0, []
+    spacing = Counter(map(operator.sub, islice(steps, 1, None), steps)).most_common(1)[0][0]
+    if spacing <= 0 or steps[-1] - steps[0] == spacing * (n - 1):
+        return 0, []
+    gaps = [(a + spacing, b - spacing) for a, b in zip(steps, islice(steps, 1, None), strict=False) if b - a > spacing]
+    gaps = [(lo, hi) for lo, hi in gaps if lo <= hi]
+    return sum((hi - lo) // spacing + 1 for lo, hi in gaps), gaps
+
+
+def gaps_text(gaps: list[tuple[int, int]], listed: int = 3) -> str:
+    """'30-70, 90' (at most `listed` gaps, then how many more)."""
+    parts = [f"{lo}-{hi}" if hi > lo else f"{lo}" for lo, hi in gaps[:listed]]
+    return ", ".join(parts) + (f" and {len(gaps) - listed} more" if len(gaps) > listed else "")
 
 
 def as_float(v) -> float:

@@ -963,6 +963,76 @@ def rule_async_save(c: Ctx) -> list:
 
 
 # ------------------------------------------------------------------------------------------
+# the run's length, schedule and loggers: the finalize() checks validate() runs first (067f987
+# training/config.py:1403-1406; the same checks at 987244934 and dd81e664e, other lines)
+
+
+def _given(cfg: dict, key: str, unset=None) -> bool:
+    v = cfg.get(key, unset)
+    return v is not None and v != unset and not (isinstance(v, str) and "${" in v)
+
+
+@rule("train-length", "schedule", f"{MB} src/megatron/bridge/training/config.py:469-481")
+def rule_train_length(c: Ctx) -> list:
+    given = [k for k in ("train.train_iters", "train.train_samples", "train.num_epochs") if _given(c.cfg, k)]
+    if len(given) < 2:
+        return []
+    drop = " or ".join(f"~{k}" for k in given)
+    return [
+        f"{' and '.join(f'{k}={c.cfg[k]}' for k in given)}: Megatron-Bridge takes exactly one of train_iters, "
+        f"train_samples and num_epochs and refuses more at start-up; drop one ({drop})"
+    ]
+
+
+@rule("lr-warmup", "schedule", f"{MB} src/megatron/bridge/training/config.py:418-438")
+def rule_lr_warmup(c: Ctx) -> list:
+    cfg, errs = c.cfg, []
+    iters = [k for k in ("scheduler.lr_decay_iters", "scheduler.lr_wsd_decay_iters") if _given(cfg, k)]
+    iters += ["scheduler.lr_warmup_iters"] if _given(cfg, "scheduler.lr_warmup_iters", 0) else []
+    samples = [k for k in ("scheduler.lr_decay_samples", "scheduler.lr_wsd_decay_samples") if _given(cfg, k)]
+    samples += ["scheduler.lr_warmup_samples"] if _given(cfg, "scheduler.lr_warmup_samples", 0) else []
+    if iters and samples:
+        errs.append(
+            f"{', '.join(f'{k}={cfg[k]}' for k in samples)} with {', '.join(f'{k}={cfg[k]}' for k in iters)}: "
+            "Megatron-Bridge refuses iteration- and sample-based schedule fields together at start-up; use one kind"
+        )
+    if _given(cfg, "scheduler.lr_warmup_fraction"):
+        counts = [k for k in ("scheduler.lr_warmup_iters", "scheduler.lr_warmup_samples") if _given(cfg, k, 0)]
+        if counts:
+            errs.append(
+                f"scheduler.lr_warmup_fraction={cfg['scheduler.lr_warmup_fraction']} with "
+                f"{', '.join(f'{k}={cfg[k]}' for k in counts)}: Megatron-Bridge takes one warmup and refuses both at "
+                f"start-up; add {' '.join(f'{k}=0' for k in counts)} or drop the fraction"
+            )
+    return errs
+
+
+@rule("main-params-load", "checkpoint", f"{MB} src/megatron/bridge/training/config.py:598-599")
+def rule_main_params_load(c: Ctx) -> list:
+    if c.cfg.get("checkpoint.load_main_params_from_ckpt") is not True or c.cfg.get("checkpoint.load_optim") is False:
+        return []
+    return [
+        "checkpoint.load_main_params_from_ckpt=true loads no optimizer state: Megatron-Bridge refuses it with "
+        "checkpoint.load_optim true (its default) at start-up; add checkpoint.load_optim=false"
+    ]
+
+
+@rule("logger-names", "logger", f"{MB} src/megatron/bridge/training/config.py:686-687,710-711")
+def rule_logger_names(c: Ctx) -> list:
+    errs = []
+    for on, name, what in (
+        ("logger.mlflow_experiment", "logger.mlflow_run_name", "MLFlow"),
+        ("logger.comet_project", "logger.comet_experiment_name", "Comet ML"),
+    ):
+        if c.cfg.get(on) and not c.cfg.get(name):
+            errs.append(
+                f"{on}={c.cfg[on]} turns {what} logging on without {name}, which Megatron-Bridge refuses at "
+                f"start-up; add {name}=NAME"
+            )
+    return errs
+
+
+# ------------------------------------------------------------------------------------------
 # inputs: mock data and paths no container mount covers (warnings)
 
 DATA_KEYS = (
