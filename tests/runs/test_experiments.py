@@ -212,3 +212,26 @@ def test_an_experiment_cannot_take_a_runs_name(cli):
         reg.add_experiment(run.run_id, {})
     r = cli("status", run.run_id)  # the name still means the run
     assert r.code == 0 and "\nexperiment  " not in r.out and r.out.splitlines()[1].split()[0] == run.run_id
+
+
+@pytest.mark.usefixtures("home")
+def test_compare_between_runs_of_other_configurations_names_the_keys_that_differ(cli):
+    """Issue 39 item 5: a verdict between two runs says where their configurations differ (their run
+    ids, in every path, aside), so a parity judged against a run of another configuration is read as
+    such; runs of one configuration say nothing, log files have none to say."""
+    from bridge_launch.runs.registry import Registry
+
+    reg = Registry()
+    log = training_log(50, save_at={50})
+    a = _record(reg, "smoke", log=log, overrides=("optimizer.lr=0.002", "train.global_batch_size=32"))
+    b = _record(reg, "smoke", log=log)
+    same = _record(reg, "smoke", log=log)
+    r = cli("compare", a.run_id, b.run_id)
+    assert r.code == 0 and "PARITY" in r.out, r.out + r.err
+    assert f"config: 2 key(s) differ between {a.run_id} and {b.run_id}:" in r.out, r.out
+    assert "  optimizer.lr: 0.002 vs 0.003\n  train.global_batch_size: 32 vs (unset)\n" in r.out, r.out
+    d = cli("compare", a.run_id, b.run_id, "-o", "json").json()["comparisons"][0]
+    assert {x["key"] for x in d["config_differences"]} == {"optimizer.lr", "train.global_batch_size"}
+    r = cli("compare", same.run_id, b.run_id, "-o", "json")
+    assert r.json()["comparisons"][0]["config_differences"] == []
+    assert "config:" not in cli("compare", same.run_id, b.run_id).out

@@ -644,7 +644,7 @@ def clusters_forget_node(name, node) -> int:
     return 0
 
 
-def _without_run_id(job):
+def without_run_id(job):
     """The job with its run ids (its own and its run dir's, for a resume) back to the placeholder,
     so two runs compare by what they run, not by their names."""
     from bridge_launch.resolve import resolver as resolve
@@ -685,7 +685,7 @@ def diff_rows(a, b) -> list[tuple]:
     line where they part."""
     from bridge_launch import backends
 
-    a, b = _without_run_id(a), _without_run_id(b)
+    a, b = without_run_id(a), without_run_id(b)
     rows = []
 
     def add(section, da, db, srca=None, srcb=None, missing="(unset)"):

@@ -336,6 +336,7 @@ def compare(
             series[i], series[k], metric=metric, rtol=rtol, atol=atol, allowed=allowed, final_rtol=final_rtol
         )
         results.append((c, rulesets.judge(rules, metrics[i], metrics[k], parity=c, deterministic=deterministic)))
+    differs = [_config_differences(reg, srcs[i], srcs[k]) for i, k in pairs]
     ok = all(j.passed for _, j in results)
     word = ("parity" if ok else "NO parity") if rules == "bridge-launch" else ("passed" if ok else "FAILED")
     chart = None
@@ -355,9 +356,12 @@ def compare(
         chart = plotting.draw_or_chart(plot, drawn, ref, metric, band, title, summary)
     if output == "json":
         comparisons = []
-        for c, j in results:
+        for (c, j), diff in zip(results, differs, strict=True):
             d = j.to_dict()
-            comparisons.append({**c.to_dict(), **d} if rules == "bridge-launch" else {**d, "metric": metric})
+            d = {**c.to_dict(), **d} if rules == "bridge-launch" else {**d, "metric": metric}
+            if diff is not None:
+                d["config_differences"] = [{"key": key, "a": va, "b": vb} for key, va, vb in diff]
+            comparisons.append(d)
         from bridge_launch.cli import views  # lazy: it loads backends.base, which text output does without
 
         views.dump_json(
@@ -373,18 +377,47 @@ def compare(
         if chart:
             sys.stderr.write(chart)
     else:
-        for c, j in results:
+        for (c, j), diff in zip(results, differs, strict=True):
             if rules == "bridge-launch":
                 text = parity.render(c)
                 body, verdict = text.rstrip("\n").rsplit("\n", 1)
                 sys.stdout.write(body + "\n" + rulesets.render(j, header=False) + verdict + "\n")
             else:
                 sys.stdout.write(rulesets.render(j))
+            if diff:
+                sys.stdout.write(_differences_text(diff, j.a, j.b))
         if chart:
             sys.stdout.write(chart)
         elif plot:
             print(f"plot written to {plot}")
     return 0 if ok else 1
+
+
+def _config_differences(reg, a: Source, b: Source) -> list[tuple[str, object, object]] | None:
+    """The config keys two runs set differently (their run ids aside), for a verdict between runs of
+    different configurations; None unless both are runs whose resolved jobs are on record."""
+    if a.kind != "run" or b.kind != "run" or reg is None:
+        return None
+    from bridge_launch.cli.commands import without_run_id
+    from bridge_launch.core.errors import LaunchError
+    from bridge_launch.runs.records import load_job
+
+    try:
+        ja, jb = (without_run_id(load_job(reg, s.run)).config for s in (a, b))
+    except (LaunchError, ValueError, KeyError, TypeError):
+        return None
+    unset = "(unset)"
+    keys = dict.fromkeys([*ja, *jb])
+    return [(k, ja.get(k, unset), jb.get(k, unset)) for k in keys if ja.get(k, unset) != jb.get(k, unset)]
+
+
+def _differences_text(diff: list, a: str, b: str, listed: int = 10) -> str:
+    """What the two runs' configurations differ in, below their verdict."""
+    lines = [f"config: {len(diff)} key(s) differ between {a} and {b}:"]
+    lines += [f"  {k}: {va} vs {vb}" for k, va, vb in diff[:listed]]
+    if len(diff) > listed:
+        lines.append(f"  ... and {len(diff) - listed} more (compare -o json lists them all)")
+    return "\n".join(lines) + "\n"
 
 
 def _check_expect(expect: dict) -> None:
