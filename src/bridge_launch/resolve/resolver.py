@@ -416,7 +416,8 @@ def resolve(recipe_name: str, opts: Options | None = None) -> ResolvedJob:
                 "its values were not validated for this model"
             )
     for key, why in (recipe.get("seed_differences") or {}).items():
-        if key in layers.values and layers.source.get(key) != "cli" and not layers.source[key].startswith("overlay"):
+        src = layers.source.get(key, "")
+        if key in layers.values and src != "cli" and not src.startswith("overlay"):
             found.warn(f"{key}={layers.values[key]} differs from the seed's run: {why}")
     if not opts.memory_check:
         jobsrc["memory_check"] = "off (--no-memory-check)"  # kept for resume, which validates again
