@@ -781,10 +781,8 @@ def _sized(job: ResolvedJob, *, force: bool, measured=()) -> ResolvedJob:
     chain's segments, and what they let through; each step a new job."""
     from bridge_launch.plan import sizing
 
-    ls = {**job.limit_save, "measured": sizing.measured(job, measured)}
-    job = dataclasses.replace(
-        job, limit_save={**ls, "estimate": sizing.estimate(dataclasses.replace(job, limit_save=ls))}
-    )
+    job = dataclasses.replace(job, limit_save={**job.limit_save, "measured": sizing.measured(job, measured)})
+    job = dataclasses.replace(job, limit_save={**job.limit_save, "estimate": sizing.estimate(job)})
     lead, lead_source = sizing.lead(job)
     job = dataclasses.replace(
         job,
