@@ -1,5 +1,6 @@
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import re
@@ -7,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -136,8 +138,45 @@ def _slurm_turn(request):
     if not _in_slurm_lane(request.node):
         yield
         return
+    root = request.getfixturevalue("tmp_path")
     with slurm_hold(alone=bool(request.node.get_closest_marker("slurm_alone"))):
-        yield
+        try:
+            yield
+        finally:
+            _cancel_leftovers(root)
+
+
+@functools.cache
+def _slurm_env() -> dict | None:
+    """os.environ with the local cluster's SLURM_CONF, or None where it is not set up."""
+    printed = local_slurm("env", check=False)
+    found = re.search(r"SLURM_CONF=(\S+)", printed.stdout)
+    return dict(os.environ, SLURM_CONF=found.group(1).strip("'\"")) if found else None
+
+
+def _cancel_leftovers(root: Path, timeout: float = 120) -> None:
+    """Cancel what a Slurm-lane test left queued or running (jobs whose output lies under its tmp_path:
+    a failed test's chain) and wait until they left the queue. A leftover holds a CPU on each node, and
+    the jobs of the lanes' next tests would wait behind it until their own deadlines (CI: a failed
+    test's 5-minute chain kept the next test's five runs PENDING for 300 s)."""
+    env = _slurm_env()
+    if env is None:
+        return
+
+    def queued() -> list[str]:
+        proc = subprocess.run(
+            ["squeue", "-h", "-O", "JobID: ,StdOut:"], capture_output=True, text=True, env=env, check=False
+        )
+        rows = (line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line)
+        return [jid for jid, out in rows if out.strip().startswith(f"{root}/")]
+
+    left = queued()
+    if left:
+        subprocess.run(["scancel", *left], env=env, check=False, capture_output=True)
+    deadline = time.monotonic() + timeout
+    while left and time.monotonic() < deadline:
+        time.sleep(1)
+        left = queued()
 
 
 @pytest.fixture(scope="module")

@@ -61,7 +61,7 @@ def test_a_chain_with_a_canary_and_a_failed_segment_adds_up_to_the_schedulers_el
     assert r.code == 0, r.err
     sub = r.json()
     kill_node_when(sub, sub["job_ids"][0], r"iteration\s+[5-7]/")  # after the save at 4, before the one at 8
-    st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=300)
+    st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=600)
     assert st["state"] == "COMPLETED", (st, run_cli("logs", sub["run_id"]).out[-3000:])
     canary = st["info"]["canary"]["job_id"]
 

@@ -47,7 +47,7 @@ def _submit(*args) -> dict:
     return r.json()
 
 
-def _wait(run_ids, timeout=300) -> None:
+def _wait(run_ids, timeout=900) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         runs = {r["run_id"]: r for r in run_cli("status", "--all", "-o", "json").json()}

@@ -65,7 +65,7 @@ def cluster():
     return str(STATE / "etc" / "slurm.conf")
 
 
-def _wait(run_id, states=("COMPLETED", "FAILED", "CANCELLED"), timeout=300):
+def _wait(run_id, states=("COMPLETED", "FAILED", "CANCELLED"), timeout=600):
     return _wait_state(run_id, set(states), timeout=timeout)
 
 

@@ -25,7 +25,7 @@ def _submit(*args, cluster="local-slurm", env=None):
     return r.json()
 
 
-def _wait(run_id, states=("COMPLETED", "FAILED", "CANCELLED"), timeout=300):
+def _wait(run_id, states=("COMPLETED", "FAILED", "CANCELLED"), timeout=600):
     deadline = time.time() + timeout
     while time.time() < deadline:
         st = run_cli("status", run_id, "-o", "json").json()[0]
@@ -40,7 +40,7 @@ def _records(run: dict) -> list[list[str]]:
     return [line.split("\t") for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def _wait_record(run: dict, timeout=180) -> list[str]:
+def _wait_record(run: dict, timeout=600) -> list[str]:
     deadline = time.time() + timeout
     while not _records(run):
         assert time.time() < deadline, "the first attempt wrote no record"
@@ -147,7 +147,7 @@ def test_a_chain_segment_failing_on_a_bad_node_has_its_successor_leave_it_out(no
     assert ", restart 1 of 3; " in first, first
     assert first.endswith(" leaves out node2"), first
     node1_drained()  # node1 back: the successor, which may not use node2, runs there
-    st = _wait(run["run_id"], timeout=300)
+    st = _wait(run["run_id"], timeout=600)
     assert st["state"] == "COMPLETED", (st, run_cli("logs", run["run_id"]).out[-3000:])
     ran = [s["job_id"] for s in st["info"]["segments"] if s["state"] == "COMPLETED"]
     assert ran and run["job_ids"][0] not in ran, st["info"]["segments"]
@@ -220,7 +220,7 @@ def test_a_chain_whose_health_step_fails_on_a_node_continues_without_it(home, tm
     assert f"{run['job_ids'][0]} failed 0 0 health step: node2 FAIL gpu: " in first, first
     assert "restart 1 of 3; " in first and first.endswith(" leaves out node2"), first
     node1_drained()  # node1 back: the successor, which may not use node2, runs there
-    st = _wait(run["run_id"], timeout=300)
+    st = _wait(run["run_id"], timeout=600)
     assert st["state"] == "COMPLETED", (st, run_cli("logs", run["run_id"]).out[-3000:])
     ran = [s["job_id"] for s in st["info"]["segments"] if s["state"] == "COMPLETED"]
     logs = Path(run["run_dir"]) / "logs"
@@ -293,7 +293,7 @@ def test_deterministic_and_unknown_failures_cost_one_attempt_and_progress_buys_a
     assert not (Path(oom["run_dir"]) / "attempts" / oom["run_id"] / "jobs").exists()
     table = (Path(hub["run_dir"]) / "launch" / f"{hub['run_id']}.failures.tsv").read_text()
     assert table.startswith("deterministic\t") and "deterministic\thub unreachable\t" in table
-    st = _wait(unknown["run_id"], timeout=300)
+    st = _wait(unknown["run_id"], timeout=600)
     assert st["state"] == "FAILED" and len(st["job_ids"]) == 2, st
     rows = [(r[2], r[3], r[4]) for r in _records(unknown)]
     assert rows == [("retried", "0", "2"), ("failed", "2", "2")], rows

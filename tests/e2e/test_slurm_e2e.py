@@ -43,7 +43,7 @@ def _submit(*args, timeout=120):
     return r.json()
 
 
-def _wait_state(run_id, states, timeout=240):
+def _wait_state(run_id, states, timeout=600):
     deadline = time.time() + timeout
     while time.time() < deadline:
         r = run_cli("status", run_id, "-o", "json")

@@ -179,7 +179,7 @@ def test_a_source_that_changes_before_the_job_starts_stops_it_in_its_first_lines
     os.chmod(src, 0o644)
     says = f"secret MY_TOKEN: {src} is readable by group or others (mode 0644); chmod 600 {src}"
     for sub in subs:
-        st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=180)
+        st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=600)
         assert st["state"] == "FAILED" and st["reason"] == says, st
         logs = Path(sub["run_dir"]) / "logs"
         assert f"bridge-launch: {says}" in (logs / f"sbatch-{sub['job_ids'][0]}.out").read_text()
@@ -219,7 +219,7 @@ def test_every_segment_of_a_chain_reads_the_file_again(tmp_path):
     assert r.code == 0, r.err
     sub = r.json()
     kill_node_when(sub, sub["job_ids"][0], r"iteration\s+([6-9]|1\d)/")
-    st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=300)
+    st = _wait(sub["run_id"], {"COMPLETED", "FAILED", "CANCELLED"}, timeout=600)
     assert st["state"] == "COMPLETED" and st["info"]["restarts"] == 1, st
     outcomes = [s.get("outcome") for s in st["info"]["segments"]]
     assert outcomes[:2] == ["failed", "done"], st["info"]["segments"]
