@@ -12,7 +12,7 @@ and its Python 3.12 venv through mounts: scripts/bridge/realbridge.py container(
 Prints the medians of each, the ratio with/without canary (anchor: the job without it), and the
 canary's own time inside the container from its report, check by check. On a GB200 cluster
 the figure that matters is the other side: a failure found on 2 nodes in minutes instead of
-on the full allocation after its start (see README).
+on the full allocation after its start (see docs/how-to/canary.md).
 
 Needs root and the cluster with containers (scripts/local-slurm start --containers).
 Run: .venv/bin/python bench/canary_cost.py [--repeats N]

@@ -238,7 +238,7 @@ def main() -> int:
     )
     print(f"  without cache {u:.1f} s   with cache {c:.1f} s   saving {u - c:.1f} s per segment   ratio {c / u:.2f}x")
     print(f"  the import itself: {import_s:.1f} s, once per image digest (not per segment)")
-    # On paper (README, "Image cache"): the work the cache removes from every node of every segment
+    # On paper (docs/how-to/image-cache.md): the work the cache removes from every node of every segment
     # is the pull plus the conversion; the import measures the conversion alone on one idle node.
     cores = os.cpu_count() or 1
     print(

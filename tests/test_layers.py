@@ -1,4 +1,4 @@
-"""The import table of DESIGN.md, from the AST (imports inside functions count): no cycle between
+"""The import table of docs/explanation/architecture.md, from the AST (imports inside functions count): no cycle between
 modules, no import a folder's row does not allow, one module per name."""
 
 from __future__ import annotations
@@ -10,21 +10,25 @@ from pathlib import Path
 PKG_DIR = Path(__file__).resolve().parents[1] / "src" / "bridge_launch"
 PKG = "bridge_launch"
 
-# folder -> the folders it may import (besides itself); the root package counts as core
-ALLOWED = {
-    "core": set(),
-    "workloads": set(),
-    "spec": {"core"},
-    "job": {"core", "spec"},
-    "plan": {"core", "spec", "job", "workloads"},
-    "logs": {"core", "workloads"},
-    "resolve": {"core", "spec", "job", "plan", "workloads"},
-    "backends": {"core", "job", "logs", "plan", "workloads"},
-    "data": {"core", "spec", "plan"},
-    "runs": {"core", "spec", "job", "resolve", "backends", "logs", "workloads"},
-    "judge": {"core", "logs", "workloads"},
-    "cli": {"core", "spec", "job", "plan", "logs", "resolve", "backends", "data", "runs", "judge", "workloads"},
-}
+ARCHITECTURE = PKG_DIR.parents[1] / "docs" / "explanation" / "architecture.md"
+
+
+def _import_table() -> dict[str, set[str]]:
+    """folder -> the folders it may import (besides itself), from the architecture page's table (its one
+    copy); the root package counts as core, "nothing..." allows none, "everything" every other folder."""
+    text = ARCHITECTURE.read_text()
+    rows = text[text.index("| folder | may import |") :].split("\n\n", 1)[0].splitlines()[2:]
+    table = {}
+    for row in rows:
+        folder, allowed = (cell.strip() for cell in row.strip("|").split("|"))
+        table[folder] = set() if allowed.startswith("nothing") else {a.strip() for a in allowed.split(",")}
+    for folder, allowed in table.items():
+        if allowed == {"everything"}:
+            table[folder] = set(table) - {folder}
+    return table
+
+
+ALLOWED = _import_table()
 
 
 def _name(path: Path) -> str:
@@ -171,7 +175,7 @@ def _prints(tree: ast.AST) -> list[int]:
 
 
 def test_only_the_cli_prints():
-    # DESIGN.md: backends render and submit and print nothing; what a user should know comes back as
+    # the architecture page: backends render and submit and print nothing; what a user should know comes back as
     # data or notes (Backend.notes) and cli says it. workloads/ runs inside the job: its output is the job's.
     found = {
         f"{name}:{line}"

@@ -1,4 +1,4 @@
-"""data prepare / inspect as a newcomer meets them (issue 13, item 10): the README's example works
+"""data prepare / inspect as a newcomer meets them (issue 13, item 10): the data how-to's example works
 as written, the progress bar and the summary give one rate, integer histograms have integer
 bins, and the packing advice keeps the job's own sequence rule and both sequence lengths."""
 

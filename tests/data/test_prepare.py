@@ -419,6 +419,6 @@ def test_a_pin_of_this_machines_own_gives_way_when_asked(src, tmp_path):
     m = _prep(src, tmp_path / "d", skip_integrity=False, write_manifest=True)
     assert m["integrity_manifests"] == {"clevr_2": "pinned now (--write-manifest)"}  # pinned anew
     assert _prep(src, tmp_path / "e", skip_integrity=False)["source_integrity_verified"] is True
-    # the same command again (the README's) verifies the unchanged source against its pin
+    # the same command again (the data how-to's) verifies the unchanged source against its pin
     m = _prep(src, tmp_path / "f", skip_integrity=False, write_manifest=True)
     assert m["source_integrity_verified"] is True and not m["integrity_manifests"]["clevr_2"].startswith("pinned")

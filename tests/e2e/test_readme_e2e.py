@@ -35,7 +35,7 @@ def test_readme_main_command_in_a_fresh_local_install(tmp_path):
 @pytest.mark.slow
 def test_readme_prepare_example_works_as_written(tmp_path):
     pytest.importorskip("megatron.energon")
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "how-to" / "data.md").read_text()  # the data how-to's example, as written
     sample = re.search(r"\n    bridge-launch (data sample-source .*?)\s+#", readme).group(1)
     block = re.search(r"\n    (bridge-launch data prepare .*?)\n    bridge-launch data inspect", readme, re.S).group(1)
     words = shlex.split(block.replace("\\\n", " "))[1:]
@@ -52,12 +52,16 @@ def test_readme_prepare_example_works_as_written(tmp_path):
     assert "Source integrity: verified" in r.out  # the second run checked against the first run's pins
 
 
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+
+
 def _readme_submits() -> list[str]:
-    """Each `bridge-launch submit` example of the README, continuation lines joined, comments cut."""
-    text = (REPO / "README.md").read_text().replace("\\\n", " ")
+    """Each `bridge-launch submit` example of the README and the docs site (an indented block's line or
+    a console block's `$ ` line), continuation lines joined, comments cut."""
+    text = "\n".join(p.read_text() for p in DOCS).replace("\\\n", " ")
     return [
         re.sub(r"\s+#.*$", "", m.group(1)).strip()
-        for m in re.finditer(r"^    (bridge-launch submit .*)$", text, re.M)
+        for m in re.finditer(r"^(?:    |\$ )(bridge-launch submit .*)$", text, re.M)
         # the synopsis; --bridge-src wants the reader's checkout carrying the function (test_codepack.py)
         if "RECIPE" not in m.group(1) and "--bridge-src" not in m.group(1)
     ]

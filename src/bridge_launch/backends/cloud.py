@@ -65,7 +65,7 @@ def job_script(job, rank_prelude: list[str]) -> str:
         return cloud_script(job, rank_prelude, job_script)
     torchrun = ["torchrun"] if job.container else [job.python, "-m", "torch.distributed.run"]
     cmd = [*torchrun, f"--nnodes={job.nodes}", f"--nproc-per-node={job.gpus_per_node}"]
-    # torchrun_opts: per-rank files in the run dir, a rendezvous that waits for pods pulling the
+    # backends/torchrun: per-rank files in the run dir, a rendezvous that waits for pods pulling the
     # image minutes apart, and node 0 (the address MASTER_ADDR names) hosting the c10d store
     conf = T.rdzv_conf(job, is_host='$([ "$NODE_RANK" = 0 ] && echo 1 || echo 0)')
     rdzv = [

@@ -49,7 +49,7 @@ HEALTH_PORT_BASE = 32000
 HEALTH_PORT_SPAN = 700
 
 JOIN_TIMEOUT_S = 600  # torch's own default, written out: nodes start within seconds of each other
-# A job whose nodes each pull and convert the image: the README measures 126-170 s on two nodes
+# A job whose nodes each pull and convert the image: docs/how-to/image-cache.md measures 126-170 s on two nodes
 # here and estimates 3-20 minutes for a 30 GB image on 64 nodes; the first node up waits for the last.
 JOIN_TIMEOUT_PULL_S = 1800
 

@@ -21,7 +21,7 @@ except ImportError:  # pragma: no cover - older typer, click installed beside it
     from click.exceptions import NoArgsIsHelpError as _NoArgsIsHelp
 
 from bridge_launch import __version__
-from bridge_launch.core.errors import BridgeLaunchError, missing_extra
+from bridge_launch.core.errors import INTERRUPTED, BridgeLaunchError, missing_extra
 from bridge_launch.core.errors import UsageError as BridgeLaunchUsage
 from bridge_launch.judge import rule_sources  # data only (compare --help cites every rule's source)
 from bridge_launch.resolve import options as job_options  # data only: submit's job-shaping options
@@ -836,12 +836,12 @@ def main() -> None:
         fail(message + (f" (see '{ctx.command_path} -h')" if ctx else ""), exc.exit_code)
     except KeyboardInterrupt:
         sys.stderr.write("bridge-launch: interrupted\n")
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     except ImportError as exc:  # an optional extra not installed: which one, not a traceback
         line = missing_extra(exc)
         if line is None:
             raise
-        fail(line, 2)
+        fail(line, BridgeLaunchUsage.exit_code)
     code = code if isinstance(code, int) else 0
     if "megatron.core" in sys.modules:  # plan: skip the teardown of torch and megatron-core (_exit_now)
         _exit_now(code)

@@ -8,6 +8,17 @@ from __future__ import annotations
 
 import difflib
 
+# Every exit code a command ends with (docs/reference/exit-codes.md is generated from this table).
+EXIT_CODES = {
+    0: "Done: the command did what it was asked; a verdict (`check`, `compare`) passed; a followed run "
+    "(`--follow`) ended COMPLETED.",
+    1: "Runtime failure: a backend refused or failed, a followed run ended otherwise than COMPLETED, a verdict failed.",
+    2: "Bad input, nothing submitted: a name, an option, an override or a file is wrong, the job fails "
+    "validation, or an optional extra it needs is not installed (the line says which).",
+    130: "Interrupted (Ctrl-C): what was being written is left as it was before.",
+}
+INTERRUPTED = 130
+
 
 class BridgeLaunchError(Exception):
     exit_code = 1

@@ -25,18 +25,19 @@ TERMINAL = frozenset({"COMPLETED", "STOPPED", "FAILED", "CANCELLED", "TIMEOUT"})
 
 @dataclass
 class Run:
-    run_id: str
-    created: float
-    updated: float
-    recipe: str
-    cluster: str
-    backend: str
-    state: str
-    reason: str = ""
-    job_ids: list = field(default_factory=list)
-    run_dir: str = ""
-    resumed_from: str | None = None
-    chain: str | None = None
+    run_id: str  # RECIPE-MMDD-xxxx, unique in the registry
+    created: float  # submit time, seconds since the epoch
+    updated: float  # when the registry last refreshed the run's state
+    recipe: str  # the recipe's name
+    cluster: str  # the cluster profile's name
+    backend: str  # local, slurm, lepton or dgxcloud
+    state: str  # one of STATES
+    reason: str = ""  # why it ended as it did (a failed check, the first error line, the chain's stop)
+    job_ids: list = field(default_factory=list)  # the scheduler's ids, in submit order (segments, retries)
+    run_dir: str = ""  # where the job writes its logs, checkpoints and records
+    resumed_from: str | None = None  # the run this one resumes (`resume`)
+    chain: str | None = None  # the first run of its resume chain (itself when it resumes nothing)
+    # what submit and status learned: measured step and save times, the canary, attempts, image digest, ...
     info: dict = field(default_factory=dict)
 
     @classmethod

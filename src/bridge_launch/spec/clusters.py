@@ -17,19 +17,27 @@ BACKENDS = ("local", "slurm", "lepton", "dgxcloud")
 # key -> (type or tuple of types, default). None default = optional / unset.
 BAD_NODE_HOURS = 24  # how long a node stays on the bad-node list unless the profile says otherwise
 _TOP: dict = {
-    "name": (str, None),
-    "description": (str, ""),
-    "aliases": (list, []),
+    "name": (str, None),  # the profile's name, for --cluster (default: the file's stem)
+    "description": (str, ""),  # one line, shown by `clusters list`
+    "aliases": (list, []),  # other names --cluster accepts for it (not inherited through extends)
+    # a profile this one builds on: its values (tables merged key by key) where this file sets none
     "extends": (str, None),
-    "abstract": (bool, False),
-    "backend": (str, None),
+    "abstract": (bool, False),  # a base for other profiles: submit refuses it (not inherited)
+    "backend": (str, None),  # where jobs run: local (torchrun on this machine), slurm, lepton or dgxcloud
+    # the GPU model, a key of core/hardware.GPU_ARCH (gb200, h100, ...; "cpu": none), for the precision checks
     "gpu_type": (str, "cpu"),
-    "gpus_per_node": (int, 1),
+    "gpus_per_node": (int, 1),  # GPUs per node: torchrun's --nproc-per-node (on "cpu": worker processes)
+    # memory per GPU (GiB) that plan's memory estimate is held against (0: not known, no memory check)
     "gpu_memory_gib": ((int, float), 0),
+    # a fixed size: every job gets this many nodes (--nodes overrides it, with a warning); unset: the
+    # recipe's gpus / gpus_per_node
     "nodes": (int, None),
-    "max_nodes": (int, None),
+    "max_nodes": (int, None),  # the most nodes a job may have (default: nodes; both unset: no limit)
+    # nodes per NVLink domain (GB200 NVL72: 18), for segments, rank-group placement and the IMEX checks; 0: none
     "nvlink_domain_nodes": (int, 0),
+    # where run dirs go, on a filesystem every node sees ("": the state dir's runs/, e.g. $BRIDGE_LAUNCH_HOME/runs)
     "job_root": (str, ""),
+    # checkpoint write bandwidth per node (GB/s), to size the save before the time limit (0: not known)
     "checkpoint_write_gbps_per_node": ((int, float), 0),
     # checkpoints a job that saves keeps (checkpoint.most_recent_k, unless the job sets it); -1: all
     "checkpoint_most_recent_k": (int, -1),
@@ -41,44 +49,56 @@ _TOP: dict = {
     "bad_node_hours": ((int, float), BAD_NODE_HOURS),
     # what a GPU-hour costs, for that summary (0: not known)
     "gpu_hour_cost": ((int, float), 0),
-    # seconds a node waits in torchrun's rendezvous for the others (0: derived, backends/torchrun_opts.py)
+    # seconds a node waits in torchrun's rendezvous for the others (0: derived, backends/torchrun.py)
     "rdzv_join_timeout": (int, 0),
+    # bare processes: the interpreter that runs torchrun ("": the one running bridge-launch); unused in a container
     "python": (str, ""),
-    "container_image": (str, ""),
+    "container_image": (str, ""),  # the image jobs run in, over the recipe's container (--container overrides it)
+    # Slurm: pyxis --container-mounts entries ("SRC:DST"); job_root and hf_home are added where none covers them
     "container_mounts": (list, []),
+    # numactl-bind each torchrun worker to NUMA node LOCAL_RANK / (gpus_per_node / 2) (GB200: 2 GPUs per Grace)
     "numa_bind": (bool, False),
-    "containers": (bool, True),
+    "containers": (bool, True),  # false: bare processes, no image (--container is refused)
+    # Hugging Face cache dir: the job's HF_HOME, with HF_HUB_OFFLINE=1 and TRANSFORMERS_OFFLINE=1, mounted into the
+    # container ("": none of them set)
     "hf_home": (str, ""),
+    # environment variables of every job (strings or numbers; true/false: 1/0), over the recipe's and overlays'
     "env": (dict, {}),
+    # environment variable names the job gets as secrets, by name only (values: your environment at submit, or
+    # [slurm] secret_sources, or the platform's secret store through secret_refs)
     "secrets": (list, []),
-    "required_secrets": (list, []),
+    "required_secrets": (list, []),  # as secrets, but on local and Slurm submit refuses while one has no value
+    # Megatron-Bridge config keys for every job here, over the recipe's and overlays' (the command line's win)
     "config": (dict, {}),
-    "slurm": (dict, {}),
-    "lepton": (dict, {}),
-    "dgxcloud": (dict, {}),
+    "slurm": (dict, {}),  # [slurm]: the Slurm backend's settings (below)
+    "lepton": (dict, {}),  # [lepton]: the DGX Cloud Lepton backend's settings (below)
+    "dgxcloud": (dict, {}),  # [dgxcloud]: the DGX Cloud (Run:ai) backend's settings (below)
     "canary": (dict, {}),  # runs/canary.py: the checks before the job (submit --canary)
 }
 # a word of `lfs setstripe`'s options: an option, a count, a size (16M), a pool or OST list
 _STRIPE_WORD = re.compile(r"-{1,2}[A-Za-z][\w-]*|-?\d+[KkMmGg]?|[\w.,:-]+")
 _SLURM = {
-    "account": (str, ""),
-    "partition": (str, ""),
-    "qos": (str, ""),
-    "time": (str, "01:00:00"),
-    "reservation": (str, ""),
-    "exclude": (list, []),
-    "exclusive": (bool, False),
-    "mem": (str, ""),
-    "request_gpus": (bool, False),
+    "account": (str, ""),  # sbatch --account (--account overrides it; "": none given)
+    "partition": (str, ""),  # sbatch --partition (--partition overrides it; "": the cluster's default)
+    "qos": (str, ""),  # sbatch --qos ("": none given)
+    "time": (str, "01:00:00"),  # sbatch --time, the job's time limit in Slurm's format (--time overrides it)
+    "reservation": (str, ""),  # sbatch --reservation ("": none)
+    "exclude": (list, []),  # node names for sbatch --exclude; the bad-node list's are added to them
+    "exclusive": (bool, False),  # sbatch --exclusive: whole nodes, shared with no other job
+    "mem": (str, ""),  # sbatch --mem, per node ("0": all of each node's memory; "": the site's default)
+    "request_gpus": (bool, False),  # sbatch --gpus-per-node=<gpus_per_node>
+    # sbatch --segment=<size> on jobs of several nodes, to keep them in NVLink domains (Slurm >= 24.05.3 with
+    # TopologyPlugin=topology/block)
     "segment": (bool, False),
     # which segment (core/hardware.SEGMENT_SIZES): "domain" (Megatron-Bridge's rule) or "smallest"
     "segment_size": (str, "domain"),
-    "sbatch_args": (list, []),
-    "srun_args": (list, []),
-    # the health step (workloads/node_health.py): one task per node before torchrun, in the job's image
+    "sbatch_args": (list, []),  # more sbatch options ("--name=value" or "--flag"), written as #SBATCH lines
+    "srun_args": (list, []),  # more srun options for every step of the job (image, health, training)
     # retries (logs/failures.py): an unknown failure is retried only when it saved a newer checkpoint;
     # true retries it as a flaky one
     "retry_unknown": (bool, False),
+    # the health step (workloads/node_health.py): one task per node before torchrun, in the job's image; a node
+    # that fails it stops the job and is left out of later submits (bad_node_hours)
     "health_check": (bool, False),
     # its own --time in minutes, counted from its checks' start (the image step before it unpacks the image)
     "health_minutes": (int, pyxis.HEALTH_MINUTES),
@@ -86,22 +106,27 @@ _SLURM = {
     "image_space_gb": ((int, float), pyxis.IMAGE_SPACE_GB),
     # and then, on jobs of several nodes, all-reduces over the allocation (judged by the [canary] figures)
     "health_fabric": (bool, True),
-    "slurm_conf": (str, ""),
+    "slurm_conf": (str, ""),  # SLURM_CONF for the Slurm commands bridge-launch runs ("": their default)
+    # run the Slurm commands, and create run dirs, over SSH on this host ("": on this machine)
     "login_host": (str, ""),
-    "ssh_port": (int, 22),
-    "ssh_user": (str, ""),
-    "ssh_identity": (str, ""),
-    "ssh_config": (str, ""),
+    "ssh_port": (int, 22),  # ssh -p for login_host
+    "ssh_user": (str, ""),  # the user on login_host (user@host; "": ssh's default)
+    "ssh_identity": (str, ""),  # ssh -i: the private key for login_host ("": ssh's default)
+    "ssh_config": (str, ""),  # ssh -F: an ssh_config file for login_host ("": ssh's default)
+    # torchrun's rendezvous port, 1024 up to Linux's ephemeral range (0: derived from the job id); the health
+    # step's all-reduces use the next one
     "rdzv_port": (int, 0),
+    # sbatch --signal; a job with a time limit gets B:USR1@<signal lead> instead (the save before the limit)
     "signal": (str, ""),
     # srun --mpi: torchrun needs no MPI, so none unless the profile asks (pmix, pmi2, ...)
     "mpi": (str, "none"),
     # pyxis image cache: a shared directory `bridge-launch image import` fills (one squashfs per digest)
     "image_cache": (str, ""),
-    "image_import_time": (str, "01:00:00"),
+    "image_import_time": (str, "01:00:00"),  # sbatch --time of `bridge-launch image import`'s one-node job
     # secrets: NAME -> "file:PATH" | "netrc:MACHINE[:PATH]", read on the cluster (backends/secret_ref.py);
     # a secret without one goes through sbatch's environment: "warn" (default) or "refuse"
     "secret_sources": (dict, {}),
+    # a secret with no source: "warn" passes it through sbatch's environment, "refuse" never does
     "env_secrets": (str, "warn"),
     # srun --cpu-bind: none, so that a site's task autobind does not pin the one task per node
     # (and every worker under it) to a core before the NUMA wrapper binds each worker; "" leaves
@@ -114,43 +139,57 @@ _SLURM = {
     "checkpoint_stripe": (str, ""),
 }
 _LEPTON = {
-    "resource_shape": (str, ""),
+    "resource_shape": (str, ""),  # the job spec's resource_shape, each worker's (e.g. "gpu.4xgb200")
+    # the dedicated node group (name or id) jobs run in; its id and its nodes' ids are looked up at submit
     "node_group": (str, ""),
-    "node_reservation": (str, ""),
-    "image_pull_secrets": (list, []),
+    "node_reservation": (str, ""),  # reservation_config.reservation_id ("": no reservation)
+    "image_pull_secrets": (list, []),  # Lepton registry secrets for pulling the image (image_pull_secrets)
+    # the spec's mounts, tables {path, mount_path, from}, for the job and the data mover
     "mounts": (list, []),
-    "shared_memory_size": (int, 0),
+    "shared_memory_size": (int, 0),  # the spec's shared_memory_size in MiB (0: 65536)
+    # queue_config.can_be_preempted: the job may be preempted (sent with queue_priority)
     "can_be_preempted": (bool, False),
-    "queue_priority": (str, ""),
+    "queue_priority": (str, ""),  # queue_config.priority_class, sent only with can_be_preempted ("": mid-4000)
+    # the environment variable holding the workspace id (unset: `lep login`'s record)
     "workspace_env": (str, "LEPTON_WORKSPACE_ID"),
-    "token_env": (str, "LEPTON_WORKSPACE_TOKEN"),
+    "token_env": (str, "LEPTON_WORKSPACE_TOKEN"),  # the environment variable holding the workspace token
+    # secret name -> the Lepton workspace secret it references (secret_name_ref); unlisted: its own name
     "secret_refs": (dict, {}),
+    # resource shape of the busybox data-mover job that writes the run's files into the run dir
     "mover_resource_shape": (str, "cpu.small"),
-    "request_timeout": ((int, float), 30),
-    "retries": (int, 3),
-    "retry_wait": ((int, float), 2.0),
-    "poll_interval": ((int, float), 5.0),
-    "mover_timeout": ((int, float), 600),
+    "request_timeout": ((int, float), 30),  # seconds each API request may take
+    "retries": (int, 3),  # tries in all of an API call that fails transiently (5xx, timeout, connection error)
+    "retry_wait": ((int, float), 2.0),  # seconds before the first retry, doubled after each
+    "poll_interval": ((int, float), 5.0),  # seconds between checks of the data-mover job's state
+    "mover_timeout": ((int, float), 600),  # seconds the data-mover job may take before the submit fails
     # segment_config: workers of one segment share an NVL72 domain (same rule as Slurm's --segment)
     "segment": (bool, True),
     "segment_size": (str, "domain"),  # as [slurm] segment_size
 }
 _DGXC = {
-    "base_url": (str, ""),
+    "base_url": (str, ""),  # the Run:ai REST API's base URL (.../api/v1): token, projects, workloads
+    # not read by bridge-launch (DGXCloudExecutor's field of that name; every call goes to base_url)
     "kube_apiserver_url": (str, ""),
+    # the Run:ai project jobs go to, its id and cluster id looked up at submit ("": the first one listed)
     "project_name": (str, ""),
+    # the workloads' storage.pvc entries, tables {name, path, existingPvc, claimName}, for the job and the data mover
     "pvcs": (list, []),
-    "client_id_env": (str, "DGXC_CLIENT_ID"),
+    "client_id_env": (str, "DGXC_CLIENT_ID"),  # the environment variable holding the API client id
+    # the environment variable holding the client secret (sent only in the token request)
     "client_secret_env": (str, "DGXC_CLIENT_SECRET"),
-    "distributed_framework": (str, "PyTorch"),
+    "distributed_framework": (str, "PyTorch"),  # distributedFramework of a workload of several nodes
+    # not read by bridge-launch: nvcr.io credentials are the Run:ai project's registry credential, not in the request
     "pull_secret": (str, ""),
+    # secret name -> "k8s-secret[:key]" in the project's namespace (key: the variable's name); unlisted:
+    # the secret named like the variable in lower case with "-" for "_" (HF_TOKEN: hf-token)
     "secret_refs": (dict, {}),
+    # job_root as mounted on this machine, where `bridge-launch logs` reads runs' logs ("": not mounted here)
     "local_job_root": (str, ""),
-    "request_timeout": ((int, float), 30),
-    "retries": (int, 3),
-    "retry_wait": ((int, float), 2.0),
-    "poll_interval": ((int, float), 5.0),
-    "mover_timeout": ((int, float), 600),
+    "request_timeout": ((int, float), 30),  # seconds each API request may take
+    "retries": (int, 3),  # tries in all of an API call that fails transiently (5xx, timeout, connection error)
+    "retry_wait": ((int, float), 2.0),  # seconds before the first retry, doubled after each
+    "poll_interval": ((int, float), 5.0),  # seconds between checks of the data-mover workload's phase
+    "mover_timeout": ((int, float), 600),  # seconds the data-mover workload may take before the submit fails
 }
 # The profile's [canary] section (validated with these types and defaults; the canary's checks: runs/canary.py).
 CANARY_KEYS = {
@@ -162,7 +201,7 @@ CANARY_KEYS = {
     "busbw_cross_rack_gbps": ((int, float), 0),
     "busbw_min_fraction": ((int, float), 0.8),  # below this fraction of busbw_gbps the network check fails
     "busbw_sizes": (list, [1 << 20, 16 << 20, 256 << 20]),  # bytes per all-reduce
-    "busbw_iters": (int, 20),
+    "busbw_iters": (int, 20),  # timed all-reduces per size (after 2 warm-up ones)
     "check_timeout": (int, 900),  # seconds for the trainer check and for the data check
 }
 _SECTIONS: dict[str, dict] = {"slurm": _SLURM, "lepton": _LEPTON, "dgxcloud": _DGXC, "canary": CANARY_KEYS}

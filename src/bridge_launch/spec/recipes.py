@@ -21,47 +21,71 @@ DEFAULT_ENTRY = RUN_RECIPE
 BRIDGE_RECIPES_DIR = Path(__file__).resolve().parent.parent / "workloads" / "bridge_recipes"
 
 _RECIPE_KEYS = {
-    "name": str,
-    "description": str,
-    "aliases": list,
+    "name": str,  # the recipe's name, for submit and `recipes show` (default: the file's stem)
+    "description": str,  # one line, shown by `recipes list`
+    "aliases": list,  # other names it answers to, e.g. its upstream function's (not inherited through extends)
+    # a recipe this one builds on: its values (tables merged key by key) where this file sets none
     "extends": str,
-    "abstract": bool,
+    "abstract": bool,  # a base for other recipes: left out of `recipes list`, refused when run (not inherited)
+    # the Megatron-Bridge recipe function the job calls (run_recipe.py --recipe); required for megatron-bridge
     "upstream": str,
-    "upstream_ref": str,
+    "upstream_ref": str,  # where that function's code is, for readers (free text; `recipes show` prints it)
+    # the function's status where upstream Megatron-Bridge lacks it (the dry run's Upstream line); without
+    # --bridge-src the dry run then warns and the canary is on by default
     "upstream_status": str,
     # why the recipe's container does not carry its bridge_commit: a Slurm job then needs --bridge-src at it
     "needs_bridge_src": str,
+    # a module of workloads/bridge_recipes/ (e.g. "qwen35_vl_gb200.py") exporting `upstream`, for a function no
+    # Megatron-Bridge revision has; the job registers it before run_recipe.py runs
     "bridge_recipe_module": str,
+    # the Megatron-Bridge commit (a revision core/upstream.py knows; 7+ hex digits) whose recipe function, schema
+    # and run_recipe.py interface the job uses; main when unset
     "bridge_commit": str,
+    # config section -> the class the recipe function builds (model = "GPTModelProvider"), checked against the
+    # revision's schema; a key only another class has is refused
     "classes": dict,
-    "mode": str,
-    "workload": str,
+    "mode": str,  # pretrain, sft, lora or dora: run_recipe.py's --mode where that revision takes one
+    "workload": str,  # megatron-bridge (default) or smoke (bridge-launch's preflight and tiny LM)
+    # the GPUs it is written for: nodes = gpus / gpus_per_node (a fixed-size cluster must match; --nodes wins)
     "gpus": int,
-    "container": str,
+    "container": str,  # the image the job runs in (the profile's container_image and --container override it)
+    # the Hugging Face model id: plan's models.toml entry (after the recipe's name), the canary's hf_cache check
     "hf_model": str,
+    # config keys the job needs a value for (dataset.path, ...): the dry run warns and submit refuses while unset
     "required": list,
+    # the script the job runs with run_recipe.py's arguments (default: the image's
+    # /opt/Megatron-Bridge/scripts/training/run_recipe.py)
     "entry": str,
-    "notes": str,
+    "notes": str,  # free text for readers: nothing reads it (`recipes show -o json` prints it)
+    # the dataset config the recipe builds ("energon", "gpt-sft", ...; pretraining without one: "gpt"), for the
+    # dataset checks; an "energon" run resumes only at the same data-parallel size
     "dataset_kind": str,
-    "env": dict,
+    "env": dict,  # environment variables of the job (overlays', the cluster's and --env's win over them)
+    # Megatron-Bridge's environment block at the pinned revision (labelled upstream@<commit>), under [env]
     "upstream_env": dict,
-    "config": dict,
+    "config": dict,  # ConfigContainer keys (dotted) the recipe states, each passed as a Hydra override
+    # what the recipe function sets at the pinned revision that the seeds do not state (labelled upstream@<commit>,
+    # or bridge-launch-fn@<commit> for a bridge_recipe_module)
     "upstream_config": dict,
+    # plan's achieved TFLOP/s per GPU: tflops_per_gpu (with precision, gpu, tflops_source, tflops_caveat), used
+    # before models.toml's where the job's precision and GPU match
     "assumptions": dict,
     # config key -> how the job differs there from the seed's run and why: a warning in the dry run
     # and at submit while the job keeps the recipe's value (a command line or overlay value: none)
     "seed_differences": dict,
 }
 _OVERLAY_KEYS = {
-    "name": str,
-    "description": str,
-    "aliases": list,
+    "name": str,  # the overlay's name, for --overlay (default: the file's stem)
+    "description": str,  # one line, shown by `overlays list`
+    "aliases": list,  # other names --overlay accepts for it (not inherited through extends)
+    # an overlay this one builds on: its values (tables merged key by key) where this file sets none
     "extends": str,
+    # marks a base for other overlays (not inherited); unlike a recipe's, it is still listed and --overlay applies it
     "abstract": bool,
-    "gpus": int,
-    "env": dict,
-    "config": dict,
-    "notes": str,
+    "gpus": int,  # the GPUs its run is written for, in place of the recipe's gpus (the last overlay's wins)
+    "env": dict,  # environment variables over the recipe's (the cluster's and --env's win over them)
+    "config": dict,  # ConfigContainer keys (dotted) over the recipe's (the cluster's and the command line's win)
+    "notes": str,  # free text for readers: nothing reads it (`overlays show -o json` prints it)
     # where a value comes from, by key ("{bridge}": the short commit the recipe pins), e.g. NeMo-CI's
     # script line; the rest are labelled overlay:<name>
     "sources": dict,
