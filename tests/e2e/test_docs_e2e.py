@@ -153,9 +153,11 @@ def test_the_readmes_quickstart_on_the_local_cluster(tmp_path):
     listed = as_written(lines[1])
     assert listed.code == 0 and run in listed.out, listed.err
     deadline = time.time() + 300
-    while "iteration" not in (shown := as_written(lines[2])).out or "checkpoint" not in shown.out:
-        assert time.time() < deadline, shown.out
+    while "successfully saved checkpoint" not in run_cli("logs", run, env=env).out:  # one save to resume from
+        assert time.time() < deadline, run_cli("logs", run, env=env).out[-2000:]
         time.sleep(1)
+    shown = as_written(lines[2])
+    assert shown.code == 0 and run in shown.out and "RUNNING" in shown.out, shown.out + shown.err
     follow = subprocess.Popen(
         [*CLI, *lines[3].replace("RUN", run).split()[1:]],
         env={**os.environ, **env},
