@@ -54,7 +54,8 @@ def prepare_cmd(
     write_manifest: bool = typer.Option(
         False,
         "--write-manifest",
-        help="Pin the source files of unpinned subsets (sizes + sha256) so later runs verify them; a source that no longer matches a pin of your own is pinned anew (a shipped pin never is).",
+        help="Pin the source files of unpinned subsets (sizes + sha256) so later runs verify them; a source "
+        "that no longer matches a pin of your own is pinned anew (a shipped pin never is).",
     ),
     cluster: Optional[str] = typer.Option(
         None,
