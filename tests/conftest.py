@@ -183,7 +183,9 @@ def _cancel_leftovers(root: Path, timeout: float = 120) -> None:
 def cluster():
     """The local Slurm cluster, started (or found running) once per module: its SLURM_CONF."""
     local_slurm("start")
-    return re.search(r"SLURM_CONF=(\S+)", local_slurm("env").stdout).group(1).strip("'\"")
+    env = _slurm_env()
+    assert env is not None, "scripts/local-slurm env printed no SLURM_CONF"
+    return env["SLURM_CONF"]
 
 
 def _clear_caches():
